@@ -1,0 +1,66 @@
+// Command cyberos is the one binary of the skill supervisor: the CLI, the
+// daemon, and (re-executed as "cyberos init") the container init.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cyberos/supervisor/supervisor/sandbox"
+)
+
+func init() {
+	// The sandbox re-executes this binary ("cyberos init" for libcontainer,
+	// the rlimit shim on macOS); that must happen before anything else runs.
+	sandbox.Reexec()
+}
+
+// exitError carries an exit status out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// Exit statuses of the command-line contract.
+const (
+	exitOK      = 0
+	exitOutcome = 1 // the skill ran and did not succeed
+	exitUsage   = 2 // bad usage or invalid skill
+	exitRefused = 3 // refused before dispatch
+)
+
+func main() {
+	root := newRootCmd()
+	err := root.Execute()
+	if err == nil {
+		return
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.code != exitOutcome {
+			fmt.Fprintln(os.Stderr, "cyberos:", ee.err)
+		}
+		os.Exit(ee.code)
+	}
+	fmt.Fprintln(os.Stderr, "cyberos:", err)
+	os.Exit(exitUsage)
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "cyberos",
+		Short:         "Run AI-agent skills in a kernel sandbox, with every tool call brokered",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	skill := &cobra.Command{Use: "skill", Short: "Run and check skills"}
+	skill.AddCommand(newRunCmd(), newValidateCmd())
+	root.AddCommand(skill, newDoctorCmd())
+	return root
+}

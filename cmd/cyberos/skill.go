@@ -1,0 +1,188 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
+)
+
+type runFlags struct {
+	args, argsFile, tenant, persona, traceparent string
+	deadline                                     time.Duration
+	stateDir, profilesDir, runDir, logLevel      string
+	json, allowDegraded                          bool
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run DIR",
+		Short: "Run one invocation of the skill in DIR inside a sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return runSkill(cmd.OutOrStdout(), a[0], f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.args, "args", "", "the skill's args, one JSON value (default {})")
+	fl.StringVar(&f.argsFile, "args-file", "", "read the args from this file")
+	fl.StringVar(&f.tenant, "tenant", "00000000-0000-0000-0000-000000000000", "tenant id (UUID)")
+	fl.StringVar(&f.persona, "persona", "", "caller persona")
+	fl.StringVar(&f.traceparent, "traceparent", "", "W3C traceparent of the caller")
+	fl.DurationVar(&f.deadline, "deadline", 0, "shorten the deadline below effort_minutes (e.g. 4s)")
+	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/cyberos", "audit, memory stores and logs")
+	fl.StringVar(&f.profilesDir, "seccomp-profiles", "", "directory of seccomp profiles (default: /etc/cyberos/seccomp-profiles, else the repository's seccomp-profiles/)")
+	fl.StringVar(&f.runDir, "run-dir", "/run/cyberos", "runtime state: containers, rootfs skeleton, locks")
+	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
+	fl.BoolVar(&f.json, "json", false, "print the envelope as one JSON object")
+	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even where the platform cannot enforce every control (macOS)")
+	_ = fl.MarkHidden("run-dir")
+	return cmd
+}
+
+func runSkill(out io.Writer, dir string, f runFlags) error {
+	if f.args != "" && f.argsFile != "" {
+		return &exitError{exitUsage, errors.New("--args and --args-file are exclusive")}
+	}
+	args := []byte(f.args)
+	if f.argsFile != "" {
+		b, err := os.ReadFile(f.argsFile)
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--args-file: %w", err)}
+		}
+		args = b
+	}
+	log, err := newLogger(f.logLevel)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	profiles, err := resolveProfilesDir(f.profilesDir)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	runner, err := sandbox.New(sandbox.Options{RunDir: f.runDir})
+	if err != nil {
+		return &exitError{exitRefused, err}
+	}
+	sup := &supervisor.Supervisor{
+		Runner:        runner,
+		ProfilesDir:   profiles,
+		StateDir:      f.stateDir,
+		Log:           log,
+		AllowDegraded: f.allowDegraded,
+	}
+	env, err := sup.Run(supervisor.Request{
+		SkillDir:    dir,
+		Args:        args,
+		TenantID:    f.tenant,
+		Persona:     f.persona,
+		Traceparent: f.traceparent,
+		Deadline:    f.deadline,
+	})
+	switch {
+	case errors.Is(err, supervisor.ErrInvalidSkill):
+		return &exitError{exitUsage, err}
+	case errors.Is(err, supervisor.ErrRefused):
+		return &exitError{exitRefused, err}
+	case err != nil:
+		return &exitError{exitRefused, err}
+	}
+	if f.json {
+		enc := json.NewEncoder(out)
+		if err := enc.Encode(env); err != nil {
+			return err
+		}
+	} else {
+		printEnvelope(out, env)
+	}
+	if env.Outcome != supervisor.OutcomeSuccess {
+		return &exitError{exitOutcome, errors.New(string(env.Outcome))}
+	}
+	return nil
+}
+
+func printEnvelope(w io.Writer, e supervisor.Envelope) {
+	fmt.Fprintf(w, "skill       %s %s\n", e.SkillID, e.Version)
+	fmt.Fprintf(w, "invocation  %s\n", e.InvocationID)
+	fmt.Fprintf(w, "outcome     %s in %d ms (sandbox start %.1f ms)\n", e.Outcome, e.DurationMS, e.SandboxStartMS)
+	if e.Result != nil {
+		fmt.Fprintf(w, "result      %s\n", strings.TrimSpace(string(e.Result)))
+		fmt.Fprintf(w, "result_hash %s\n", e.ResultHash)
+	}
+	if e.ErrorMessage != "" {
+		fmt.Fprintf(w, "error       %s\n", e.ErrorMessage)
+	}
+	c := e.Containment
+	fmt.Fprintf(w, "enforced:\n")
+	fmt.Fprintf(w, "  namespaces    %s\n", strings.Join(c.Namespaces, ", "))
+	fmt.Fprintf(w, "  user          %s\n", c.UserNamespace)
+	fmt.Fprintf(w, "  seccomp       %s\n", c.Seccomp)
+	fmt.Fprintf(w, "  capabilities  %s; no_new_privs=%v; read-only root=%v\n", c.Capabilities, c.NoNewPrivs, c.ReadOnlyRoot)
+	fmt.Fprintf(w, "  cgroup (%s) memory.max=%d MiB pids.max=%d", c.CgroupMode, c.MemoryMaxBytes>>20, c.PidsMax)
+	if c.CPUQuota > 0 {
+		fmt.Fprintf(w, " cpu=%.2f", c.CPUQuota)
+	}
+	fmt.Fprintf(w, "\n  used          memory peak %d KiB, pids peak %d, oom kills %d\n", e.Stats.MemoryPeakBytes>>10, e.Stats.PidsPeak, e.Stats.OOMKills)
+	for _, n := range c.NotEnforced {
+		fmt.Fprintf(w, "  NOT ENFORCED  %s\n", n)
+	}
+}
+
+func newValidateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate DIR",
+		Short: "Parse and validate the skill's SKILL.md frontmatter and entrypoint",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			p, err := policy.LoadDir(a[0])
+			if err != nil {
+				return &exitError{exitUsage, fmt.Errorf("invalid skill %s: %w", a[0], err)}
+			}
+			for _, w := range p.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: valid\n", p.Name, p.Version)
+			return nil
+		},
+	}
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// resolveProfilesDir picks the seccomp profile directory: the flag, else the
+// installed /etc/cyberos/seccomp-profiles, else seccomp-profiles/ beside the
+// binary's parent (a repository build: bin/cyberos), else in the working dir.
+func resolveProfilesDir(flag string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	candidates := []string{"/etc/cyberos/seccomp-profiles"}
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", "seccomp-profiles"))
+	}
+	candidates = append(candidates, "seccomp-profiles")
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			return filepath.Abs(c)
+		}
+	}
+	return "", fmt.Errorf("no seccomp profile directory found (looked in %s); pass --seccomp-profiles", strings.Join(candidates, ", "))
+}

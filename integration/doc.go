@@ -1,0 +1,3 @@
+// Package integration holds the tests that need root and a real kernel: they
+// run the real cyberos binary against real namespaces, cgroups and seccomp.
+package integration

@@ -1,0 +1,254 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/internal/testutil"
+)
+
+// Built once by TestMain: the real cyberos binary and the probe programs.
+var (
+	cyberosBin string
+	probeDir   string
+	repoRoot   string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "cyberos-it-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	// The sandbox's mapped root must traverse to the probes.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	wd, _ := os.Getwd()
+	repoRoot = filepath.Dir(wd)
+	cyberosBin = filepath.Join(tmp, "cyberos")
+	for _, build := range []*exec.Cmd{
+		exec.Command("go", "build", "-tags", "seccomp", "-o", cyberosBin, "./cmd/cyberos"),
+		exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(tmp, "cyberos-init"), "sandbox-init/cyberos-init.c"),
+	} {
+		build.Dir = repoRoot
+		build.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n%s", build, err, out)
+			return 1
+		}
+	}
+	probeDir = filepath.Join(tmp, "probes")
+	ents, _ := os.ReadDir("testdata/probes")
+	for _, e := range ents {
+		b := exec.Command("go", "build", "-o", filepath.Join(probeDir, e.Name()), "./testdata/probes/"+e.Name())
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build probe %s: %v\n%s", e.Name(), err, out)
+			return 1
+		}
+	}
+	_ = os.Chmod(probeDir, 0o755)
+	return m.Run()
+}
+
+// env is one test's private world: a run dir (containers, locks, rootfs
+// skeleton), a state dir and a place for skills, all removed at the end.
+type env struct {
+	t        *testing.T
+	base     string
+	runDir   string
+	stateDir string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	base, err := os.MkdirTemp("", "cyberos-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 0711: the sandbox's mapped root must reach the skills and the rootfs.
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, base: base, runDir: filepath.Join(base, "run"), stateDir: filepath.Join(base, "state")}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	return e
+}
+
+// skill writes a skill folder: SKILL.md from frontmatter lines, and main
+// either copied from a probe (name "probe:NAME") or written as a script.
+func (e *env) skill(name, frontmatter, main string) string {
+	e.t.Helper()
+	dir := filepath.Join(e.base, "skills", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	_ = os.Chmod(filepath.Dir(dir), 0o755)
+	md := "---\nname: " + name + "\ndescription: test skill\n" + frontmatter + "---\n"
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(md), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if probe, ok := strings.CutPrefix(main, "probe:"); ok {
+		b, err := os.ReadFile(filepath.Join(probeDir, probe))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		main = string(b)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main"), []byte(main), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	return dir
+}
+
+// result is one `cyberos skill run` as the tests see it.
+type result struct {
+	code   int
+	stdout string
+	stderr string
+	env    envelope
+}
+
+type envelope struct {
+	InvocationID string          `json:"invocation_id"`
+	RequestID    string          `json:"request_id"`
+	SkillID      string          `json:"skill_id"`
+	Version      string          `json:"version"`
+	Outcome      string          `json:"outcome"`
+	DurationMS   int64           `json:"duration_ms"`
+	Result       json.RawMessage `json:"result"`
+	ResultHash   string          `json:"result_hash"`
+	ErrorMessage string          `json:"error_message"`
+	LogTail      string          `json:"log_tail"`
+	SignalSent   string          `json:"signal_sent"`
+	DeadlineMS   int64           `json:"deadline_ms"`
+	Containment  struct {
+		Namespaces    []string `json:"namespaces"`
+		UserNamespace string   `json:"user_namespace"`
+		Seccomp       string   `json:"seccomp"`
+		NotEnforced   []string `json:"not_enforced"`
+	} `json:"containment"`
+	Stats struct {
+		MemoryPeakBytes uint64 `json:"memory_peak_bytes"`
+		OOMKills        uint64 `json:"oom_kills"`
+		PidsPeak        uint64 `json:"pids_peak"`
+		PidsLimitHits   uint64 `json:"pids_limit_hits"`
+	} `json:"stats"`
+}
+
+// run runs `cyberos skill run DIR --json` with this env's dirs plus extra flags.
+func (e *env) run(dir string, extra ...string) result {
+	e.t.Helper()
+	cmd := e.command(dir, extra...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("run cyberos: %v", err)
+	}
+	if r.code <= 1 && out.Len() > 0 {
+		if err := json.Unmarshal(out.Bytes(), &r.env); err != nil {
+			e.t.Fatalf("envelope is not JSON: %v\n%s\nstderr: %s", err, out.String(), r.stderr)
+		}
+	}
+	return r
+}
+
+func (e *env) command(dir string, extra ...string) *exec.Cmd {
+	args := append([]string{"skill", "run", dir, "--json",
+		"--state-dir", e.stateDir, "--run-dir", e.runDir,
+		"--seccomp-profiles", filepath.Join(repoRoot, "seccomp-profiles")}, extra...)
+	return exec.Command(cyberosBin, args...)
+}
+
+// mustOutcome fails unless the run ended with want.
+func (r result) mustOutcome(t *testing.T, want string) {
+	t.Helper()
+	if r.env.Outcome != want {
+		t.Fatalf("outcome %q, want %q (exit %d)\nerror_message: %s\nstdout: %s\nstderr: %s", r.env.Outcome, want, r.code, r.env.ErrorMessage, r.stdout, r.stderr)
+	}
+}
+
+// cgroupLeaves lists the invocation cgroups left under /cyberos in every
+// mounted hierarchy.
+func cgroupLeaves(t *testing.T) []string {
+	t.Helper()
+	var left []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/cyberos")
+	if fi, err := os.Stat("/sys/fs/cgroup/cyberos"); err == nil && fi.IsDir() {
+		roots = append(roots, "/sys/fs/cgroup/cyberos")
+	}
+	for _, r := range roots {
+		ents, _ := os.ReadDir(r)
+		for _, e := range ents {
+			if e.IsDir() {
+				left = append(left, filepath.Join(r, e.Name()))
+			}
+		}
+	}
+	return left
+}
+
+// hasCgroup reports whether any hierarchy still has a cgroup for id.
+func hasCgroup(t *testing.T, id string) bool {
+	for _, l := range cgroupLeaves(t) {
+		if filepath.Base(l) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// procsMatching lists host pids whose command line contains s.
+func procsMatching(s string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) { testutil.WaitFor(t, d, cond) }
+
+// cyberos builds a command running the built binary.
+func cyberos(args ...string) *exec.Cmd { return exec.Command(cyberosBin, args...) }
+
+// exitCode of a finished command's error (0 when nil).
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func killPid(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

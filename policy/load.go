@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// MaxSkillFileBytes caps the size of SKILL.md.
+const MaxSkillFileBytes = 1 << 20
+
+// LoadDir reads and parses <dir>/SKILL.md, then checks the entrypoint on disk.
+//
+// dir itself may be reached through a symlink, but nothing inside it may be
+// one: SKILL.md must be a regular file, and every component of the entrypoint
+// path below dir is examined with Lstat, so a symlinked file or directory
+// anywhere on the way is refused rather than followed out of the folder. The
+// entrypoint must be a regular file executable by its owner, and neither
+// setuid nor setgid.
+//
+// Problems with the skill are *FieldError values (matching ErrInvalid) with
+// Field "SKILL.md", "entrypoint", "dir" or a frontmatter key. Other errors
+// (permission denied, I/O) are returned wrapped and do not match ErrInvalid.
+func LoadDir(dir string) (*Policy, error) {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fieldErr("dir", fmt.Sprintf("%s does not exist", dir))
+	case err != nil:
+		return nil, fmt.Errorf("load skill %s: %w", dir, err)
+	case !fi.IsDir():
+		return nil, fieldErr("dir", fmt.Sprintf("%s is not a directory", dir))
+	}
+
+	data, err := readSkillFile(filepath.Join(dir, "SKILL.md"))
+	if err != nil {
+		return nil, err
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEntrypoint(dir, p.Entrypoint); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// readSkillFile reads SKILL.md, refusing a symlink, a non-regular file and
+// anything over MaxSkillFileBytes. The file opened is checked to be the one
+// examined, so a swap between the two is caught.
+func readSkillFile(name string) ([]byte, error) {
+	const field = "SKILL.md"
+	li, err := os.Lstat(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fieldErr(field, "does not exist")
+	case err != nil:
+		return nil, fmt.Errorf("load skill: %w", err)
+	case li.Mode()&fs.ModeSymlink != 0:
+		return nil, fieldErr(field, "is a symlink")
+	case !li.Mode().IsRegular():
+		return nil, fieldErr(field, "is not a regular file")
+	case li.Size() > MaxSkillFileBytes:
+		return nil, fieldErr(field, fmt.Sprintf("is larger than %d MiB", MaxSkillFileBytes>>20))
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("load skill: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("load skill: %w", err)
+	}
+	if !os.SameFile(li, fi) {
+		return nil, fieldErr(field, "changed while being opened")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSkillFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("load skill: read %s: %w", name, err)
+	}
+	if len(data) > MaxSkillFileBytes {
+		return nil, fieldErr(field, fmt.Sprintf("is larger than %d MiB", MaxSkillFileBytes>>20))
+	}
+	return data, nil
+}
+
+// checkEntrypoint walks the entrypoint (a clean relative slash path, as Parse
+// guarantees) one component at a time below dir, with Lstat, so no symlink on
+// the way is followed.
+func checkEntrypoint(dir, entrypoint string) error {
+	const field = "entrypoint"
+	if _, reason := relativePath(entrypoint); reason != "" {
+		return fieldErr(field, reason)
+	}
+	parts := strings.Split(entrypoint, "/")
+	cur := dir
+	for i, part := range parts {
+		cur = filepath.Join(cur, part)
+		shown := strings.Join(parts[:i+1], "/")
+		fi, err := os.Lstat(cur)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fieldErr(field, fmt.Sprintf("%q does not exist", shown))
+		case err != nil:
+			return fmt.Errorf("check entrypoint %q: %w", entrypoint, err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return fieldErr(field, fmt.Sprintf("%q is a symlink", shown))
+		}
+		if i < len(parts)-1 {
+			if !fi.IsDir() {
+				return fieldErr(field, fmt.Sprintf("%q is not a directory", shown))
+			}
+			continue
+		}
+		if !fi.Mode().IsRegular() {
+			return fieldErr(field, fmt.Sprintf("%q is not a regular file", shown))
+		}
+		if fi.Mode().Perm()&0o100 == 0 {
+			return fieldErr(field, fmt.Sprintf("%q is not executable (by its owner)", shown))
+		}
+		// no_new_privileges neutralises these in the sandbox; refuse them
+		// anyway, a skill never needs them.
+		if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+			return fieldErr(field, fmt.Sprintf("%q is setuid or setgid", shown))
+		}
+	}
+	return nil
+}

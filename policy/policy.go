@@ -1,0 +1,80 @@
+// Package policy turns a skill's SKILL.md frontmatter into a typed, validated
+// Policy. It is pure: untrusted input in, typed values or a FieldError out.
+// It imports nothing else of this module.
+package policy
+
+// Tool is the name of a native tool a skill may call through the broker.
+type Tool string
+
+// The native tools. A name outside this set is an error in frontmatter.
+const (
+	ToolBash         Tool = "Bash"
+	ToolRead         Tool = "Read"
+	ToolWrite        Tool = "Write"
+	ToolEdit         Tool = "Edit"
+	ToolGlob         Tool = "Glob"
+	ToolGrep         Tool = "Grep"
+	ToolMemoryRead   Tool = "MemoryRead"
+	ToolMemorySearch Tool = "MemorySearch"
+	ToolMemoryEmit   Tool = "MemoryEmit"
+	ToolHttpFetch    Tool = "HttpFetch"
+	ToolHttpPost     Tool = "HttpPost"
+)
+
+// KnownTools lists every native tool, in a stable order.
+var KnownTools = []Tool{
+	ToolBash, ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep,
+	ToolMemoryRead, ToolMemorySearch, ToolMemoryEmit, ToolHttpFetch, ToolHttpPost,
+}
+
+// ToolRule is one entry of allowed_tools / disallowed_tools. A bare tool name
+// ("Read") has an empty Pattern and matches every call of that tool; the
+// hyphenated rule form ("Bash(git status:*)", "Read(/srv/data/**)") carries a
+// Pattern that narrows it: a command prefix for Bash ("git status" with
+// Prefix true), a path glob for the file tools, a host glob for the Http tools.
+type ToolRule struct {
+	Tool    Tool   `json:"tool"`
+	Pattern string `json:"pattern,omitempty"`
+	// Prefix is true for Bash rules written "cmd:*": the command must start
+	// with Pattern followed by end of string or a space.
+	Prefix bool `json:"prefix,omitempty"`
+}
+
+// Defaults applied where the frontmatter is silent.
+const (
+	DefaultVersion        = "0.0.0"
+	DefaultEffortMinutes  = 5
+	DefaultMemoryMB       = 512
+	DefaultPidsMax        = 64
+	DefaultSeccompProfile = "default"
+	DefaultEntrypoint     = "main"
+)
+
+// Policy is the validated frontmatter of one skill. Lists that were absent are
+// empty: nothing is allowed. Numeric limits always hold their effective value
+// (defaults applied). Policy is immutable after Parse.
+type Policy struct {
+	Name        string `json:"name"`
+	Version     string `json:"version"`
+	Description string `json:"description"`
+	Entrypoint  string `json:"entrypoint"` // relative to the skill folder, never escaping it
+
+	AllowedTools        []ToolRule `json:"allowed_tools"`
+	DisallowedTools     []ToolRule `json:"disallowed_tools"`
+	AllowedMemoryScopes []string   `json:"allowed_memory_scopes"` // canonical path globs
+	EffortMinutes       int        `json:"effort_minutes"`
+
+	AllowedFiles       []string `json:"x_allowed_files"`   // absolute path globs
+	AllowedDomains     []string `json:"x_allowed_domains"` // host globs
+	SeccompProfile     string   `json:"x_seccomp_profile"` // a profile name, [a-z0-9_-]+
+	MemoryMB           int64    `json:"x_memory_mb"`
+	PidsMax            int64    `json:"x_pids_max"`
+	CPU                float64  `json:"x_cpu"`                   // CPUs of quota; 0 = no quota
+	RateLimitPerMinute int      `json:"x_rate_limit_per_minute"` // 0 = no limit
+	Compensation       bool     `json:"x_compensation"`
+
+	// Extensions holds the other x- keys, untouched (the open namespace).
+	Extensions map[string]any `json:"extensions,omitempty"`
+	// Warnings are non-fatal findings (foreign keys tolerated).
+	Warnings []string `json:"warnings,omitempty"`
+}

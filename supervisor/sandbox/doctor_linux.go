@@ -1,0 +1,51 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/cgroups"
+)
+
+// Doctor reports what this kernel and build can enforce.
+func Doctor() []Finding {
+	var out []Finding
+	add := func(c string, ok bool, d string) { out = append(out, Finding{c, ok, d}) }
+
+	for _, ns := range []string{"mnt", "pid", "net", "ipc", "uts", "cgroup"} {
+		_, err := os.Stat("/proc/self/ns/" + ns)
+		add("namespace "+ns, err == nil, errOr(err, "available"))
+	}
+	userNS, why := userNSAvailable(false)
+	add("namespace user", userNS, map[bool]string{true: "a user namespace can be created", false: why}[userNS])
+
+	mode := cgroups.DetectMode()
+	add("cgroup mode", mode != cgroups.Unavailable, mode.String())
+	for _, c := range []string{"memory", "pids", "cpu", "freezer"} {
+		ok, d := cgroups.HasController(c)
+		add("cgroup "+c, ok, d)
+	}
+
+	add("seccomp in this build", SeccompCompiledIn(), map[bool]string{true: "compiled in (cgo + libseccomp, tag seccomp)", false: ErrSeccompNotCompiled.Error()}[SeccompCompiledIn()])
+	status, _ := os.ReadFile("/proc/self/status")
+	kernelSeccomp := strings.Contains(string(status), "Seccomp:")
+	add("seccomp in the kernel", kernelSeccomp, map[bool]string{true: "CONFIG_SECCOMP_FILTER present", false: "no Seccomp field in /proc/self/status"}[kernelSeccomp])
+
+	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, 1 /* LANDLOCK_CREATE_RULESET_VERSION */)
+	if errno != 0 {
+		add("landlock", false, fmt.Sprintf("not available: %v", errno))
+	} else {
+		add("landlock", true, fmt.Sprintf("ABI %d (not yet applied by the sandbox)", abi))
+	}
+	return out
+}
+
+func errOr(err error, ok string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return ok
+}

@@ -1,0 +1,122 @@
+// Package sandbox turns one invocation's limits into a running, contained
+// process: a libcontainer container on Linux, an rlimit-only child on macOS.
+// It is the only package that touches namespaces, cgroups, seccomp and setuid.
+package sandbox
+
+import (
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"github.com/cyberos/supervisor/cgroups"
+)
+
+// Errors callers test with errors.Is.
+var (
+	// ErrUnsupported: this platform cannot run a sandbox at all.
+	ErrUnsupported = errors.New("sandbox: unsupported platform")
+	// ErrSeccompNotCompiled: the binary was built without the seccomp tag.
+	ErrSeccompNotCompiled = errors.New("sandbox: seccomp support is not compiled in (build with CGO_ENABLED=1 -tags seccomp)")
+	// ErrProfile: the seccomp profile is missing or invalid.
+	ErrProfile = errors.New("sandbox: bad seccomp profile")
+	// ErrDegraded: the platform cannot enforce what the policy requires and
+	// degraded mode was not allowed.
+	ErrDegraded = errors.New("sandbox: cannot enforce the policy on this platform")
+)
+
+// Options are the host-side settings of a runner.
+type Options struct {
+	// InitBinary is the static cyberos-init, the sandbox's pid 1. Default:
+	// cyberos-init beside the running executable.
+	InitBinary string
+	// RunDir holds libcontainer state, the shared read-only rootfs skeleton
+	// and per-invocation lock files. Default /run/cyberos.
+	RunDir string
+	// HostIDBase is the first host uid/gid of the range mapped into the
+	// user namespace (container 0..65535 → HostIDBase..HostIDBase+65535).
+	HostIDBase uint32
+	// DisableUserNS forces running without a user namespace.
+	DisableUserNS bool
+}
+
+// Spec is everything the sandbox needs to start one invocation.
+type Spec struct {
+	ID         string // invocation id: container id, and the leaf of the cgroup path
+	SkillDir   string // absolute host path, bind-mounted read-only at /skill
+	Entrypoint string // path relative to SkillDir
+	Env        []string
+
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+
+	MemoryMB  int64   // memory.max (and no swap)
+	PidsMax   int64   // pids.max
+	CPU       float64 // CPUs of quota, 0 = none
+	TmpSizeMB int64   // size of the tmpfs at /tmp
+
+	ProfilesDir    string // directory of <name>.json OCI seccomp profiles
+	SeccompProfile string // profile name
+
+	// BrokerSocket, when set, is a host socket bind-mounted at
+	// /run/cyberos/broker.sock; ToolBinary, when set, at /run/cyberos/bin/cyberos-tool.
+	BrokerSocket string
+	ToolBinary   string
+
+	// AllowDegraded lets a platform that cannot enforce every control run
+	// anyway, saying in Containment what was not enforced.
+	AllowDegraded bool
+}
+
+// Exit is how the skill's process ended.
+type Exit struct {
+	Code   int       // exit status when it exited
+	Signal os.Signal // the signal that killed it, nil when it exited
+	// ExecError is set when the entrypoint could not be executed at all.
+	ExecError string
+}
+
+// Process is a started sandbox. Wait must be called once; Close always.
+type Process interface {
+	// Terminate sends SIGTERM to the skill (pid 1 of the sandbox).
+	Terminate() error
+	// KillAll kills every process of the sandbox, wherever it forked to.
+	KillAll() error
+	// Wait waits for the skill and every other process of the sandbox.
+	Wait() (Exit, error)
+	// Stats reads resource accounting; valid until Close.
+	Stats() (cgroups.Stats, error)
+	// Close removes the container, its cgroup, mounts and scratch.
+	Close() error
+	// Containment says what is actually enforced.
+	Containment() Containment
+	// StartLatency is the time from Start to the skill running.
+	StartLatency() time.Duration
+}
+
+// Runner starts sandboxes. One per platform; a fake in unit tests.
+type Runner interface {
+	// Check validates what Start would refuse (profile, degraded mode)
+	// without starting anything.
+	Check(spec Spec) error
+	Start(spec Spec) (Process, error)
+}
+
+// Containment records what was enforced for one invocation; it goes into
+// the envelope and the audit row. NotEnforced lists what the platform could
+// not apply.
+type Containment struct {
+	Platform       string   `json:"platform"`
+	Namespaces     []string `json:"namespaces,omitempty"`
+	UserNamespace  string   `json:"user_namespace"` // "host uid N-M" or why not
+	Seccomp        string   `json:"seccomp"`        // profile name and action, or "none"
+	CgroupMode     string   `json:"cgroup_mode,omitempty"`
+	MemoryMaxBytes int64    `json:"memory_max_bytes"`
+	PidsMax        int64    `json:"pids_max"`
+	CPUQuota       float64  `json:"cpu_quota,omitempty"`
+	Capabilities   string   `json:"capabilities"`
+	NoNewPrivs     bool     `json:"no_new_privs"`
+	ReadOnlyRoot   bool     `json:"readonly_root"`
+	Rlimits        []string `json:"rlimits,omitempty"`
+	NotEnforced    []string `json:"not_enforced,omitempty"`
+}

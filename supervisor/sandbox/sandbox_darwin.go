@@ -1,0 +1,177 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/cgroups"
+)
+
+// macOS has no namespaces, cgroups or seccomp: the runner can only lower
+// rlimits in a re-exec shim before exec'ing the skill. It refuses to run
+// unless degraded mode is allowed, and always says what it did not enforce.
+
+const shimArg = "rlimit-init"
+
+// notEnforcedDarwin is what this platform cannot do, stated in every
+// Containment and in the refusal.
+var notEnforcedDarwin = []string{
+	"namespaces (pid, mount, network, ipc, uts, user): the skill sees the host",
+	"seccomp: every syscall is allowed",
+	"cgroups: memory is capped by RLIMIT_AS/RLIMIT_DATA only, processes by the per-user RLIMIT_NPROC",
+	"cpu quota: only total CPU seconds (RLIMIT_CPU)",
+	"read-only root and /skill: the skill can write wherever its uid can",
+	"capabilities / no_new_privs: not applicable; setuid binaries keep working",
+	"kill of the whole tree: only the process group; a setsid child survives",
+}
+
+type darwinRunner struct{}
+
+// New returns the rlimit-only runner.
+func New(Options) (Runner, error) { return darwinRunner{}, nil }
+
+func (darwinRunner) Check(spec Spec) error {
+	if !spec.AllowDegraded {
+		return fmt.Errorf("%w: macOS can only apply rlimits; not enforceable: %s (rerun with --allow-degraded to accept)", ErrDegraded, strings.Join(notEnforcedDarwin, "; "))
+	}
+	return nil
+}
+
+func (r darwinRunner) Start(spec Spec) (Process, error) {
+	if err := r.Check(spec); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	lim := shimLimits(spec)
+	argv := append([]string{shimArg}, lim.args()...)
+	argv = append(argv, "--", filepath.Join(spec.SkillDir, spec.Entrypoint))
+	cmd := exec.Command(self, argv...)
+	cmd.Env = spec.Env
+	cmd.Dir = os.TempDir()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, spec.Stdout, spec.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("sandbox start: %w", err)
+	}
+	cont := Containment{
+		Platform:       "darwin",
+		UserNamespace:  "none",
+		Seccomp:        "none",
+		MemoryMaxBytes: spec.MemoryMB << 20,
+		PidsMax:        spec.PidsMax,
+		Capabilities:   "not applicable",
+		Rlimits:        lim.describe(),
+		NotEnforced:    notEnforcedDarwin,
+	}
+	return &darwinProcess{cmd: cmd, cont: cont, latency: time.Since(start)}, nil
+}
+
+type rlimits struct{ cpuSec, asBytes, nproc, nofile uint64 }
+
+func shimLimits(spec Spec) rlimits {
+	return rlimits{
+		cpuSec:  0, // the deadline ends it; RLIMIT_CPU would only count CPU time
+		asBytes: uint64(spec.MemoryMB) << 20,
+		nproc:   uint64(spec.PidsMax),
+		nofile:  1024,
+	}
+}
+
+func (l rlimits) args() []string {
+	return []string{strconv.FormatUint(l.cpuSec, 10), strconv.FormatUint(l.asBytes, 10), strconv.FormatUint(l.nproc, 10), strconv.FormatUint(l.nofile, 10)}
+}
+
+func (l rlimits) describe() []string {
+	return []string{fmt.Sprintf("as=%d", l.asBytes), fmt.Sprintf("nproc=%d (per user)", l.nproc), fmt.Sprintf("nofile=%d", l.nofile), "core=0"}
+}
+
+type darwinProcess struct {
+	cmd     *exec.Cmd
+	cont    Containment
+	latency time.Duration
+}
+
+func (p *darwinProcess) Terminate() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
+
+// KillAll kills the skill's process group.
+func (p *darwinProcess) KillAll() error {
+	return unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
+}
+
+func (p *darwinProcess) Wait() (Exit, error) {
+	err := p.cmd.Wait()
+	ps := p.cmd.ProcessState
+	if ps == nil {
+		return Exit{}, err
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return Exit{Code: -1, Signal: ws.Signal()}, nil
+	}
+	return Exit{Code: ps.ExitCode()}, nil
+}
+
+func (p *darwinProcess) Stats() (cgroups.Stats, error) {
+	return cgroups.Stats{}, errors.New("no cgroup accounting on macOS")
+}
+
+func (p *darwinProcess) Close() error {
+	_ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
+	return nil
+}
+
+func (p *darwinProcess) Containment() Containment    { return p.cont }
+func (p *darwinProcess) StartLatency() time.Duration { return p.latency }
+
+// Reexec runs the rlimit shim when this binary was re-executed as
+// "<self> rlimit-init CPU AS NPROC NOFILE -- PROGRAM": it lowers the limits
+// and execs PROGRAM with the environment it was given. It never returns then.
+func Reexec() {
+	if len(os.Args) < 2 || os.Args[1] != shimArg {
+		return
+	}
+	if err := rlimitShim(os.Args[2:]); err != nil {
+		fmt.Fprintln(os.Stderr, "cyberos rlimit shim:", err)
+		os.Exit(127)
+	}
+}
+
+func rlimitShim(args []string) error {
+	if len(args) != 6 || args[4] != "--" {
+		return errors.New("usage: rlimit-init CPU AS NPROC NOFILE -- PROGRAM")
+	}
+	var v [4]uint64
+	for i := range v {
+		n, err := strconv.ParseUint(args[i], 10, 64)
+		if err != nil {
+			return fmt.Errorf("limit %d: %w", i, err)
+		}
+		v[i] = n
+	}
+	set := []struct {
+		res int
+		val uint64
+	}{{unix.RLIMIT_CPU, v[0]}, {unix.RLIMIT_AS, v[1]}, {unix.RLIMIT_NPROC, v[2]}, {unix.RLIMIT_NOFILE, v[3]}, {unix.RLIMIT_CORE, 0}}
+	for _, s := range set {
+		if s.val == 0 && s.res != unix.RLIMIT_CORE {
+			continue
+		}
+		if err := unix.Setrlimit(s.res, &unix.Rlimit{Cur: s.val, Max: s.val}); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", s.res, err)
+		}
+	}
+	prog := args[5]
+	return syscall.Exec(prog, []string{prog}, os.Environ())
+}

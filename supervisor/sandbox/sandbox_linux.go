@@ -1,0 +1,552 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	occgroups "github.com/opencontainers/cgroups"
+	_ "github.com/opencontainers/cgroups/devices" // device rules in the cgroup manager
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	_ "github.com/opencontainers/runc/libcontainer/nsenter" // joins namespaces before the Go runtime starts in "init"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/cgroups"
+)
+
+// init pins the main goroutine to the main thread. libcontainer changes
+// namespaces on the thread it runs on; without this the supervisor's main
+// thread was seen left inside the first container's mount namespace (its
+// /proc/self/mountinfo became the container's, 3 of 3 runs; DESIGN.md).
+// Proven by TestSupervisorStaysInHostMountNS in integration/.
+func init() {
+	runtime.LockOSThread()
+}
+
+// Paths inside the sandbox.
+const (
+	SkillMount     = "/skill"
+	BrokerSockPath = "/run/cyberos/broker.sock"
+	ToolBinPath    = "/run/cyberos/bin/cyberos-tool"
+	InitBinPath    = "/run/cyberos/bin/cyberos-init"
+	Hostname       = "skill"
+	// SkillUID is the uid (and gid) the skill runs as inside the sandbox.
+	SkillUID = 1000
+)
+
+// CgroupParent is the cgroup under which every invocation gets its own leaf,
+// named by the invocation id.
+const CgroupParent = "/cyberos"
+
+// DefaultHostIDBase is far above the uids a Debian host hands out.
+const DefaultHostIDBase = 1_000_000
+
+// LinuxRunner starts libcontainer sandboxes.
+type LinuxRunner struct {
+	cfg        Options
+	userNS     bool
+	userNSWhy  string
+	cgroupMode cgroups.Mode
+	skelOnce   sync.Once
+	skelErr    error
+}
+
+var _ Runner = (*LinuxRunner)(nil)
+
+// New returns the Linux runner.
+func New(opts Options) (Runner, error) { return NewLinuxRunner(opts) }
+
+// NewLinuxRunner checks that this binary and kernel can sandbox (seccomp
+// compiled in, run dir usable) and cleans what crashed runs left behind.
+func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
+	if !SeccompCompiledIn() {
+		return nil, ErrSeccompNotCompiled
+	}
+	if cfg.RunDir == "" {
+		cfg.RunDir = "/run/cyberos"
+	}
+	if cfg.InitBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: locate cyberos-init: %w", err)
+		}
+		cfg.InitBinary = filepath.Join(filepath.Dir(exe), "cyberos-init")
+	}
+	if fi, err := os.Stat(cfg.InitBinary); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o001 == 0 {
+		return nil, fmt.Errorf("sandbox: the sandbox init %s is missing or not executable by the sandbox user (build it with `make build`)", cfg.InitBinary)
+	}
+	if cfg.HostIDBase == 0 {
+		cfg.HostIDBase = DefaultHostIDBase
+	}
+	r := &LinuxRunner{cfg: cfg, cgroupMode: cgroups.DetectMode()}
+	// The container root user must be able to traverse to the rootfs, so
+	// the run dir and the skeleton are 0711/0755, state and locks 0700.
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{cfg.RunDir, 0o711},
+		{r.stateRoot(), 0o700},
+		{r.lockDir(), 0o700},
+	} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("sandbox run dir: %w", err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("sandbox run dir: %w", err)
+		}
+	}
+	r.userNS, r.userNSWhy = userNSAvailable(cfg.DisableUserNS)
+	if _, err := r.CleanLeftovers(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *LinuxRunner) stateRoot() string { return filepath.Join(r.cfg.RunDir, "containers") }
+func (r *LinuxRunner) lockDir() string   { return filepath.Join(r.cfg.RunDir, "locks") }
+func (r *LinuxRunner) rootfs() string    { return filepath.Join(r.cfg.RunDir, "rootfs") }
+
+// userNSAvailable probes once whether this kernel lets us create a user
+// namespace (some hosts disable them with user.max_user_namespaces=0).
+func userNSAvailable(disabled bool) (bool, string) {
+	if disabled {
+		return false, "disabled by configuration"
+	}
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWUSER}
+	if err := cmd.Run(); err != nil {
+		return false, fmt.Sprintf("kernel refused a user namespace: %v", err)
+	}
+	return true, ""
+}
+
+// UserNamespace reports whether sandboxes get a user namespace, and if not why.
+func (r *LinuxRunner) UserNamespace() (bool, string) { return r.userNS, r.userNSWhy }
+
+// CleanLeftovers destroys containers and cgroups whose supervisor is gone:
+// a container's lock file is held (flock) by the process running it, so a
+// lock we can take belongs to a crashed run. It returns the ids cleaned.
+func (r *LinuxRunner) CleanLeftovers() ([]string, error) {
+	entries, err := os.ReadDir(r.stateRoot())
+	if err != nil {
+		return nil, fmt.Errorf("sandbox leftovers: %w", err)
+	}
+	var cleaned []string
+	for _, e := range entries {
+		id := e.Name()
+		lock, ok := tryLock(r.lockPath(id))
+		if !ok {
+			continue // a live supervisor owns it
+		}
+		if c, err := libcontainer.Load(r.stateRoot(), id); err == nil {
+			_ = c.Signal(unix.SIGKILL)
+			if err := c.Destroy(); err != nil {
+				_ = cgroups.KillAll(CgroupParent + "/" + id)
+				_ = c.Destroy()
+			}
+		}
+		_ = os.RemoveAll(filepath.Join(r.stateRoot(), id))
+		_ = os.Remove(r.lockPath(id))
+		lock.Close()
+		cleaned = append(cleaned, id)
+	}
+	ids, err := cgroups.RemoveLeftovers(CgroupParent, func(id string) bool {
+		lock, ok := tryLock(r.lockPath(id))
+		if ok {
+			lock.Close()
+			_ = os.Remove(r.lockPath(id))
+		}
+		return !ok
+	})
+	cleaned = append(cleaned, ids...)
+	if err != nil {
+		return cleaned, fmt.Errorf("sandbox leftovers: %w", err)
+	}
+	return cleaned, nil
+}
+
+func (r *LinuxRunner) lockPath(id string) string { return filepath.Join(r.lockDir(), id+".lock") }
+
+// tryLock opens and exclusively flocks path without blocking.
+func tryLock(path string) (*os.File, bool) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, false
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return f, true
+}
+
+// prepareRootfs builds, once per run dir, the empty skeleton every sandbox
+// uses as its root: symlinks for the merged-/usr layout, a tiny /etc and
+// mount points. It is shared read-only; each container mounts over it in
+// its own mount namespace, so nothing per-invocation is written here.
+func (r *LinuxRunner) prepareRootfs() error {
+	r.skelOnce.Do(func() { r.skelErr = buildSkeleton(r.rootfs()) })
+	return r.skelErr
+}
+
+func buildSkeleton(dir string) error {
+	tmp := dir + ".tmp." + fmt.Sprint(os.Getpid())
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(filepath.Join(tmp, "etc"), 0o755); err != nil {
+		return err
+	}
+	for _, d := range []string{"usr", "skill", "tmp", "proc", "dev", "run/cyberos/bin"} {
+		if err := os.MkdirAll(filepath.Join(tmp, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, top := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		host := "/" + top
+		fi, err := os.Lstat(host)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(host)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, filepath.Join(tmp, top)); err != nil {
+				return err
+			}
+		} else if fi.IsDir() {
+			if err := os.MkdirAll(filepath.Join(tmp, top), 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	files := map[string]string{
+		"etc/passwd":        fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\nskill:x:%d:%d:skill:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", SkillUID, SkillUID),
+		"etc/group":         fmt.Sprintf("root:x:0:\nskill:x:%d:\nnogroup:x:65534:\n", SkillUID),
+		"etc/hostname":      Hostname + "\n",
+		"etc/hosts":         "127.0.0.1\tlocalhost " + Hostname + "\n::1\tlocalhost\n",
+		"etc/nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+		"etc/resolv.conf":   "",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	if cache, err := os.ReadFile("/etc/ld.so.cache"); err == nil {
+		if err := os.WriteFile(filepath.Join(tmp, "etc/ld.so.cache"), cache, 0o644); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{"run/cyberos/broker.sock", "run/cyberos/bin/cyberos-tool", "run/cyberos/bin/cyberos-init"} {
+		if err := os.WriteFile(filepath.Join(tmp, f), nil, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	// Replace any older skeleton atomically enough: a running container has
+	// its rootfs mounted in its own namespace, so removing the old one from
+	// under it does not disturb it.
+	old := dir + ".old." + fmt.Sprint(os.Getpid())
+	if err := os.Rename(dir, old); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(old)
+}
+
+// Check loads the seccomp profile the spec names.
+func (r *LinuxRunner) Check(spec Spec) error {
+	_, err := LoadProfile(spec.ProfilesDir, spec.SeccompProfile)
+	return err
+}
+
+// Start creates the container for spec and starts the skill in it.
+func (r *LinuxRunner) Start(spec Spec) (Process, error) {
+	start := time.Now()
+	if err := r.prepareRootfs(); err != nil {
+		return nil, fmt.Errorf("sandbox rootfs: %w", err)
+	}
+	sc, err := LoadProfile(spec.ProfilesDir, spec.SeccompProfile)
+	if err != nil {
+		return nil, err
+	}
+	cfg, cont := r.config(spec)
+	cfg.Seccomp = sc
+	cont.Seccomp = fmt.Sprintf("%s (allowlist, native architecture only)", spec.SeccompProfile)
+
+	lock, ok := tryLock(r.lockPath(spec.ID))
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: already running", spec.ID)
+	}
+	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, cont: cont, started: start}
+	c, err := libcontainer.Create(r.stateRoot(), spec.ID, cfg)
+	if err != nil {
+		p.cleanup()
+		return nil, fmt.Errorf("sandbox create: %w", err)
+	}
+	p.c = c
+	// cyberos-init reports the skill's wait status on fd 3 (its ExtraFiles[0]).
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		p.cleanup()
+		return nil, fmt.Errorf("sandbox status pipe: %w", err)
+	}
+	p.status = statusR
+	defer statusW.Close()
+	uid := SkillUID
+	proc := &libcontainer.Process{
+		Args:       []string{InitBinPath, "--", filepath.Join(SkillMount, spec.Entrypoint)},
+		ExtraFiles: []*os.File{statusW},
+		Env:        spec.Env,
+		UID:        uid,
+		GID:        uid,
+		Cwd:        "/tmp",
+		Stdin:      spec.Stdin,
+		Stdout:     spec.Stdout,
+		Stderr:     spec.Stderr,
+		Init:       true,
+	}
+	if !r.userNS {
+		proc.UID, proc.GID = 65534, 65534
+	}
+	if err := c.Run(proc); err != nil {
+		p.cleanup()
+		return nil, fmt.Errorf("sandbox start: %w", err)
+	}
+	p.proc = proc
+	p.latency = time.Since(start)
+	return p, nil
+}
+
+// config maps a Spec onto a libcontainer config. Every security control is
+// set here, in one place: namespaces, id maps, mounts, masked paths, no
+// capabilities, no_new_privs, cgroup limits, rlimits.
+func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
+	memBytes := spec.MemoryMB << 20
+	pids := spec.PidsMax
+	tmpMB := spec.TmpSizeMB
+	if tmpMB <= 0 {
+		tmpMB = 64
+	}
+	ns := configs.Namespaces{
+		{Type: configs.NEWNS}, {Type: configs.NEWUTS}, {Type: configs.NEWIPC},
+		{Type: configs.NEWPID}, {Type: configs.NEWNET}, {Type: configs.NEWCGROUP},
+	}
+	cont := Containment{
+		Platform:       "linux",
+		Namespaces:     []string{"mount", "uts", "ipc", "pid", "net (loopback only)", "cgroup"},
+		CgroupMode:     r.cgroupMode.String(),
+		MemoryMaxBytes: memBytes,
+		PidsMax:        pids,
+		CPUQuota:       spec.CPU,
+		Capabilities:   "none (all sets empty, bounding included)",
+		NoNewPrivs:     true,
+		ReadOnlyRoot:   true,
+		Rlimits:        []string{"nofile=1024", "core=0"},
+	}
+	const bindRO = unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+	mounts := []*configs.Mount{
+		{Source: "proc", Destination: "/proc", Device: "proc", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=64k"},
+		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "mode=1777,size=16m"},
+		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: fmt.Sprintf("mode=1777,size=%dm", tmpMB)},
+		{Source: "/usr", Destination: "/usr", Device: "bind", Flags: bindRO},
+		{Source: spec.SkillDir, Destination: SkillMount, Device: "bind", Flags: bindRO},
+		{Source: r.cfg.InitBinary, Destination: InitBinPath, Device: "bind", Flags: bindRO},
+	}
+	for _, top := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		if fi, err := os.Lstat("/" + top); err == nil && fi.IsDir() {
+			mounts = append(mounts, &configs.Mount{Source: "/" + top, Destination: "/" + top, Device: "bind", Flags: bindRO})
+		}
+	}
+	if spec.BrokerSocket != "" {
+		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
+	}
+	if spec.ToolBinary != "" {
+		mounts = append(mounts, &configs.Mount{Source: spec.ToolBinary, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
+	}
+	example := specconv.Example().Linux
+	oomAdj := 1000
+	cfg := &configs.Config{
+		Rootfs:          r.rootfs(),
+		Readonlyfs:      true,
+		Hostname:        Hostname,
+		Namespaces:      ns,
+		Mounts:          mounts,
+		Devices:         specconv.AllowedDevices,
+		MaskPaths:       example.MaskedPaths,
+		ReadonlyPaths:   example.ReadonlyPaths,
+		Capabilities:    &configs.Capabilities{},
+		NoNewPrivileges: true,
+		OomScoreAdj:     &oomAdj,
+		Networks:        []*configs.Network{{Type: "loopback", Address: "127.0.0.1/0", Gateway: "localhost"}},
+		Rlimits: []configs.Rlimit{
+			{Type: unix.RLIMIT_NOFILE, Hard: 1024, Soft: 1024},
+			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
+		},
+		Cgroups: &occgroups.Cgroup{
+			Path: CgroupParent + "/" + spec.ID,
+			Resources: &occgroups.Resources{
+				Memory:     memBytes,
+				MemorySwap: memBytes, // memory+swap = memory: no swap
+				PidsLimit:  &pids,
+			},
+		},
+	}
+	for _, d := range specconv.AllowedDevices {
+		cfg.Cgroups.Resources.Devices = append(cfg.Cgroups.Resources.Devices, &d.Rule)
+	}
+	if spec.CPU > 0 {
+		const period = 100_000
+		cfg.Cgroups.Resources.CpuPeriod = period
+		cfg.Cgroups.Resources.CpuQuota = int64(spec.CPU * period)
+	}
+	if r.userNS {
+		base := r.cfg.HostIDBase
+		cfg.Namespaces = append(cfg.Namespaces, configs.Namespace{Type: configs.NEWUSER})
+		cfg.UIDMappings = []configs.IDMap{{ContainerID: 0, HostID: int64(base), Size: 65536}}
+		cfg.GIDMappings = []configs.IDMap{{ContainerID: 0, HostID: int64(base), Size: 65536}}
+		cont.Namespaces = append(cont.Namespaces, "user")
+		cont.UserNamespace = fmt.Sprintf("skill runs as uid %d = host uid %d (map %d-%d)", SkillUID, base+SkillUID, base, base+65535)
+	} else {
+		cont.UserNamespace = "none (" + r.userNSWhy + "); skill runs as host uid 65534"
+		cont.NotEnforced = append(cont.NotEnforced, "user namespace: "+r.userNSWhy)
+	}
+	return cfg, cont
+}
+
+// linuxProcess is one running container.
+type linuxProcess struct {
+	runner  *LinuxRunner
+	id      string
+	c       *libcontainer.Container
+	proc    *libcontainer.Process
+	lock    *os.File
+	status  *os.File // read end of cyberos-init's status pipe
+	cont    Containment
+	started time.Time
+	latency time.Duration
+	once    sync.Once
+}
+
+func (p *linuxProcess) cgroupPath() string { return CgroupParent + "/" + p.id }
+
+func (p *linuxProcess) Terminate() error { return p.proc.Signal(unix.SIGTERM) }
+
+// KillAll kills init (which makes the kernel kill every process of the pid
+// namespace) and then every process still in the cgroup, so nothing that
+// forked, re-parented or ignores signals survives.
+func (p *linuxProcess) KillAll() error {
+	_ = p.c.Signal(unix.SIGKILL)
+	return cgroups.KillAll(p.cgroupPath())
+}
+
+// Wait waits for the sandbox's init and reports how the skill ended, as
+// cyberos-init saw it. When init itself was killed (the deadline, the OOM
+// killer) there is no report and init's own status is returned.
+func (p *linuxProcess) Wait() (Exit, error) {
+	ps, err := p.proc.Wait()
+	if ps == nil {
+		return Exit{}, fmt.Errorf("sandbox wait: %w", err)
+	}
+	if ex, ok := readInitStatus(p.status); ok {
+		return ex, nil
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok {
+		return Exit{Code: ps.ExitCode()}, nil
+	}
+	if ws.Signaled() {
+		return Exit{Code: -1, Signal: ws.Signal()}, nil
+	}
+	return Exit{Code: ws.ExitStatus()}, nil
+}
+
+// readInitStatus parses cyberos-init's one line: "exit N", "signal N" or
+// "exec ERRNO".
+func readInitStatus(f *os.File) (Exit, bool) {
+	if f == nil {
+		return Exit{}, false
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 64))
+	var n int
+	switch {
+	case scan(b, "exit %d", &n):
+		return Exit{Code: n}, true
+	case scan(b, "signal %d", &n):
+		return Exit{Code: -1, Signal: syscall.Signal(n)}, true
+	case scan(b, "exec %d", &n):
+		return Exit{Code: 127, ExecError: syscall.Errno(n).Error()}, true
+	}
+	return Exit{}, false
+}
+
+func scan(b []byte, format string, n *int) bool {
+	c, err := fmt.Sscanf(string(b), format, n)
+	return err == nil && c == 1
+}
+
+func (p *linuxProcess) Stats() (cgroups.Stats, error) { return cgroups.ReadStats(p.cgroupPath()) }
+
+// Close kills what is left, then destroys the container (cgroup and state)
+// and releases the lock. Order matters: Signal(SIGKILL) → reap → Destroy;
+// Destroy on a running container may refuse (DESIGN.md).
+func (p *linuxProcess) Close() error {
+	var err error
+	p.once.Do(func() { err = p.cleanup() })
+	return err
+}
+
+func (p *linuxProcess) cleanup() error {
+	var errs []error
+	if p.c != nil {
+		if st, _ := p.c.Status(); st != libcontainer.Stopped {
+			_ = p.KillAll()
+			if p.proc != nil {
+				_, _ = p.proc.Wait()
+			}
+		}
+		if err := p.c.Destroy(); err != nil {
+			_ = cgroups.KillAll(p.cgroupPath())
+			if err2 := p.c.Destroy(); err2 != nil {
+				errs = append(errs, fmt.Errorf("destroy %s: %w", p.id, err2))
+			}
+		}
+	}
+	_ = os.RemoveAll(filepath.Join(p.runner.stateRoot(), p.id))
+	_ = os.Remove(p.runner.lockPath(p.id))
+	if p.lock != nil {
+		p.lock.Close()
+	}
+	if p.status != nil {
+		p.status.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func (p *linuxProcess) Containment() Containment    { return p.cont }
+func (p *linuxProcess) StartLatency() time.Duration { return p.latency }
+
+// Reexec runs libcontainer's container init when this binary was
+// re-executed as "<self> init" inside the new namespaces; it never returns
+// then. Otherwise it returns at once.
+func Reexec() {
+	if len(os.Args) > 1 && os.Args[1] == "init" {
+		libcontainer.Init()
+	}
+}
