@@ -12,6 +12,17 @@ import (
 	"github.com/cyberos/supervisor/cgroups"
 )
 
+// Paths inside the sandbox.
+const (
+	SkillMount     = "/skill"
+	BrokerSockPath = "/run/cyberos/broker.sock"
+	ToolBinPath    = "/run/cyberos/bin/cyberos-tool"
+	InitBinPath    = "/run/cyberos/bin/cyberos-init"
+	Hostname       = "skill"
+	// SkillUID is the uid (and gid) the skill runs as inside the sandbox.
+	SkillUID = 1000
+)
+
 // Errors callers test with errors.Is.
 var (
 	// ErrUnsupported: this platform cannot run a sandbox at all.

@@ -32,17 +32,6 @@ func init() {
 	runtime.LockOSThread()
 }
 
-// Paths inside the sandbox.
-const (
-	SkillMount     = "/skill"
-	BrokerSockPath = "/run/cyberos/broker.sock"
-	ToolBinPath    = "/run/cyberos/bin/cyberos-tool"
-	InitBinPath    = "/run/cyberos/bin/cyberos-init"
-	Hostname       = "skill"
-	// SkillUID is the uid (and gid) the skill runs as inside the sandbox.
-	SkillUID = 1000
-)
-
 // CgroupParent is the cgroup under which every invocation gets its own leaf,
 // named by the invocation id.
 const CgroupParent = "/cyberos"
