@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Cold-start benchmark (make bench). The skill is /bin/true: it prints no
+# JSON, so its outcome is "error"; only the time matters here. Needs root. Installs bubblewrap and runc
+# when missing so the comparison is complete; skips them if that fails.
+set -euo pipefail
+bin=$1
+if [ "$(id -u)" -ne 0 ]; then echo "make bench needs root" >&2; exit 1; fi
+for pkg in bubblewrap runc; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null 2>&1 ||
+    echo "($pkg not installed: left out of the comparison)"
+done
+n=${BENCH_N:-50}
+echo "== in-process runner, as the daemon runs it: Start→Wait→Close of a /bin/true skill, full default policy, $n rounds interleaved with the references"
+go test -tags seccomp -run '^$' -bench BenchmarkColdStart -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
+  grep -E 'BenchmarkColdStart' | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
+echo
+echo "== whole CLI: \`cyberos skill run\` of the same skill (process start, policy, sandbox, cleanup), 20 runs"
+tmp=$(mktemp -d); chmod 711 "$tmp"; trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/skill"; cp /bin/true "$tmp/skill/main"; chmod 755 "$tmp/skill" "$tmp/skill/main"
+printf -- '---\nname: bench\ndescription: /bin/true\n---\n' > "$tmp/skill/SKILL.md"
+for i in $(seq 20); do
+  s=$(date +%s%N); "$bin" skill run "$tmp/skill" --state-dir "$tmp/state" >/dev/null || true; e=$(date +%s%N)
+  echo $(( (e - s) / 1000 ))
+done | sort -n | awk '{a[NR]=$1} END {printf "  cli-median-ms %.1f\n  cli-p95-ms %.1f\n", a[int(NR/2)+1]/1000, a[int(NR*0.95)]/1000}'
