@@ -438,3 +438,48 @@ func TestCrashLeftoversAreCleaned(t *testing.T) {
 	}
 	assertNothingLeft(t, e)
 }
+
+// TestCPUQuotaApplied: x-cpu 0.5 puts a 50 ms per 100 ms quota on the
+// skill's cgroup, read from the host while the skill runs.
+func TestCPUQuotaApplied(t *testing.T) {
+	e := newEnv(t)
+	dir := e.skill("capped", "x-cpu: 0.5\n", "#!/bin/sh\nexec /bin/sleep 27182\n")
+	done := make(chan result, 1)
+	go func() { done <- e.run(dir, "--deadline", "20s") }()
+	var pids []int
+	waitFor(t, 10*time.Second, func() bool { pids = procsMatching("sleep 27182"); return len(pids) > 0 })
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var quotaFile string
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[1] == "" && parts[0] == "0" && fileExists("/sys/fs/cgroup/cgroup.controllers"): // v2
+			quotaFile = filepath.Join("/sys/fs/cgroup", parts[2], "cpu.max")
+		case strings.Contains(","+parts[1]+",", ",cpu,"):
+			quotaFile = filepath.Join("/sys/fs/cgroup/cpu", parts[2], "cpu.cfs_quota_us")
+		}
+	}
+	if quotaFile == "" {
+		t.Fatalf("no cpu cgroup in %s", cg)
+	}
+	b, err := os.ReadFile(quotaFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.TrimSpace(string(b))
+	if got != "50000" && got != "50000 100000" {
+		t.Errorf("%s = %q, want a 50000 µs quota per 100000 µs", quotaFile, got)
+	}
+	for _, p := range pids {
+		_ = killPid(p)
+	}
+	<-done
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -1,0 +1,74 @@
+package testutil
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// packages returns every Go package directory of the module (testdata excluded).
+func packages(t *testing.T) map[string][]string {
+	t.Helper()
+	root := filepath.Join("..", "..")
+	pkgs := map[string][]string{}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && p != root) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
+			rel, _ := filepath.Rel(root, filepath.Dir(p))
+			pkgs[rel] = append(pkgs[rel], p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkgs
+}
+
+// TestEveryPackageHasADoc: one package doc comment per package (tailscale's
+// pkgdoc_test), so a newcomer learns what each package is for.
+func TestEveryPackageHasADoc(t *testing.T) {
+	for dir, files := range packages(t) {
+		docs := 0
+		for _, f := range files {
+			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.PackageClauseOnly|parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if af.Doc != nil && strings.TrimSpace(af.Doc.Text()) != "" {
+				docs++
+			}
+		}
+		if docs != 1 {
+			t.Errorf("package %s has %d package doc comments, want exactly 1", dir, docs)
+		}
+	}
+}
+
+// TestOnlySandboxImportsLibcontainer: the kernel-facing library stays behind
+// the sandbox boundary; policy and the broker never import it.
+func TestOnlySandboxImportsLibcontainer(t *testing.T) {
+	for dir, files := range packages(t) {
+		for _, f := range files {
+			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range af.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if strings.HasPrefix(path, "github.com/opencontainers/runc") && dir != filepath.Join("supervisor", "sandbox") {
+					t.Errorf("%s imports %s; only supervisor/sandbox may", f, path)
+				}
+			}
+		}
+	}
+}

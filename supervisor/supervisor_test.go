@@ -1,0 +1,266 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
+)
+
+// fakeRunner plays a skill without a kernel: it writes stdout/stderr, then
+// ends as told, or waits for the deadline's signals.
+type fakeRunner struct {
+	stdout, stderr string
+	exit           sandbox.Exit
+	stats          cgroups.Stats
+	ignoreTerm     bool // keep running after SIGTERM, until KillAll
+	hang           bool // never end by itself
+	startErr       error
+	checkErr       error
+	panicInWait    bool
+
+	mu       sync.Mutex
+	events   []string
+	closed   bool
+	lastSpec sandbox.Spec
+}
+
+func (f *fakeRunner) Check(sandbox.Spec) error { return f.checkErr }
+
+func (f *fakeRunner) Start(spec sandbox.Spec) (sandbox.Process, error) {
+	f.lastSpec = spec
+	if f.startErr != nil {
+		return nil, f.startErr
+	}
+	io.WriteString(spec.Stdout, f.stdout)
+	io.WriteString(spec.Stderr, f.stderr)
+	return &fakeProc{f: f, done: make(chan sandbox.Exit, 1), t0: time.Now()}, nil
+}
+
+func (f *fakeRunner) log(e string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, e)
+}
+
+type fakeProc struct {
+	f    *fakeRunner
+	done chan sandbox.Exit
+	t0   time.Time
+}
+
+func (p *fakeProc) Terminate() error {
+	p.f.log(fmt.Sprintf("TERM@%d", time.Since(p.t0).Milliseconds()/100))
+	if !p.f.ignoreTerm {
+		p.done <- sandbox.Exit{Code: -1, Signal: syscall.SIGTERM}
+	}
+	return nil
+}
+
+func (p *fakeProc) KillAll() error {
+	p.f.log(fmt.Sprintf("KILL@%d", time.Since(p.t0).Milliseconds()/100))
+	select {
+	case p.done <- sandbox.Exit{Code: -1, Signal: syscall.SIGKILL}:
+	default:
+	}
+	return nil
+}
+
+func (p *fakeProc) Wait() (sandbox.Exit, error) {
+	if p.f.panicInWait {
+		panic("boom")
+	}
+	if p.f.hang {
+		return <-p.done, nil
+	}
+	return p.f.exit, nil
+}
+
+func (p *fakeProc) Stats() (cgroups.Stats, error) { return p.f.stats, nil }
+func (p *fakeProc) Close() error {
+	p.f.mu.Lock()
+	p.f.closed = true
+	p.f.mu.Unlock()
+	return nil
+}
+func (p *fakeProc) Containment() sandbox.Containment { return sandbox.Containment{Platform: "fake"} }
+func (p *fakeProc) StartLatency() time.Duration      { return time.Millisecond }
+
+func skillDir(t *testing.T, frontmatter string) string {
+	t.Helper()
+	dir := t.TempDir()
+	md := "---\nname: fake\ndescription: d\n" + frontmatter + "---\n"
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func run(t *testing.T, f *fakeRunner, req Request) (Envelope, error) {
+	t.Helper()
+	if req.SkillDir == "" {
+		req.SkillDir = skillDir(t, "")
+	}
+	s := &Supervisor{Runner: f, StateDir: t.TempDir()}
+	return s.Run(req)
+}
+
+func TestOutcomeClassification(t *testing.T) {
+	cases := []struct {
+		name    string
+		f       fakeRunner
+		outcome Outcome
+		msg     string
+	}{
+		{"one json value", fakeRunner{stdout: " {\"b\":1, \"a\":2}\n"}, OutcomeSuccess, ""},
+		{"two json values", fakeRunner{stdout: "{} {}"}, OutcomeError, "more than one value"},
+		{"empty stdout", fakeRunner{}, OutcomeError, "empty"},
+		{"exit code", fakeRunner{stderr: "bad thing", exit: sandbox.Exit{Code: 3}}, OutcomeError, "exit status 3: bad thing"},
+		{"signal", fakeRunner{exit: sandbox.Exit{Code: -1, Signal: syscall.SIGSEGV}}, OutcomePanic, "SIGSEGV"},
+		{"oom beats signal", fakeRunner{exit: sandbox.Exit{Code: -1, Signal: syscall.SIGKILL}, stats: cgroups.Stats{OOMKills: 1}}, OutcomeKilled, "OOM"},
+		{"exec failure", fakeRunner{exit: sandbox.Exit{Code: 127, ExecError: "exec format error"}}, OutcomeError, "exec format error"},
+		{"result too large", fakeRunner{stdout: strings.Repeat(" ", MaxResultBytes) + "{}"}, OutcomeError, "exceeds"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			env, err := run(t, &c.f, Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if env.Outcome != c.outcome || !strings.Contains(env.ErrorMessage, c.msg) {
+				t.Fatalf("outcome %s %q, want %s containing %q", env.Outcome, env.ErrorMessage, c.outcome, c.msg)
+			}
+			if (env.Outcome == OutcomeSuccess) != (env.ResultHash != "") {
+				t.Errorf("result_hash %q with outcome %s", env.ResultHash, env.Outcome)
+			}
+			if !c.f.closed {
+				t.Error("sandbox not closed")
+			}
+		})
+	}
+}
+
+// TestDeadlineTermThenKill: SIGTERM at 90 %, kill at 100 %, outcome timeout.
+func TestDeadlineTermThenKill(t *testing.T) {
+	f := &fakeRunner{hang: true, ignoreTerm: true}
+	start := time.Now()
+	env, err := run(t, f, Request{Deadline: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if env.Outcome != OutcomeTimeout || env.SignalSent != "SIGKILL" {
+		t.Fatalf("outcome %s signal %s, want timeout by SIGKILL", env.Outcome, env.SignalSent)
+	}
+	if got := strings.Join(f.events, ","); got != "TERM@9,KILL@10" {
+		t.Errorf("signals %s, want TERM at 0.9 s then KILL at 1.0 s", got)
+	}
+	if took < time.Second || took > 2*time.Second || env.DurationMS < 1000 {
+		t.Errorf("took %v (duration %d ms), want about 1 s", took, env.DurationMS)
+	}
+}
+
+// TestDeadlineTermIsEnough: a skill that exits on SIGTERM is still timeout.
+func TestDeadlineTermIsEnough(t *testing.T) {
+	f := &fakeRunner{hang: true}
+	env, err := run(t, f, Request{Deadline: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Outcome != OutcomeTimeout || env.SignalSent != "SIGTERM" || len(f.events) != 1 {
+		t.Fatalf("outcome %s signal %s events %v", env.Outcome, env.SignalSent, f.events)
+	}
+}
+
+func TestDeadlineMayOnlyShorten(t *testing.T) {
+	_, err := run(t, &fakeRunner{}, Request{SkillDir: skillDir(t, "effort_minutes: 1\n"), Deadline: 2 * time.Minute})
+	if !errors.Is(err, ErrInvalidSkill) || !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("err %v, want ErrInvalidSkill naming the deadline", err)
+	}
+}
+
+// TestPanicInDispatchIsRecorded: a bug in our own path ends as panic, with
+// a duration and the sandbox closed.
+func TestPanicInDispatchIsRecorded(t *testing.T) {
+	f := &fakeRunner{panicInWait: true}
+	env, err := run(t, f, Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Outcome != OutcomePanic || !strings.Contains(env.ErrorMessage, "boom") || !f.closed {
+		t.Fatalf("envelope %+v closed %v", env, f.closed)
+	}
+}
+
+func TestRefusedBeforeAnythingRuns(t *testing.T) {
+	t.Run("invalid args", func(t *testing.T) {
+		f := &fakeRunner{}
+		_, err := run(t, f, Request{Args: []byte("{nope")})
+		if !errors.Is(err, ErrInvalidSkill) || f.lastSpec.ID != "" {
+			t.Fatalf("err %v, started %q", err, f.lastSpec.ID)
+		}
+	})
+	t.Run("runner check", func(t *testing.T) {
+		f := &fakeRunner{checkErr: sandbox.ErrProfile}
+		_, err := run(t, f, Request{})
+		if !errors.Is(err, ErrInvalidSkill) || f.lastSpec.ID != "" {
+			t.Fatalf("err %v, started %q", err, f.lastSpec.ID)
+		}
+	})
+	t.Run("state dir", func(t *testing.T) {
+		f := &fakeRunner{}
+		blocker := filepath.Join(t.TempDir(), "file")
+		os.WriteFile(blocker, nil, 0o600)
+		s := &Supervisor{Runner: f, StateDir: filepath.Join(blocker, "state")}
+		_, err := s.Run(Request{SkillDir: skillDir(t, "")})
+		if !errors.Is(err, ErrRefused) || f.lastSpec.ID != "" {
+			t.Fatalf("err %v, started %q", err, f.lastSpec.ID)
+		}
+	})
+}
+
+// TestSpecCarriesPolicyAndEnv: limits from frontmatter and exactly the
+// contract's environment reach the runner.
+func TestSpecCarriesPolicyAndEnv(t *testing.T) {
+	f := &fakeRunner{stdout: "{}"}
+	env, err := run(t, f, Request{SkillDir: skillDir(t, "x-memory-mb: 128\nx-pids-max: 16\nx-cpu: 0.5\n"), TenantID: "t1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.lastSpec
+	if s.MemoryMB != 128 || s.PidsMax != 16 || s.CPU != 0.5 || s.SeccompProfile != "default" || s.ID != env.InvocationID {
+		t.Errorf("spec %+v", s)
+	}
+	want := []string{"CYBEROS_BROKER_SOCKET=/run/cyberos/broker.sock", "CYBEROS_SKILL_ID=fake", "CYBEROS_INVOCATION_ID=" + env.InvocationID,
+		"CYBEROS_TENANT_ID=t1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+	if strings.Join(s.Env, "\n") != strings.Join(want, "\n") {
+		t.Errorf("env %q, want %q", s.Env, want)
+	}
+}
+
+func TestBuffers(t *testing.T) {
+	c := &cappedBuffer{max: 4}
+	c.Write([]byte("abc"))
+	c.Write([]byte("def"))
+	if string(c.Bytes()) != "abcd" || !c.overflow {
+		t.Errorf("capped %q overflow %v", c.Bytes(), c.overflow)
+	}
+	tb := &tailBuffer{max: 5}
+	tb.Write([]byte("hello"))
+	tb.Write([]byte(" world"))
+	if string(tb.Bytes()) != "world" || tb.Tail(3) != "rld" {
+		t.Errorf("tail %q %q", tb.Bytes(), tb.Tail(3))
+	}
+}
