@@ -5,6 +5,7 @@ package supervisor
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/telemetry"
 )
 
 // Error classes, tested with errors.Is. The CLI maps them to exit statuses.
@@ -36,6 +38,19 @@ var (
 	ErrRefused = errors.New("refused before dispatch")
 )
 
+// AuditEmitError is the typed error of spec 000's AuditEmitFailed: the
+// row of Stage ("start") could not be written, so the skill was not
+// dispatched. errors.Is(err, ErrRefused) holds for it.
+type AuditEmitError struct {
+	Stage string
+	Err   error
+}
+
+func (e *AuditEmitError) Error() string {
+	return fmt.Sprintf("audit emit failed at stage %s: %v", e.Stage, e.Err)
+}
+func (e *AuditEmitError) Unwrap() []error { return []error{ErrRefused, e.Err} }
+
 // Outcome is how an invocation ended.
 type Outcome string
 
@@ -46,6 +61,9 @@ const (
 	OutcomePanic   Outcome = "panic"
 	OutcomeTimeout Outcome = "timeout"
 	OutcomeKilled  Outcome = "killed"
+	// OutcomeLost closes an invocation whose supervisor died before it
+	// could record how it ended (crash reconciliation).
+	OutcomeLost Outcome = "lost"
 )
 
 // Caps on what a skill may hand back.
@@ -87,16 +105,27 @@ type Envelope struct {
 	SandboxStartMS float64             `json:"sandbox_start_ms"`
 	DeadlineMS     int64               `json:"deadline_ms"`
 	SignalSent     string              `json:"signal_sent,omitempty"`
+	TraceID        string              `json:"trace_id"`
 }
 
-// Supervisor runs invocations on a Runner.
+// Auditor takes audit rows and returns once they are durable: the
+// audit.Store in production; tests wrap it to make a stage fail.
+type Auditor interface {
+	Emit(ctx context.Context, d audit.Draft) (audit.Row, error)
+}
+
+// Supervisor runs invocations on a Runner, auditing each one.
 type Supervisor struct {
 	Runner      sandbox.Runner
+	Audit       Auditor
+	Metrics     *telemetry.Metrics
 	ProfilesDir string
 	StateDir    string
 	Log         *slog.Logger
 	// AllowDegraded is passed to the runner (macOS rlimit-only mode).
 	AllowDegraded bool
+
+	metricsOnce sync.Once
 }
 
 // NewID returns a new ULID string (time-ordered, 26 chars).
@@ -124,65 +153,112 @@ func (s *Supervisor) checkStateDir() error {
 	return nil
 }
 
-// Run performs one invocation. A returned error means nothing ran
-// (ErrInvalidSkill, ErrRefused); every invocation that started returns an
-// Envelope with its outcome and nil error.
-func (s *Supervisor) Run(req Request) (env Envelope, err error) {
+// Run performs one invocation, audited as spec 000 §1 says: the
+// skill.invoked_started row is durable before the skill is dispatched (if it
+// cannot be written nothing runs: ErrAuditStart), and every dispatch that
+// started ends in a skill.invoked_completed row, whatever happened. A
+// returned error means nothing ran (ErrInvalidSkill, ErrRefused,
+// ErrAuditStart); otherwise the Envelope carries the outcome.
+func (s *Supervisor) Run(req Request) (Envelope, error) {
+	inv, err := s.prepare(req)
+	if err != nil {
+		return Envelope{}, err
+	}
+	return s.invoke(inv)
+}
+
+// invocation is a validated request, ready to audit and dispatch.
+type invocation struct {
+	pol         *policy.Policy
+	spec        sandbox.Spec
+	containment sandbox.Containment
+	common      audit.Common
+	persona     string
+	argsHash    string
+	deadline    time.Duration
+	stdout      *cappedBuffer
+	stderr      *tailBuffer
+	env         Envelope
+}
+
+// prepare validates everything that can be refused before any row is
+// written: the skill folder, the args, the deadline, the traceparent, what
+// the sandbox would enforce, and the state directory.
+func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	pol, err := policy.LoadDir(req.SkillDir)
 	if err != nil {
-		return Envelope{}, fmt.Errorf("%w %s: %v", ErrInvalidSkill, req.SkillDir, err)
+		return nil, fmt.Errorf("%w %s: %v", ErrInvalidSkill, req.SkillDir, err)
 	}
 	args := req.Args
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	if !json.Valid(args) {
-		return Envelope{}, fmt.Errorf("%w: args: not valid JSON", ErrInvalidSkill)
+	argsHash, err := audit.HashJSON(args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: args: not one valid JSON value", ErrInvalidSkill)
 	}
 	deadline := time.Duration(pol.EffortMinutes) * time.Minute
 	if req.Deadline < 0 {
-		return Envelope{}, fmt.Errorf("%w: deadline: must be positive", ErrInvalidSkill)
+		return nil, fmt.Errorf("%w: deadline: must be positive", ErrInvalidSkill)
 	}
 	if req.Deadline > deadline {
-		return Envelope{}, fmt.Errorf("%w: deadline: %v is longer than effort_minutes (%d min); it may only shorten it", ErrInvalidSkill, req.Deadline, pol.EffortMinutes)
+		return nil, fmt.Errorf("%w: deadline: %v is longer than effort_minutes (%d min); it may only shorten it", ErrInvalidSkill, req.Deadline, pol.EffortMinutes)
 	}
 	if req.Deadline > 0 {
 		deadline = req.Deadline
 	}
+	trace := telemetry.NewTraceContext()
+	if req.Traceparent != "" {
+		if trace, err = telemetry.ParseTraceparent(req.Traceparent); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+		}
+	}
 	skillDir, err := filepath.Abs(req.SkillDir)
 	if err != nil {
-		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
 	}
-	env = Envelope{
+	inv := &invocation{
+		pol:      pol,
+		persona:  req.Persona,
+		argsHash: argsHash,
+		deadline: deadline,
+		stdout:   &cappedBuffer{max: MaxResultBytes},
+		stderr:   &tailBuffer{max: MaxLogBytes},
+	}
+	inv.env = Envelope{
 		InvocationID: NewID(),
 		RequestID:    req.RequestID,
 		SkillID:      pol.Name,
 		Version:      pol.Version,
+		TraceID:      trace.TraceID,
 		DeadlineMS:   deadline.Milliseconds(),
 	}
-	if env.RequestID == "" {
-		env.RequestID = NewID()
+	if inv.env.RequestID == "" {
+		inv.env.RequestID = NewID()
 	}
-	log := s.logger().With("invocation_id", env.InvocationID, "skill_id", pol.Name, "tenant_id", req.TenantID)
-
-	stdout := &cappedBuffer{max: MaxResultBytes}
-	stderr := &tailBuffer{max: MaxLogBytes}
-	spec := sandbox.Spec{
-		ID:         env.InvocationID,
+	inv.common = audit.Common{
+		InvocationID: inv.env.InvocationID,
+		RequestID:    inv.env.RequestID,
+		SkillID:      pol.Name,
+		TenantID:     req.TenantID,
+		TraceID:      trace.TraceID,
+	}
+	inv.spec = sandbox.Spec{
+		ID:         inv.env.InvocationID,
 		SkillDir:   skillDir,
 		Entrypoint: pol.Entrypoint,
 		Env: []string{
 			"CYBEROS_BROKER_SOCKET=" + sandbox.BrokerSockPath,
 			"CYBEROS_SKILL_ID=" + pol.Name,
-			"CYBEROS_INVOCATION_ID=" + env.InvocationID,
+			"CYBEROS_INVOCATION_ID=" + inv.env.InvocationID,
 			"CYBEROS_TENANT_ID=" + req.TenantID,
 			"PATH=/usr/local/bin:/usr/bin:/bin",
 			"HOME=/tmp",
 			"LANG=C.UTF-8",
 		},
 		Stdin:          bytes.NewReader(args),
-		Stdout:         stdout,
-		Stderr:         stderr,
+		Stdout:         inv.stdout,
+		Stderr:         inv.stderr,
 		MemoryMB:       pol.MemoryMB,
 		PidsMax:        pol.PidsMax,
 		CPU:            pol.CPU,
@@ -190,30 +266,83 @@ func (s *Supervisor) Run(req Request) (env Envelope, err error) {
 		SeccompProfile: pol.SeccompProfile,
 		AllowDegraded:  s.AllowDegraded,
 	}
-	if err := s.Runner.Check(spec); err != nil {
-		return Envelope{}, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+	if inv.containment, err = s.Runner.Check(inv.spec); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
 	}
 	if err := s.checkStateDir(); err != nil {
-		return Envelope{}, err
+		return nil, err
 	}
+	return inv, nil
+}
 
-	start := time.Now()
+// invoke is invoke-with-audit: started row, dispatch (panics recovered),
+// timeout row, completed row. Only a failed started row stops it.
+func (s *Supervisor) invoke(inv *invocation) (Envelope, error) {
+	ctx := context.Background()
+	log := s.logger().With("invocation_id", inv.common.InvocationID, "skill_id", inv.common.SkillID,
+		"tenant_id", inv.common.TenantID, "trace_id", inv.common.TraceID)
+	lock, err := lockInflight(s.StateDir, inv.common.InvocationID)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	defer releaseInflight(s.StateDir, inv.common.InvocationID, lock)
+
+	started := audit.InvokedStarted(inv.common, inv.pol.Version, inv.persona, inv.argsHash, inv.containment)
+	if _, err := s.Audit.Emit(ctx, started); err != nil {
+		s.metrics().AuditEmitFailures.WithLabelValues("start").Inc()
+		log.Error("audit: skill.invoked_started not written; skill not dispatched", "err", err)
+		return Envelope{}, &AuditEmitError{Stage: "start", Err: err}
+	}
+	s.metrics().InvocationsRunning.Inc()
+	defer s.metrics().InvocationsRunning.Dec()
+
+	t0 := time.Now()
+	env, auditMsg := s.dispatchRecovered(inv, log)
+	env.DurationMS = time.Since(t0).Milliseconds()
+
+	if env.Outcome == OutcomeTimeout {
+		if _, err := s.Audit.Emit(ctx, audit.Timeout(inv.common, env.DeadlineMS, env.SignalSent)); err != nil {
+			log.Error("audit: skill.timeout not written", "err", err)
+		}
+	}
+	completed := audit.InvokedCompleted(inv.common, string(env.Outcome), env.DurationMS, env.ResultHash, auditMsg)
+	if _, err := s.Audit.Emit(ctx, completed); err != nil {
+		// sev-1: the skill's effects stand (they cannot be reversed); the
+		// row will be closed as lost by the next reconciliation.
+		s.metrics().AuditEmitFailures.WithLabelValues("completed").Inc()
+		log.Error("audit: skill.invoked_completed not written; sev-1, effects not reversed", "severity", "sev-1", "err", err)
+	}
+	s.metrics().InvokedTotal.WithLabelValues(inv.common.SkillID, string(env.Outcome)).Inc()
+	s.metrics().InvokedDurationMS.WithLabelValues(inv.common.SkillID).Observe(float64(env.DurationMS))
+	return env, nil
+}
+
+// dispatchRecovered runs the sandbox; a panic anywhere in our dispatch path
+// becomes the outcome panic instead of an unterminated started row. It
+// returns the envelope and the error message fit for the audit row (never
+// the skill's stderr, which may echo its args).
+func (s *Supervisor) dispatchRecovered(inv *invocation, log *slog.Logger) (env Envelope, auditMsg string) {
+	env = inv.env
 	defer func() {
-		env.DurationMS = time.Since(start).Milliseconds()
 		if r := recover(); r != nil {
-			// A bug in our own dispatch path must still end in an outcome.
-			log.Error("supervisor panic", "panic", r)
+			log.Error("supervisor panic during dispatch", "panic", r)
 			env.Outcome, env.Result, env.ResultHash = OutcomePanic, nil, ""
 			env.ErrorMessage = fmt.Sprintf("supervisor panic: %v", r)
-			err = nil
+			auditMsg = env.ErrorMessage
 		}
 	}()
-	proc, err := s.Runner.Start(spec)
+	return s.dispatch(inv, log)
+}
+
+func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, string) {
+	env := inv.env
+	deadline := inv.deadline
+	proc, err := s.Runner.Start(inv.spec)
 	if err != nil {
 		env.Outcome = OutcomeError
 		env.ErrorMessage = "sandbox did not start: " + err.Error()
 		log.Error("sandbox start", "err", err)
-		return env, nil
+		return env, "sandbox did not start"
 	}
 	defer func() {
 		if cerr := proc.Close(); cerr != nil {
@@ -222,6 +351,7 @@ func (s *Supervisor) Run(req Request) (env Envelope, err error) {
 	}()
 	env.Containment = proc.Containment()
 	env.SandboxStartMS = float64(proc.StartLatency().Microseconds()) / 1000
+	s.metrics().SandboxStartMS.Observe(env.SandboxStartMS)
 
 	var termSent, killSent atomic.Bool
 	termTimer := time.AfterFunc(deadline*termNum/termDen, func() {
@@ -244,51 +374,70 @@ func (s *Supervisor) Run(req Request) (env Envelope, err error) {
 		log.Warn("cgroup stats", "err", serr)
 	}
 	env.Stats = stats
-	env.LogTail = stderr.Tail(LogTailBytes)
-	s.writeLog(env.InvocationID, stderr.Bytes(), log)
+	env.LogTail = inv.stderr.Tail(LogTailBytes)
+	s.writeLog(env.InvocationID, inv.stderr.Bytes(), log)
 
+	var msg string // the audit row's error message: our words only
 	switch {
 	case werr != nil:
-		env.Outcome, env.ErrorMessage = OutcomeError, "wait: "+werr.Error()
+		msg = "wait: " + werr.Error()
+		env.Outcome, env.ErrorMessage = OutcomeError, msg
 	case killSent.Load() || termSent.Load():
 		env.Outcome = OutcomeTimeout
 		env.SignalSent = "SIGTERM"
 		if killSent.Load() {
 			env.SignalSent = "SIGKILL"
 		}
-		env.ErrorMessage = fmt.Sprintf("deadline of %v reached (SIGTERM at %v, kill at %v)", deadline, deadline*termNum/termDen, deadline)
+		msg = fmt.Sprintf("deadline of %v reached (SIGTERM at %v, kill at %v)", deadline, deadline*termNum/termDen, deadline)
+		env.ErrorMessage = msg
 	case stats.OOMKills > 0:
 		env.Outcome = OutcomeKilled
-		env.ErrorMessage = fmt.Sprintf("killed by the OOM killer at memory.max %d MiB", pol.MemoryMB)
+		msg = fmt.Sprintf("killed by the OOM killer at memory.max %d MiB", inv.pol.MemoryMB)
+		env.ErrorMessage = msg
 	case exit.ExecError != "":
 		env.Outcome = OutcomeError
-		env.ErrorMessage = withTail("cannot execute the entrypoint: "+exit.ExecError, env.LogTail)
+		msg = "cannot execute the entrypoint: " + exit.ExecError
+		env.ErrorMessage = withTail(msg, env.LogTail)
 	case exit.Signal != nil:
 		env.Outcome = OutcomePanic
-		env.ErrorMessage = "skill died by signal " + signalName(exit.Signal)
+		msg = "skill died by signal " + signalName(exit.Signal)
+		env.ErrorMessage = msg
 	case exit.Code != 0:
 		env.Outcome = OutcomeError
-		env.ErrorMessage = withTail(fmt.Sprintf("exit status %d", exit.Code), env.LogTail)
-	case stdout.overflow:
+		msg = fmt.Sprintf("exit status %d", exit.Code)
+		env.ErrorMessage = withTail(msg, env.LogTail)
+	case inv.stdout.overflow:
 		env.Outcome = OutcomeError
-		env.ErrorMessage = fmt.Sprintf("result exceeds %d bytes", MaxResultBytes)
+		msg = fmt.Sprintf("result exceeds %d bytes", MaxResultBytes)
+		env.ErrorMessage = msg
 	default:
-		result, perr := oneJSONValue(stdout.Bytes())
+		result, perr := oneJSONValue(inv.stdout.Bytes())
 		if perr != nil {
 			env.Outcome = OutcomeError
-			env.ErrorMessage = withTail("stdout is not one JSON value: "+perr.Error(), env.LogTail)
+			msg = "stdout is not one JSON value: " + perr.Error()
+			env.ErrorMessage = withTail(msg, env.LogTail)
 			break
 		}
 		hash, herr := audit.HashJSON(result)
 		if herr != nil {
 			env.Outcome = OutcomeError
-			env.ErrorMessage = "result cannot be canonicalised: " + herr.Error()
+			msg = "result cannot be canonicalised"
+			env.ErrorMessage = msg + ": " + herr.Error()
 			break
 		}
 		env.Outcome, env.Result, env.ResultHash = OutcomeSuccess, result, hash
 	}
 	log.Info("invocation ended", "outcome", env.Outcome, "exit_code", exit.Code, "signal", signalName(exit.Signal))
-	return env, nil
+	return env, msg
+}
+
+func (s *Supervisor) metrics() *telemetry.Metrics {
+	s.metricsOnce.Do(func() {
+		if s.Metrics == nil {
+			s.Metrics = telemetry.NewMetrics()
+		}
+	})
+	return s.Metrics
 }
 
 func (s *Supervisor) logger() *slog.Logger {
@@ -413,3 +562,5 @@ func (t *tailBuffer) Tail(n int) string {
 	}
 	return string(bytes.ToValidUTF8(b, []byte("?")))
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

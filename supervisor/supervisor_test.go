@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
@@ -34,7 +35,9 @@ type fakeRunner struct {
 	lastSpec sandbox.Spec
 }
 
-func (f *fakeRunner) Check(sandbox.Spec) error { return f.checkErr }
+func (f *fakeRunner) Check(sandbox.Spec) (sandbox.Containment, error) {
+	return sandbox.Containment{Platform: "fake"}, f.checkErr
+}
 
 func (f *fakeRunner) Start(spec sandbox.Spec) (sandbox.Process, error) {
 	f.lastSpec = spec
@@ -113,8 +116,19 @@ func run(t *testing.T, f *fakeRunner, req Request) (Envelope, error) {
 	if req.SkillDir == "" {
 		req.SkillDir = skillDir(t, "")
 	}
-	s := &Supervisor{Runner: f, StateDir: t.TempDir()}
-	return s.Run(req)
+	return newSup(t, f).Run(req)
+}
+
+// newSup is a supervisor on the fake runner and a real audit store.
+func newSup(t *testing.T, f *fakeRunner) *Supervisor {
+	t.Helper()
+	state := t.TempDir()
+	store, err := audit.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return &Supervisor{Runner: f, StateDir: state, Audit: store}
 }
 
 func TestOutcomeClassification(t *testing.T) {
@@ -223,7 +237,7 @@ func TestRefusedBeforeAnythingRuns(t *testing.T) {
 		f := &fakeRunner{}
 		blocker := filepath.Join(t.TempDir(), "file")
 		os.WriteFile(blocker, nil, 0o600)
-		s := &Supervisor{Runner: f, StateDir: filepath.Join(blocker, "state")}
+		s := &Supervisor{Runner: f, StateDir: filepath.Join(blocker, "state"), Audit: newSup(t, f).Audit}
 		_, err := s.Run(Request{SkillDir: skillDir(t, "")})
 		if !errors.Is(err, ErrRefused) || f.lastSpec.ID != "" {
 			t.Fatalf("err %v, started %q", err, f.lastSpec.ID)

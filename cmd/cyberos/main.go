@@ -61,6 +61,6 @@ func newRootCmd() *cobra.Command {
 	}
 	skill := &cobra.Command{Use: "skill", Short: "Run and check skills"}
 	skill.AddCommand(newRunCmd(), newValidateCmd())
-	root.AddCommand(skill, newDoctorCmd())
+	root.AddCommand(skill, newAuditCmd(), newDoctorCmd())
 	return root
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,10 +14,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
+
+// cliBusyTimeout bounds how long one CLI process waits for the audit store's
+// write lock held by others.
+const cliBusyTimeout = 60 * time.Second
 
 type runFlags struct {
 	args, argsFile, tenant, persona, traceparent string
@@ -76,12 +82,23 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}
+	// Many `skill run` processes may share one state dir; each waits its
+	// turn for SQLite's write lock rather than refusing the invocation.
+	store, err := audit.Open(f.stateDir, audit.WithBusyTimeout(cliBusyTimeout))
+	if err != nil {
+		return &exitError{exitRefused, fmt.Errorf("audit store unavailable, skill not started: %w", err)}
+	}
+	defer store.Close()
 	sup := &supervisor.Supervisor{
 		Runner:        runner,
+		Audit:         store,
 		ProfilesDir:   profiles,
 		StateDir:      f.stateDir,
 		Log:           log,
 		AllowDegraded: f.allowDegraded,
+	}
+	if _, err := sup.Reconcile(context.Background(), store); err != nil {
+		log.Error("crash reconciliation", "err", err)
 	}
 	env, err := sup.Run(supervisor.Request{
 		SkillDir:    dir,

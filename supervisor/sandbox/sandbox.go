@@ -108,8 +108,9 @@ type Process interface {
 // Runner starts sandboxes. One per platform; a fake in unit tests.
 type Runner interface {
 	// Check validates what Start would refuse (profile, degraded mode)
-	// without starting anything.
-	Check(spec Spec) error
+	// without starting anything, and returns the containment Start will
+	// achieve, so it can be recorded before the skill runs.
+	Check(spec Spec) (Containment, error)
 	Start(spec Spec) (Process, error)
 }
 

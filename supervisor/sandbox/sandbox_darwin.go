@@ -39,15 +39,29 @@ type darwinRunner struct{}
 // New returns the rlimit-only runner.
 func New(Options) (Runner, error) { return darwinRunner{}, nil }
 
-func (darwinRunner) Check(spec Spec) error {
+func (darwinRunner) Check(spec Spec) (Containment, error) {
 	if !spec.AllowDegraded {
-		return fmt.Errorf("%w: macOS can only apply rlimits; not enforceable: %s (rerun with --allow-degraded to accept)", ErrDegraded, strings.Join(notEnforcedDarwin, "; "))
+		return Containment{}, fmt.Errorf("%w: macOS can only apply rlimits; not enforceable: %s (rerun with --allow-degraded to accept)", ErrDegraded, strings.Join(notEnforcedDarwin, "; "))
 	}
-	return nil
+	return darwinContainment(spec), nil
+}
+
+func darwinContainment(spec Spec) Containment {
+	return Containment{
+		Platform:       "darwin",
+		UserNamespace:  "none",
+		Seccomp:        "none",
+		MemoryMaxBytes: spec.MemoryMB << 20,
+		PidsMax:        spec.PidsMax,
+		Capabilities:   "not applicable",
+		Rlimits:        shimLimits(spec).describe(),
+		NotEnforced:    notEnforcedDarwin,
+	}
 }
 
 func (r darwinRunner) Start(spec Spec) (Process, error) {
-	if err := r.Check(spec); err != nil {
+	cont, err := r.Check(spec)
+	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -65,16 +79,6 @@ func (r darwinRunner) Start(spec Spec) (Process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("sandbox start: %w", err)
-	}
-	cont := Containment{
-		Platform:       "darwin",
-		UserNamespace:  "none",
-		Seccomp:        "none",
-		MemoryMaxBytes: spec.MemoryMB << 20,
-		PidsMax:        spec.PidsMax,
-		Capabilities:   "not applicable",
-		Rlimits:        lim.describe(),
-		NotEnforced:    notEnforcedDarwin,
 	}
 	return &darwinProcess{cmd: cmd, cont: cont, latency: time.Since(start)}, nil
 }

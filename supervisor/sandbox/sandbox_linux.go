@@ -278,10 +278,19 @@ func buildSkeleton(dir, stamp string) error {
 	return os.RemoveAll(old)
 }
 
-// Check loads the seccomp profile the spec names.
-func (r *LinuxRunner) Check(spec Spec) error {
-	_, err := LoadProfile(spec.ProfilesDir, spec.SeccompProfile)
-	return err
+// Check loads the seccomp profile the spec names and says what Start will
+// enforce.
+func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
+	if _, err := LoadProfile(spec.ProfilesDir, spec.SeccompProfile); err != nil {
+		return Containment{}, err
+	}
+	_, cont := r.config(spec)
+	cont.Seccomp = seccompSummary(spec.SeccompProfile)
+	return cont, nil
+}
+
+func seccompSummary(profile string) string {
+	return fmt.Sprintf("%s (allowlist, native architecture only)", profile)
 }
 
 // Start creates the container for spec and starts the skill in it.
@@ -296,7 +305,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	}
 	cfg, cont := r.config(spec)
 	cfg.Seccomp = sc
-	cont.Seccomp = fmt.Sprintf("%s (allowlist, native architecture only)", spec.SeccompProfile)
+	cont.Seccomp = seccompSummary(spec.SeccompProfile)
 
 	lock, ok := tryLock(r.lockPath(spec.ID))
 	if !ok {

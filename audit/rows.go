@@ -1,0 +1,600 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gowebpki/jcs"
+)
+
+// Kind names what a row records. The set is closed: Emit and Verify refuse
+// any other kind.
+type Kind string
+
+// The row kinds (DESIGN.md "Audit rows").
+const (
+	KindInvokedStarted      Kind = "skill.invoked_started"
+	KindInvokedCompleted    Kind = "skill.invoked_completed"
+	KindToolCallStarted     Kind = "skill.tool_call_started"
+	KindToolCallCompleted   Kind = "skill.tool_call_completed"
+	KindToolDenied          Kind = "skill.tool_denied"
+	KindTimeout             Kind = "skill.timeout"
+	KindNoConnect           Kind = "skill.no_connect"
+)
+
+// Outcomes. An invocation ends in one of the first six; a tool call in
+// success, error or timeout.
+const (
+	OutcomeSuccess = "success"
+	OutcomeError   = "error"
+	OutcomePanic   = "panic"
+	OutcomeTimeout = "timeout"
+	OutcomeKilled  = "killed"
+	// OutcomeLost closes an invocation whose supervisor died before it could
+	// record the real outcome (found through Store.Unterminated on restart).
+	OutcomeLost = "lost"
+)
+
+// GenesisHash is the prev_hash of the row with seq 1.
+const GenesisHash = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// TimeFormat is the layout of Row.TS: RFC 3339 in UTC with exactly nine
+// fractional digits, so timestamps sort as text.
+const TimeFormat = "2006-01-02T15:04:05.000000000Z"
+
+// maxJSONInt is the largest integer an RFC 8785 canonical form keeps exact
+// (numbers are IEEE 754 doubles there).
+const maxJSONInt = 1<<53 - 1
+
+// Common is carried by every payload, so any row can be joined to its
+// invocation, request, skill, tenant and trace without another lookup.
+// InvocationID and SkillID are required; the others may be empty.
+type Common struct {
+	InvocationID string `json:"invocation_id"`
+	RequestID    string `json:"request_id"`
+	SkillID      string `json:"skill_id"`
+	TenantID     string `json:"tenant_id"`
+	TraceID      string `json:"trace_id"`
+}
+
+// Draft is a row before the store numbers it: a kind and its payload. The
+// builders below make drafts as pure functions (no I/O, no clock); the store
+// validates a draft when it is emitted, assigns seq, row_id, ts, prev_hash and
+// row_hash, and stores the payload in RFC 8785 canonical form.
+type Draft struct {
+	Kind    Kind
+	Payload json.RawMessage
+
+	err       error  // why a builder refused its input
+	canon     []byte // a builder's own copy of Payload, already validated
+	canonKind Kind
+}
+
+// Row is one stored audit row; its JSON form is the line `audit export`
+// writes. Payload holds the exact stored bytes (canonical JSON).
+type Row struct {
+	Seq      int64           `json:"seq"`
+	RowID    string          `json:"row_id"`
+	Kind     Kind            `json:"kind"`
+	TS       string          `json:"ts"`
+	PrevHash string          `json:"prev_hash"`
+	RowHash  string          `json:"row_hash"`
+	Payload  json.RawMessage `json:"payload"`
+}
+
+// ComputeHash returns what r.RowHash must be: the hex SHA-256 of the RFC 8785
+// canonical JSON of every field but row_hash, i.e. of
+// {"kind","payload","prev_hash","row_id","seq","ts"}.
+func (r Row) ComputeHash() (string, error) {
+	env := struct {
+		Kind     Kind            `json:"kind"`
+		Payload  json.RawMessage `json:"payload"`
+		PrevHash string          `json:"prev_hash"`
+		RowID    string          `json:"row_id"`
+		Seq      int64           `json:"seq"`
+		TS       string          `json:"ts"`
+	}{r.Kind, r.Payload, r.PrevHash, r.RowID, r.Seq, r.TS}
+	if r.Seq < 0 || r.Seq > maxJSONInt {
+		return "", fmt.Errorf("seq %d out of range", r.Seq)
+	}
+	raw, err := json.Marshal(env)
+	if err != nil {
+		return "", fmt.Errorf("row %d: %w", r.Seq, err)
+	}
+	return HashJSON(raw)
+}
+
+// writerHash is ComputeHash for a row the writer has just made: its payload
+// is canonical already and its other strings (kind, row_id, ts, prev_hash)
+// are plain ASCII that RFC 8785 leaves unescaped, so the canonical envelope
+// is a concatenation with the keys in their sorted order. This keeps the
+// single writer from spending a full canonicalisation per row inside the
+// commit path; TestWriterHashMatchesComputeHash holds the two together.
+// ok is false for anything else, and the caller uses ComputeHash.
+func (r Row) writerHash() (_ string, ok bool) {
+	for _, s := range []string{string(r.Kind), r.PrevHash, r.RowID, r.TS} {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+				return "", false
+			}
+		}
+	}
+	if r.Seq < 0 || r.Seq > maxJSONInt {
+		return "", false
+	}
+	b := make([]byte, 0, 128+len(r.Payload)+len(r.PrevHash)+len(r.RowID)+len(r.TS))
+	b = append(b, `{"kind":"`...)
+	b = append(b, r.Kind...)
+	b = append(b, `","payload":`...)
+	b = append(b, r.Payload...)
+	b = append(b, `,"prev_hash":"`...)
+	b = append(b, r.PrevHash...)
+	b = append(b, `","row_id":"`...)
+	b = append(b, r.RowID...)
+	b = append(b, `","seq":`...)
+	b = strconv.AppendInt(b, r.Seq, 10)
+	b = append(b, `,"ts":"`...)
+	b = append(b, r.TS...)
+	b = append(b, `"}`...)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), true
+}
+
+// InvokedStarted is written before a skill is dispatched; if it cannot be
+// written the skill must not run. argsHash covers the args (HashJSON), never
+// the args themselves. containment is what the sandbox actually enforces; it
+// must encode as a JSON object.
+func InvokedStarted(c Common, version, callerPersona, argsHash string, containment any) Draft {
+	p := newPayload(KindInvokedStarted, c)
+	p.str("version", version)
+	p.str("caller_persona", callerPersona)
+	p.hash("args_hash", argsHash)
+	p.object("containment", containment)
+	return p.draft()
+}
+
+// InvokedCompleted closes an invocation on every path. outcome is one of
+// success, error, panic, timeout, killed, lost; resultHash is "" unless a
+// result was produced; errorMessage "" is stored as null.
+func InvokedCompleted(c Common, outcome string, durationMS int64, resultHash string, errorMessage string) Draft {
+	p := newPayload(KindInvokedCompleted, c)
+	p.oneOf("outcome", outcome, invocationOutcomes)
+	p.count("duration_ms", durationMS)
+	p.hash("result_hash", resultHash)
+	p.strOrNull("error_message", errorMessage)
+	return p.draft()
+}
+
+// Timeout records a deadline signal sent to the skill: deadlineMS is the
+// deadline it enforced, signal the signal sent (e.g. "SIGTERM", "SIGKILL").
+func Timeout(c Common, deadlineMS int64, signal string) Draft {
+	p := newPayload(KindTimeout, c)
+	p.count("deadline_ms", deadlineMS)
+	p.required("signal", signal)
+	return p.draft()
+}
+
+// ToolCallStarted is written after enforcement allowed a call and before the
+// tool runs. argsHash covers the call's args object.
+func ToolCallStarted(c Common, callID, tool, argsHash string) Draft {
+	p := newPayload(KindToolCallStarted, c)
+	p.required("call_id", callID)
+	p.required("tool", tool)
+	p.hash("args_hash", argsHash)
+	return p.draft()
+}
+
+// ToolCallCompleted closes a tool call: outcome success, error or timeout.
+func ToolCallCompleted(c Common, callID, tool, outcome string, durationMS int64, resultHash, errorMessage string) Draft {
+	p := newPayload(KindToolCallCompleted, c)
+	p.required("call_id", callID)
+	p.required("tool", tool)
+	p.oneOf("outcome", outcome, toolCallOutcomes)
+	p.count("duration_ms", durationMS)
+	p.hash("result_hash", resultHash)
+	p.strOrNull("error_message", errorMessage)
+	return p.draft()
+}
+
+// ToolDenied records an enforcement refusal; reason is the JSON-RPC
+// data.reason (tool_not_in_allowed_tools, scope_violation, …).
+func ToolDenied(c Common, tool, reason, attemptedArgsHash string) Draft {
+	p := newPayload(KindToolDenied, c)
+	p.required("tool", tool)
+	p.required("reason", reason)
+	p.hash("attempted_args_hash", attemptedArgsHash)
+	return p.draft()
+}
+
+// NoConnect records a skill that never connected to its broker socket.
+func NoConnect(c Common, waitedMS int64) Draft {
+	p := newPayload(KindNoConnect, c)
+	p.count("waited_ms", waitedMS)
+	return p.draft()
+}
+
+// payload is what the builders fill: typed values, checked as they are
+// added, encoded straight into RFC 8785 canonical form. That form is small
+// for flat objects of strings and integers: members sorted by key (the keys
+// are ASCII, so byte order is the RFC's UTF-16 order), integers in decimal,
+// strings escaped as RFC 8785 §3.2.2.2 says. Going through encoding/json and
+// jcs.Transform gives the same bytes at ten times the cost, on every row of
+// every invocation; TestBuildersMatchJCS holds the two to each other.
+// The checks mirror kindFields, which validates drafts not made here and
+// stored rows; TestBuilderChecksMatchKindFields holds those together.
+type payload struct {
+	kind    Kind
+	members []member
+	err     error
+}
+
+type member struct {
+	key string
+	val []byte // canonical JSON
+}
+
+func newPayload(k Kind, c Common) *payload {
+	p := &payload{kind: k, members: make([]member, 0, len(commonFields)+6)}
+	p.required("invocation_id", c.InvocationID)
+	p.str("request_id", c.RequestID)
+	p.required("skill_id", c.SkillID)
+	p.str("tenant_id", c.TenantID)
+	p.str("trace_id", c.TraceID)
+	return p
+}
+
+func (p *payload) add(key string, val []byte) {
+	p.members = append(p.members, member{key, val})
+}
+
+func (p *payload) fail(key string, err error) {
+	if p.err == nil {
+		p.err = fmt.Errorf("%w: %s payload %q: %w", ErrInvalidRow, p.kind, key, err)
+	}
+}
+
+func (p *payload) str(key, v string) { p.add(key, appendJCSString(nil, v)) }
+
+func (p *payload) required(key, v string) {
+	if v == "" {
+		p.fail(key, errEmpty)
+	}
+	p.str(key, v)
+}
+
+func (p *payload) strOrNull(key, v string) {
+	if v == "" {
+		p.add(key, []byte("null"))
+		return
+	}
+	p.str(key, v)
+}
+
+func (p *payload) hash(key, v string) {
+	if v != "" && !isHash(v) {
+		p.fail(key, fmt.Errorf("want \"\" or 64 lowercase hex characters, got %q", v))
+	}
+	p.str(key, v)
+}
+
+func (p *payload) oneOf(key, v string, allowed []string) {
+	if !slices.Contains(allowed, v) {
+		p.fail(key, fmt.Errorf("%q is not one of %v", v, allowed))
+	}
+	p.str(key, v)
+}
+
+func (p *payload) count(key string, n int64) {
+	if n < 0 || n > maxJSONInt {
+		p.fail(key, fmt.Errorf("want an integer in [0, 2^53), got %d", n))
+	}
+	p.add(key, strconv.AppendInt(nil, n, 10))
+}
+
+func (p *payload) object(key string, v any) {
+	raw, err := json.Marshal(v)
+	if err == nil {
+		raw, err = jcs.Transform(raw)
+	}
+	if err == nil {
+		err = object(raw)
+	}
+	if err != nil {
+		p.fail(key, err)
+	}
+	p.add(key, raw)
+}
+
+func (p *payload) draft() Draft {
+	if p.err != nil {
+		return Draft{Kind: p.kind, err: p.err}
+	}
+	slices.SortFunc(p.members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+	n := 1
+	for _, m := range p.members {
+		n += len(m.key) + len(m.val) + 4
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, m := range p.members {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJCSString(b, m.key)
+		b = append(b, ':')
+		b = append(b, m.val...)
+	}
+	b = append(b, '}')
+	return Draft{Kind: p.kind, Payload: b, canon: slices.Clone(b), canonKind: p.kind}
+}
+
+// appendJCSString appends s as an RFC 8785 string: '"' and '\\' escaped,
+// the controls below U+0020 as \b \t \n \f \r or \u00xx, everything else
+// as is. Invalid UTF-8 (an error message cut mid-rune, a skill's stray
+// bytes) becomes U+FFFD, as encoding/json would make it; the row is kept.
+func appendJCSString(b []byte, s string) []byte {
+	const digits = "0123456789abcdef"
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c >= 0x20:
+			b = append(b, c)
+		case c == '\b':
+			b = append(b, '\\', 'b')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\f':
+			b = append(b, '\\', 'f')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		default:
+			b = append(b, '\\', 'u', '0', '0', digits[c>>4], digits[c&0xf])
+		}
+	}
+	return append(b, '"')
+}
+
+var errEmpty = errors.New("must not be empty")
+
+// A check validates one payload value (canonical JSON text).
+type check func(v json.RawMessage) error
+
+type field struct {
+	name  string
+	check check
+}
+
+var commonFields = []field{
+	{"invocation_id", nonEmptyString},
+	{"request_id", anyString},
+	{"skill_id", nonEmptyString},
+	{"tenant_id", anyString},
+	{"trace_id", anyString},
+}
+
+var invocationOutcomes = []string{OutcomeSuccess, OutcomeError, OutcomePanic, OutcomeTimeout, OutcomeKilled, OutcomeLost}
+var toolCallOutcomes = []string{OutcomeSuccess, OutcomeError, OutcomeTimeout}
+
+// kindFields lists, per kind, the payload keys besides the common ones. A
+// payload must have exactly these keys: an extra key is refused, so raw args
+// or results cannot ride along into the audit trail.
+var kindFields = map[Kind][]field{
+	KindInvokedStarted: {
+		{"version", anyString},
+		{"caller_persona", anyString},
+		{"args_hash", hash},
+		{"containment", object},
+	},
+	KindInvokedCompleted: {
+		{"outcome", oneOf(invocationOutcomes)},
+		{"duration_ms", nonNegativeInt},
+		{"result_hash", hash},
+		{"error_message", stringOrNull},
+	},
+	KindTimeout: {
+		{"deadline_ms", nonNegativeInt},
+		{"signal", nonEmptyString},
+	},
+	KindToolCallStarted: {
+		{"call_id", nonEmptyString},
+		{"tool", nonEmptyString},
+		{"args_hash", hash},
+	},
+	KindToolCallCompleted: {
+		{"call_id", nonEmptyString},
+		{"tool", nonEmptyString},
+		{"outcome", oneOf(toolCallOutcomes)},
+		{"duration_ms", nonNegativeInt},
+		{"result_hash", hash},
+		{"error_message", stringOrNull},
+	},
+	KindToolDenied: {
+		{"tool", nonEmptyString},
+		{"reason", nonEmptyString},
+		{"attempted_args_hash", hash},
+	},
+	KindNoConnect: {
+		{"waited_ms", nonNegativeInt},
+	},
+}
+
+// Valid reports whether k is one of the row kinds.
+func (k Kind) Valid() bool {
+	_, ok := kindFields[k]
+	return ok
+}
+
+// Validate reports why d is not a valid row (the error wraps ErrInvalidRow),
+// or nil.
+func (d Draft) Validate() error {
+	_, err := d.canonical()
+	return err
+}
+
+// canonical validates d and returns its payload in RFC 8785 canonical form,
+// the bytes the store keeps and hashes.
+func (d Draft) canonical() ([]byte, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
+	// A builder's draft, untouched since: checked and canonical already.
+	if d.canon != nil && d.Kind == d.canonKind && bytes.Equal(d.Payload, d.canon) {
+		return d.canon, nil
+	}
+	canon, err := jcs.Transform(d.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s payload: %w", ErrInvalidRow, d.Kind, err)
+	}
+	if err := validatePayload(d.Kind, canon); err != nil {
+		return nil, err
+	}
+	return canon, nil
+}
+
+// validatePayload checks a canonical payload against its kind's keys.
+func validatePayload(k Kind, payload []byte) error {
+	fields, ok := kindFields[k]
+	if !ok {
+		return fmt.Errorf("%w: unknown kind %q", ErrInvalidRow, k)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &m); err != nil || m == nil {
+		return fmt.Errorf("%w: %s payload is not a JSON object", ErrInvalidRow, k)
+	}
+	want := len(commonFields) + len(fields)
+	for _, list := range [][]field{commonFields, fields} {
+		for _, f := range list {
+			v, ok := m[f.name]
+			if !ok {
+				return fmt.Errorf("%w: %s payload lacks %q", ErrInvalidRow, k, f.name)
+			}
+			if err := f.check(v); err != nil {
+				return fmt.Errorf("%w: %s payload %q: %w", ErrInvalidRow, k, f.name, err)
+			}
+		}
+	}
+	if len(m) != want {
+		for key := range m {
+			if !hasField(key, commonFields) && !hasField(key, fields) {
+				return fmt.Errorf("%w: %s payload has unexpected key %q", ErrInvalidRow, k, key)
+			}
+		}
+	}
+	return nil
+}
+
+func hasField(name string, fields []field) bool {
+	for _, f := range fields {
+		if f.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func str(v json.RawMessage) (string, error) {
+	var s string
+	if len(v) == 0 || v[0] != '"' {
+		return "", fmt.Errorf("want a string, got %s", truncate(v))
+	}
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+func anyString(v json.RawMessage) error {
+	_, err := str(v)
+	return err
+}
+
+func nonEmptyString(v json.RawMessage) error {
+	s, err := str(v)
+	if err == nil && s == "" {
+		err = errEmpty
+	}
+	return err
+}
+
+func stringOrNull(v json.RawMessage) error {
+	if string(v) == "null" {
+		return nil
+	}
+	return anyString(v)
+}
+
+// hash accepts "" (nothing to hash) or 64 lowercase hex characters.
+func hash(v json.RawMessage) error {
+	s, err := str(v)
+	if err != nil {
+		return err
+	}
+	if s != "" && !isHash(s) {
+		return fmt.Errorf("want \"\" or 64 lowercase hex characters, got %q", s)
+	}
+	return nil
+}
+
+func isHash(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func oneOf(allowed []string) check {
+	return func(v json.RawMessage) error {
+		s, err := str(v)
+		if err != nil {
+			return err
+		}
+		for _, a := range allowed {
+			if s == a {
+				return nil
+			}
+		}
+		return fmt.Errorf("%q is not one of %v", s, allowed)
+	}
+}
+
+func nonNegativeInt(v json.RawMessage) error {
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n < 0 || n > maxJSONInt {
+		return fmt.Errorf("want an integer in [0, 2^53), got %s", truncate(v))
+	}
+	return nil
+}
+
+func object(v json.RawMessage) error {
+	if len(v) == 0 || v[0] != '{' {
+		return fmt.Errorf("want a JSON object, got %s", truncate(v))
+	}
+	return nil
+}
+
+func truncate(v []byte) string {
+	const max = 40
+	v = bytes.TrimSpace(v)
+	if len(v) > max {
+		return string(v[:max]) + "…"
+	}
+	return string(v)
+}

@@ -1,0 +1,668 @@
+package audit
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// FileName is the store's file inside the state dir.
+const FileName = "audit.db"
+
+// schemaVersion is PRAGMA user_version of a store this code can write.
+const schemaVersion = 1
+
+// schema: one table of rows keyed by seq. payload is the canonical JSON text
+// that was hashed, byte for byte. invocation_id is derived from it (never
+// stored separately, so it cannot disagree with the hashed payload) and
+// indexed for per-invocation reads; the json_valid guard keeps reads working
+// on a store whose payload was damaged, so Verify can name the row. The
+// triggers make the table append-only for anyone using SQL; they are not a
+// security boundary (whoever can write the file can drop them), the hash
+// chain is what detects tampering.
+const schema = `
+CREATE TABLE IF NOT EXISTS audit_rows (
+	seq           INTEGER PRIMARY KEY CHECK (seq > 0),
+	row_id        TEXT NOT NULL,
+	kind          TEXT NOT NULL,
+	ts            TEXT NOT NULL,
+	prev_hash     TEXT NOT NULL,
+	row_hash      TEXT NOT NULL,
+	payload       TEXT NOT NULL,
+	invocation_id ANY GENERATED ALWAYS AS (
+		CASE WHEN json_valid(payload) THEN json_extract(payload, '$.invocation_id') END
+	) VIRTUAL
+) STRICT;
+CREATE INDEX IF NOT EXISTS audit_rows_kind ON audit_rows (kind);
+CREATE INDEX IF NOT EXISTS audit_rows_invocation ON audit_rows (invocation_id);
+CREATE TRIGGER IF NOT EXISTS audit_rows_no_update BEFORE UPDATE ON audit_rows
+BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_rows_no_delete BEFORE DELETE ON audit_rows
+BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END;
+`
+
+const rowColumns = `seq, row_id, kind, ts, prev_hash, row_hash, payload`
+
+// insertChunks are the multi-row INSERT statements prepared, largest first.
+var insertChunks = []int{64, 16, 4, 1}
+
+// chunk returns the largest prepared statement size not above n.
+func chunk(n int) int {
+	for _, c := range insertChunks {
+		if c <= n {
+			return c
+		}
+	}
+	return 1
+}
+
+// Defaults for the Options.
+const (
+	DefaultMaxBatch    = 512
+	DefaultQueueSize   = 4096
+	DefaultBusyTimeout = 5 * time.Second
+)
+
+type options struct {
+	maxBatch    int
+	queueSize   int
+	busyTimeout time.Duration
+}
+
+// Option tunes Open.
+type Option func(*options)
+
+// WithMaxBatch bounds how many rows one transaction (one fsync) carries.
+func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = max(n, 1) } }
+
+// WithQueueSize bounds how many rows may wait for the writer; Emit blocks
+// (or gives up with its ctx) while the queue is full.
+func WithQueueSize(n int) Option { return func(o *options) { o.queueSize = max(n, 1) } }
+
+// WithBusyTimeout sets how long a statement waits for another process's
+// lock on the file (e.g. a concurrent `audit verify`) before failing.
+func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
+
+// Store is the durable, hash-chained audit trail in <stateDir>/audit.db.
+// It is safe for concurrent use. Emit returns once its row is committed with
+// fsync; concurrent emitters share commits (group commit, see run).
+type Store struct {
+	path string
+	opts options
+
+	db     *sql.DB   // readers
+	wdb    *sql.DB   // the writer's single connection
+	wconn  *sql.Conn // pinned, so BEGIN/COMMIT and the statements share it
+	insert map[int]*sql.Stmt // rows per INSERT statement (insertChunks) → statement
+	head   *sql.Stmt
+
+	ckdb       *sql.DB       // the checkpointer's connection
+	checkpoint chan struct{} // writer → checkpointer: the WAL has grown
+	ckdone     chan struct{} // closed by the checkpointer on exit
+	sinceCk    int           // WAL pages (estimated) written since the last checkpoint request (writer only)
+
+	queue chan *request
+	mu    sync.RWMutex // Emit holds R while queueing; Close holds W to stop queueing
+	shut  bool
+	stop  chan struct{} // closed by Close: the writer drains the queue and exits
+	done  chan struct{} // closed by the writer on exit
+
+	entropy *ulid.MonotonicEntropy // writer goroutine only
+
+	commits atomic.Int64 // committed batches (tests prove group commit with it)
+
+	// beforeCommit, when set (tests only), runs inside each batch's
+	// transaction just before COMMIT; an error aborts the batch.
+	beforeCommit func() error
+}
+
+const (
+	queued int32 = iota
+	taken
+	canceled
+)
+
+type request struct {
+	kind    Kind
+	payload []byte // canonical
+	state   atomic.Int32
+	done    chan result // buffered 1
+}
+
+type result struct {
+	row Row
+	err error
+}
+
+// Open opens (creating if needed) the store in stateDir: the directory is
+// created 0700, the file 0600, SQLite runs in WAL mode with synchronous=FULL.
+// The chain's tail is verified, so a store whose last rows were altered or
+// that is not a database at all is refused. Every error wraps
+// ErrUnavailable: the caller must not dispatch skills without a store.
+func Open(stateDir string, opts ...Option) (*Store, error) {
+	o := options{maxBatch: DefaultMaxBatch, queueSize: DefaultQueueSize, busyTimeout: DefaultBusyTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s, err := open(stateDir, o)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return s, nil
+}
+
+func open(stateDir string, o options) (_ *Store, err error) {
+	dir, err := filepath.Abs(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	// Create the file ourselves so it is 0600 from the start (SQLite would
+	// use 0644); its -wal and -shm files take the same mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	f.Close()
+
+	s := &Store{
+		path:    path,
+		opts:    o,
+		queue:   make(chan *request, o.queueSize),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		entropy: ulid.Monotonic(rand.Reader, 0),
+	}
+	defer func() {
+		if err != nil {
+			s.closeDB()
+		}
+	}()
+
+	uri := (&url.URL{Scheme: "file", Path: path}).String()
+	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(FULL)&_pragma=foreign_keys(0)",
+		o.busyTimeout.Milliseconds())
+	// The writer first: it sets WAL mode (persistent in the file) and
+	// creates the schema before any reader looks.
+	// wal_autocheckpoint(0): the writer never checkpoints inside a commit;
+	// the checkpointer goroutine does it on its own connection.
+	if s.wdb, err = sql.Open("sqlite", uri+"?"+params+"&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)&_txlock=immediate"); err != nil {
+		return nil, err
+	}
+	s.wdb.SetMaxOpenConns(1)
+	ctx := context.Background()
+	if s.wconn, err = s.wdb.Conn(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.initSchema(ctx); err != nil {
+		return nil, err
+	}
+	if s.db, err = sql.Open("sqlite", uri+"?"+params+"&_pragma=query_only(1)"); err != nil {
+		return nil, err
+	}
+	s.db.SetMaxOpenConns(4)
+	s.insert = map[int]*sql.Stmt{}
+	for _, n := range insertChunks {
+		values := strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?), `, n), `, `)
+		if s.insert[n], err = s.wconn.PrepareContext(ctx,
+			`INSERT INTO audit_rows (`+rowColumns+`) VALUES `+values); err != nil {
+			return nil, fmt.Errorf("prepare insert: %w", err)
+		}
+	}
+	if s.head, err = s.wconn.PrepareContext(ctx,
+		`SELECT seq, row_hash FROM audit_rows ORDER BY seq DESC LIMIT 1`); err != nil {
+		return nil, fmt.Errorf("prepare head: %w", err)
+	}
+	if err := s.checkTail(ctx); err != nil {
+		return nil, err
+	}
+	if s.ckdb, err = sql.Open("sqlite", uri+"?"+params); err != nil {
+		return nil, err
+	}
+	s.ckdb.SetMaxOpenConns(1)
+	s.checkpoint = make(chan struct{}, 1)
+	s.ckdone = make(chan struct{})
+	go s.checkpointer()
+	go s.run()
+	return s, nil
+}
+
+func (s *Store) initSchema(ctx context.Context) error {
+	var mode string
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return fmt.Errorf("%s: %w", s.path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("%s: journal_mode is %q, want wal", s.path, mode)
+	}
+	var syncMode int
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&syncMode); err != nil || syncMode != 2 {
+		return fmt.Errorf("%s: synchronous is %d (%v), want FULL (2)", s.path, syncMode, err)
+	}
+	var version int
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return fmt.Errorf("%s: %w", s.path, err)
+	}
+	if version > schemaVersion {
+		return fmt.Errorf("%s: schema version %d is newer than this build's %d", s.path, version, schemaVersion)
+	}
+	// Always a write transaction, even on an existing store: a store that
+	// cannot take a write fails here, at Open, not at the first Emit.
+	tx, err := s.wconn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", s.path, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("%s: create schema: %w", s.path, err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+		return fmt.Errorf("%s: %w", s.path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: commit schema: %w", s.path, err)
+	}
+	return nil
+}
+
+// checkTail verifies the last two rows: the last row's hash recomputes and
+// it links to the one before (or to GenesisHash when it is seq 1). A full
+// check is Verify's job; this one is cheap enough for every Open.
+func (s *Store) checkTail(ctx context.Context) error {
+	rows, err := s.query(ctx, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq DESC LIMIT 2`)
+	if err != nil {
+		return fmt.Errorf("%s: read tail: %w", s.path, err)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	last := rows[0]
+	var prev *Row
+	if len(rows) == 2 {
+		prev = &rows[1]
+	} else if last.Seq != 1 {
+		return fmt.Errorf("%s: corrupt: only row has seq %d", s.path, last.Seq)
+	}
+	if reasons, _ := rowProblems(prev, last); len(reasons) > 0 {
+		return fmt.Errorf("%s: corrupt chain tail at seq %d (row %s): %s", s.path, last.Seq, last.RowID, strings.Join(reasons, "; "))
+	}
+	return nil
+}
+
+// Emit validates d, queues it for the writer and returns the stored row once
+// it is durable (committed, WAL fsynced). An invalid draft fails with
+// ErrInvalidRow and nothing is written. If ctx ends while the row is still
+// queued, Emit returns ctx.Err() and the row is never written; once the
+// writer has taken it, Emit waits for the commit's outcome whatever ctx does,
+// so a nil error always means a durable row. Write failures wrap
+// ErrUnavailable.
+func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
+	payload, err := d.canonical()
+	if err != nil {
+		return Row{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
+	req := &request{kind: d.Kind, payload: payload, done: make(chan result, 1)}
+	s.mu.RLock()
+	if s.shut {
+		s.mu.RUnlock()
+		return Row{}, ErrClosed
+	}
+	select {
+	case s.queue <- req:
+		s.mu.RUnlock()
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return Row{}, ctx.Err()
+	}
+	select {
+	case r := <-req.done:
+		return r.row, r.err
+	case <-ctx.Done():
+		if req.state.CompareAndSwap(queued, canceled) {
+			return Row{}, ctx.Err()
+		}
+		r := <-req.done
+		return r.row, r.err
+	}
+}
+
+// run is the single writer. Group commit: it blocks for one request, then
+// takes whatever else is already queued (up to maxBatch), writes them all in
+// one transaction and commits once, so N concurrent emitters cost one fsync,
+// not N fsyncs queued behind a lock. While a batch is being fsynced, the
+// next one gathers in the queue.
+func (s *Store) run() {
+	defer close(s.done)
+	batch := make([]*request, 0, s.opts.maxBatch)
+	for {
+		var first *request
+		select {
+		case first = <-s.queue:
+		case <-s.stop:
+			// Close stopped new emits; write what is still queued.
+			for {
+				batch = s.fill(batch[:0])
+				if len(batch) == 0 {
+					return
+				}
+				s.writeBatch(batch)
+			}
+		}
+		batch = s.fill(append(batch[:0], first))
+		s.writeBatch(batch)
+	}
+}
+
+// fill appends queued requests to batch without blocking, up to maxBatch.
+func (s *Store) fill(batch []*request) []*request {
+	for len(batch) < s.opts.maxBatch {
+		select {
+		case r := <-s.queue:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// writeBatch commits the batch's live requests (canceled ones are dropped)
+// and tells every emitter the outcome. The chain head is read inside the
+// transaction, so a failed commit leaves nothing for the next batch to chain
+// from but the last durable row, and another process writing the same file
+// (it should not) cannot fork the chain.
+func (s *Store) writeBatch(batch []*request) {
+	live := batch[:0]
+	for _, r := range batch {
+		if r.state.CompareAndSwap(queued, taken) {
+			live = append(live, r)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	rows, err := s.commit(live)
+	for i, r := range live {
+		if err != nil {
+			r.done <- result{err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
+		} else {
+			r.done <- result{row: rows[i]}
+		}
+	}
+	clear(batch)
+}
+
+func (s *Store) commit(live []*request) (_ []Row, err error) {
+	ctx := context.Background()
+	conn := s.wconn
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			// The transaction may already be gone (SQLite rolls back by
+			// itself on some I/O errors); this error is not the news.
+			_, _ = conn.ExecContext(ctx, `ROLLBACK`)
+		}
+	}()
+	seq, prev := int64(0), GenesisHash
+	if err := s.head.QueryRowContext(ctx).Scan(&seq, &prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("read chain head: %w", err)
+	}
+	rows := make([]Row, len(live))
+	args := make([]any, 0, 7*insertChunks[0])
+	for i, r := range live {
+		now := time.Now().UTC()
+		id, err := ulid.New(ulid.Timestamp(now), s.entropy)
+		if err != nil {
+			return nil, fmt.Errorf("row id: %w", err)
+		}
+		seq++
+		row := Row{Seq: seq, RowID: id.String(), Kind: r.kind, TS: now.Format(TimeFormat), PrevHash: prev, Payload: r.payload}
+		h, ok := row.writerHash()
+		if !ok {
+			if h, err = row.ComputeHash(); err != nil {
+				return nil, err
+			}
+		}
+		row.RowHash = h
+		prev = row.RowHash
+		rows[i] = row
+	}
+	// Few statements, each carrying many rows: per-statement overhead, not
+	// per-row work, is most of an insert's cost here.
+	for i := 0; i < len(rows); {
+		n := chunk(len(rows) - i)
+		args = args[:0]
+		for _, row := range rows[i : i+n] {
+			args = append(args, row.Seq, row.RowID, string(row.Kind), row.TS, row.PrevHash, row.RowHash, string(row.Payload))
+		}
+		if _, err := s.insert[n].ExecContext(ctx, args...); err != nil {
+			return nil, fmt.Errorf("insert seq %d..%d: %w", rows[i].Seq, rows[i+n-1].Seq, err)
+		}
+		i += n
+	}
+	if s.beforeCommit != nil {
+		if err := s.beforeCommit(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	s.commits.Add(1)
+	// Roughly the WAL frames this commit added: a few index and table pages
+	// per commit plus a page per few rows.
+	if s.sinceCk += 3 + len(rows)/4; s.sinceCk >= checkpointPages {
+		s.sinceCk = 0
+		select {
+		case s.checkpoint <- struct{}{}:
+		default: // one is pending already
+		}
+	}
+	return rows, nil
+}
+
+// checkpointPages is how many WAL pages (estimated) make the writer ask for
+// a checkpoint: SQLite's own default threshold.
+const checkpointPages = 1000
+
+// checkpointer copies the WAL back into the database file when the writer
+// asks. SQLite would otherwise do it inside whichever commit crosses its
+// threshold, adding the database file's writes and fsync to that batch's
+// latency. A PASSIVE checkpoint runs beside the writer and readers; the WAL
+// restarts from its beginning once a checkpoint has caught up, so it stops
+// growing. Failures are left for the next round: the rows are durable in the
+// WAL either way.
+func (s *Store) checkpointer() {
+	defer close(s.ckdone)
+	for range s.checkpoint {
+		_, _ = s.ckdb.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
+	}
+}
+
+// Close stops taking rows, writes every row already queued, and closes the
+// database. Emit after Close fails with ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.shut {
+		s.mu.Unlock()
+		return nil
+	}
+	s.shut = true
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.done
+	close(s.checkpoint)
+	<-s.ckdone
+	return s.closeDB()
+}
+
+func (s *Store) closeDB() error {
+	var errs []error
+	for _, st := range s.insert {
+		errs = append(errs, st.Close())
+	}
+	if s.head != nil {
+		errs = append(errs, s.head.Close())
+	}
+	if s.wconn != nil {
+		errs = append(errs, s.wconn.Close())
+	}
+	for _, db := range []*sql.DB{s.db, s.ckdb, s.wdb} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Filter selects rows for Rows and Each. Zero fields select everything.
+type Filter struct {
+	InvocationID string
+	Kind         Kind
+	AfterSeq     int64 // rows with seq > AfterSeq
+	Limit        int   // at most this many rows; 0 = no limit
+}
+
+// Rows returns the rows matching f in seq order. A filtered result is not a
+// contiguous chain: Verify needs every row (the zero Filter).
+func (s *Store) Rows(ctx context.Context, f Filter) ([]Row, error) {
+	var out []Row
+	err := s.Each(ctx, f, func(r Row) error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// Each calls fn for every row matching f in seq order, reading from one
+// snapshot, without holding all rows in memory. An error from fn stops the
+// walk and is returned as is.
+func (s *Store) Each(ctx context.Context, f Filter, fn func(Row) error) error {
+	var where []string
+	var args []any
+	if f.InvocationID != "" {
+		where = append(where, `invocation_id = ?`)
+		args = append(args, f.InvocationID)
+	}
+	if f.Kind != "" {
+		where = append(where, `kind = ?`)
+		args = append(args, string(f.Kind))
+	}
+	if f.AfterSeq > 0 {
+		where = append(where, `seq > ?`)
+		args = append(args, f.AfterSeq)
+	}
+	q := `SELECT ` + rowColumns + ` FROM audit_rows`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY seq`
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	return s.each(ctx, s.db, q, args, fn)
+}
+
+// Unterminated returns every skill.invoked_started row that has no
+// skill.invoked_completed for the same invocation_id, in seq order: the
+// invocations running now, or lost by a supervisor that died (close those
+// with outcome "lost").
+func (s *Store) Unterminated(ctx context.Context) ([]Row, error) {
+	q := `SELECT ` + rowColumns + ` FROM audit_rows s
+		WHERE s.kind = ? AND NOT EXISTS (
+			SELECT 1 FROM audit_rows c WHERE c.invocation_id = s.invocation_id AND c.kind = ?)
+		ORDER BY s.seq`
+	var out []Row
+	err := s.each(ctx, s.db, q, []any{string(KindInvokedStarted), string(KindInvokedCompleted)}, func(r Row) error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// Verify checks the whole store (see the package function Verify), reading
+// one snapshot. The error is for a store that cannot be read; what is wrong
+// with the rows is in the Report.
+func (s *Store) Verify(ctx context.Context) (Report, error) {
+	v := NewVerifier()
+	err := s.each(ctx, s.db, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq`, nil, func(r Row) error {
+		v.Add(r)
+		return nil
+	})
+	if err != nil {
+		return Report{}, err
+	}
+	return v.Report(), nil
+}
+
+// query reads rows through the writer's connection (used by Open).
+func (s *Store) query(ctx context.Context, q string, args ...any) ([]Row, error) {
+	var out []Row
+	err := s.each(ctx, s.wconn, q, args, func(r Row) error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (s *Store) each(ctx context.Context, qr querier, q string, args []any, fn func(Row) error) error {
+	rs, err := qr.QueryContext(ctx, q, args...)
+	if err != nil {
+		return readErr(ctx, err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var r Row
+		var kind string
+		var payload []byte
+		if err := rs.Scan(&r.Seq, &r.RowID, &kind, &r.TS, &r.PrevHash, &r.RowHash, &payload); err != nil {
+			return readErr(ctx, err)
+		}
+		r.Kind, r.Payload = Kind(kind), payload
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return readErr(ctx, err)
+	}
+	return nil
+}
+
+// readErr wraps a read failure in ErrUnavailable unless it is the caller's
+// own context ending.
+func readErr(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	return fmt.Errorf("%w: read: %w", ErrUnavailable, err)
+}

@@ -1,0 +1,204 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	"github.com/oklog/ulid/v2"
+)
+
+// Report is what Verify found.
+type Report struct {
+	Rows     int       `json:"rows"`
+	OK       bool      `json:"ok"` // no problems (in-flight invocations are not problems)
+	Problems []Problem `json:"problems"`
+	// InFlight lists, in start order, the invocation ids with a
+	// skill.invoked_started and no skill.invoked_completed.
+	InFlight []string `json:"in_flight"`
+	// LastSeq and LastHash are the chain head. Deleting rows from the end of
+	// a chain leaves a valid shorter chain; only a head recorded elsewhere
+	// (a log line, a previous report) shows that.
+	LastSeq  int64  `json:"last_seq"`
+	LastHash string `json:"last_hash"`
+}
+
+// Problem names a row that fails verification and why.
+type Problem struct {
+	Seq    int64  `json:"seq"`
+	RowID  string `json:"row_id"`
+	Reason string `json:"reason"`
+}
+
+// Verify checks a complete chain, in order: seq runs 1, 2, 3… without gaps;
+// row 1's prev_hash is GenesisHash and every other row's prev_hash is the
+// row_hash of the row before; every row_hash recomputes; every payload is
+// its kind's payload in canonical form (so one altered byte anywhere in a
+// row — payload, kind, ts, row_id, a hash — names that row); every
+// skill.invoked_completed follows a skill.invoked_started of the same
+// invocation and every skill.tool_call_completed a skill.tool_call_started of
+// the same call. Started invocations never completed are listed in InFlight.
+//
+// Verify needs every row: an export filtered by invocation or kind is not a
+// chain and fails at its first row.
+func Verify(rows []Row) Report {
+	v := NewVerifier()
+	for _, r := range rows {
+		v.Add(r)
+	}
+	return v.Report()
+}
+
+// Verifier is Verify one row at a time, for chains too long to hold in
+// memory. It keeps only the previous row and the pairing state.
+type Verifier struct {
+	rows        int
+	prev        *Row
+	problems    []Problem
+	invocations map[string]invocationState
+	startOrder  []string
+	openCalls   map[string]int // invocation_id + "\x00" + call_id → started, not yet completed
+}
+
+type invocationState struct {
+	startedSeq int64
+	completed  bool
+}
+
+// NewVerifier returns a Verifier expecting the row with seq 1 first.
+func NewVerifier() *Verifier {
+	return &Verifier{invocations: map[string]invocationState{}, openCalls: map[string]int{}}
+}
+
+// Add checks the next row of the chain.
+func (v *Verifier) Add(r Row) {
+	v.rows++
+	reasons, payloadOK := rowProblems(v.prev, r)
+	if payloadOK {
+		reasons = append(reasons, v.pair(r)...)
+	}
+	for _, reason := range reasons {
+		v.problems = append(v.problems, Problem{Seq: r.Seq, RowID: r.RowID, Reason: reason})
+	}
+	prev := r
+	prev.Payload = nil // linking needs only seq and row_hash
+	v.prev = &prev
+}
+
+// Report returns what the rows added so far show.
+func (v *Verifier) Report() Report {
+	rep := Report{Rows: v.rows, OK: len(v.problems) == 0, Problems: v.problems, InFlight: []string{}}
+	if rep.Problems == nil {
+		rep.Problems = []Problem{}
+	}
+	for _, id := range v.startOrder {
+		if st := v.invocations[id]; !st.completed {
+			rep.InFlight = append(rep.InFlight, id)
+		}
+	}
+	if v.prev != nil {
+		rep.LastSeq, rep.LastHash = v.prev.Seq, v.prev.RowHash
+	}
+	return rep
+}
+
+// rowProblems checks one row on its own and its link to prev (nil: r must
+// be the first row of the chain). payloadOK reports whether the payload is a
+// valid canonical payload of r's kind.
+func rowProblems(prev *Row, r Row) (_ []string, payloadOK bool) {
+	var out []string
+	switch {
+	case prev == nil && r.Seq != 1:
+		out = append(out, fmt.Sprintf("chain starts at seq %d, not 1 (a filtered or truncated export cannot be verified)", r.Seq))
+	case prev == nil && r.PrevHash != GenesisHash:
+		out = append(out, "prev_hash of seq 1 is not the genesis hash")
+	case prev != nil && r.Seq != prev.Seq+1:
+		out = append(out, fmt.Sprintf("seq %d follows seq %d: rows missing, duplicated or out of order", r.Seq, prev.Seq))
+	}
+	if prev != nil && r.PrevHash != prev.RowHash {
+		out = append(out, fmt.Sprintf("prev_hash does not match row_hash of seq %d", prev.Seq))
+	}
+	if !isHash(r.RowHash) {
+		out = append(out, "row_hash is not 64 lowercase hex characters")
+	}
+	if !isHash(r.PrevHash) {
+		out = append(out, "prev_hash is not 64 lowercase hex characters")
+	}
+	if _, err := ulid.ParseStrict(r.RowID); err != nil {
+		out = append(out, fmt.Sprintf("row_id %q is not a ULID", r.RowID))
+	}
+	if _, err := time.Parse(TimeFormat, r.TS); err != nil {
+		out = append(out, fmt.Sprintf("ts %q is not %s", r.TS, TimeFormat))
+	}
+	if h, err := r.ComputeHash(); err != nil {
+		out = append(out, fmt.Sprintf("row_hash cannot be computed: %v", err))
+	} else if h != r.RowHash {
+		out = append(out, "row_hash does not recompute: the row was altered")
+	}
+	if reason := payloadProblem(r); reason != "" {
+		return append(out, reason), false
+	}
+	return out, true
+}
+
+// payloadProblem checks that the payload is its kind's payload, byte for
+// byte in canonical form (a non-canonical spelling of the same JSON would
+// hash the same, so it is checked separately).
+func payloadProblem(r Row) string {
+	canon, err := jcs.Transform(r.Payload)
+	if err != nil {
+		return fmt.Sprintf("payload is not valid JSON: %v", err)
+	}
+	if !bytes.Equal(canon, r.Payload) {
+		return "payload is not in RFC 8785 canonical form: the row was altered"
+	}
+	if err := validatePayload(r.Kind, canon); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// pair tracks started/completed pairs; r's payload is valid.
+func (v *Verifier) pair(r Row) []string {
+	var ids struct {
+		InvocationID string `json:"invocation_id"`
+		CallID       string `json:"call_id"`
+	}
+	if err := json.Unmarshal(r.Payload, &ids); err != nil {
+		return nil
+	}
+	inv := ids.InvocationID
+	switch r.Kind {
+	case KindInvokedStarted:
+		if st, ok := v.invocations[inv]; ok {
+			return []string{fmt.Sprintf("second skill.invoked_started for invocation %q (first at seq %d)", inv, st.startedSeq)}
+		}
+		v.invocations[inv] = invocationState{startedSeq: r.Seq}
+		v.startOrder = append(v.startOrder, inv)
+	case KindInvokedCompleted:
+		st, ok := v.invocations[inv]
+		switch {
+		case !ok:
+			return []string{fmt.Sprintf("skill.invoked_completed without an earlier skill.invoked_started for invocation %q", inv)}
+		case st.completed:
+			return []string{fmt.Sprintf("second skill.invoked_completed for invocation %q", inv)}
+		}
+		st.completed = true
+		v.invocations[inv] = st
+	case KindToolCallStarted:
+		// call ids may come from the skill and be reused, so calls are
+		// counted, not required to be unique.
+		v.openCalls[inv+"\x00"+ids.CallID]++
+	case KindToolCallCompleted:
+		key := inv + "\x00" + ids.CallID
+		if v.openCalls[key] == 0 {
+			return []string{fmt.Sprintf("skill.tool_call_completed without an open skill.tool_call_started for call %q of invocation %q", ids.CallID, inv)}
+		}
+		if v.openCalls[key]--; v.openCalls[key] == 0 {
+			delete(v.openCalls, key)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package telemetry
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the supervisor's Prometheus series. Label values come from
+// the skill registry and fixed outcome sets, never from callers.
+type Metrics struct {
+	Registry           *prometheus.Registry
+	InvokedTotal       *prometheus.CounterVec   // skill_invoked_total{skill_id,outcome}
+	InvokedDurationMS  *prometheus.HistogramVec // skill_invoked_duration_ms{skill_id}
+	AuditEmitFailures  *prometheus.CounterVec   // skill_audit_emit_failures_total{stage}
+	SandboxStartMS     prometheus.Histogram     // skill_sandbox_start_ms
+	InvocationsRunning prometheus.Gauge         // skill_active_invocations
+}
+
+// NewMetrics registers every series on a new registry. Both stages of the
+// audit-failure counter exist at 0 from the start.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		InvokedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skill_invoked_total", Help: "Skill invocations by outcome.",
+		}, []string{"skill_id", "outcome"}),
+		InvokedDurationMS: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "skill_invoked_duration_ms", Help: "Skill invocation duration in milliseconds.",
+			Buckets: []float64{10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000},
+		}, []string{"skill_id"}),
+		AuditEmitFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skill_audit_emit_failures_total", Help: "Audit rows that could not be written, by stage (start refuses the invocation; completed is sev-1).",
+		}, []string{"stage"}),
+		SandboxStartMS: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "skill_sandbox_start_ms", Help: "Sandbox start latency in milliseconds.",
+			Buckets: []float64{5, 10, 15, 25, 50, 75, 100, 250, 500, 1000},
+		}),
+		InvocationsRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skill_active_invocations", Help: "Invocations running now.",
+		}),
+	}
+	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDurationMS, m.AuditEmitFailures, m.SandboxStartMS, m.InvocationsRunning)
+	m.AuditEmitFailures.WithLabelValues("start")
+	m.AuditEmitFailures.WithLabelValues("completed")
+	return m
+}
