@@ -1,5 +1,9 @@
-// Package audit holds what the audit trail is made of. For now: the RFC 8785
-// canonical-JSON SHA-256 hashes that rows carry instead of raw content.
+// Package audit is the durable, hash-chained record of every skill
+// invocation: the rows (built by pure functions from typed values, carrying
+// RFC 8785 canonical-JSON SHA-256 hashes instead of raw args and results),
+// the SQLite store that makes each row durable before Emit returns while
+// concurrent emitters share commits, the chain and pairing check (Verify), and
+// the JSON-lines form `audit export` writes and `audit verify --file` reads.
 package audit
 
 import (

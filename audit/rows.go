@@ -20,13 +20,13 @@ type Kind string
 
 // The row kinds (DESIGN.md "Audit rows").
 const (
-	KindInvokedStarted      Kind = "skill.invoked_started"
-	KindInvokedCompleted    Kind = "skill.invoked_completed"
-	KindToolCallStarted     Kind = "skill.tool_call_started"
-	KindToolCallCompleted   Kind = "skill.tool_call_completed"
-	KindToolDenied          Kind = "skill.tool_denied"
-	KindTimeout             Kind = "skill.timeout"
-	KindNoConnect           Kind = "skill.no_connect"
+	KindInvokedStarted    Kind = "skill.invoked_started"
+	KindInvokedCompleted  Kind = "skill.invoked_completed"
+	KindToolCallStarted   Kind = "skill.tool_call_started"
+	KindToolCallCompleted Kind = "skill.tool_call_completed"
+	KindToolDenied        Kind = "skill.tool_denied"
+	KindTimeout           Kind = "skill.timeout"
+	KindNoConnect         Kind = "skill.no_connect"
 )
 
 // Outcomes. An invocation ends in one of the first six; a tool call in
@@ -228,7 +228,7 @@ func NoConnect(c Common, waitedMS int64) Draft {
 // jcs.Transform gives the same bytes at ten times the cost, on every row of
 // every invocation; TestBuildersMatchJCS holds the two to each other.
 // The checks mirror kindFields, which validates drafts not made here and
-// stored rows; TestBuilderChecksMatchKindFields holds those together.
+// stored rows; TestBuildersRejectInvalidInput holds the two together.
 type payload struct {
 	kind    Kind
 	members []member
@@ -312,10 +312,9 @@ func (p *payload) object(key string, v any) {
 	p.add(key, raw)
 }
 
+// draft encodes the payload. A refused payload is encoded too (as far as
+// it goes) and carries its error, which Emit returns before looking at it.
 func (p *payload) draft() Draft {
-	if p.err != nil {
-		return Draft{Kind: p.kind, err: p.err}
-	}
 	slices.SortFunc(p.members, func(a, b member) int { return strings.Compare(a.key, b.key) })
 	n := 1
 	for _, m := range p.members {
@@ -332,6 +331,9 @@ func (p *payload) draft() Draft {
 		b = append(b, m.val...)
 	}
 	b = append(b, '}')
+	if p.err != nil {
+		return Draft{Kind: p.kind, Payload: b, err: p.err}
+	}
 	return Draft{Kind: p.kind, Payload: b, canon: slices.Clone(b), canonKind: p.kind}
 }
 

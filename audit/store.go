@@ -102,16 +102,13 @@ type Store struct {
 	path string
 	opts options
 
-	db     *sql.DB   // readers
-	wdb    *sql.DB   // the writer's single connection
-	wconn  *sql.Conn // pinned, so BEGIN/COMMIT and the statements share it
+	db     *sql.DB           // readers
+	wdb    *sql.DB           // the writer's single connection
+	wconn  *sql.Conn         // pinned, so BEGIN/COMMIT and the statements share it
 	insert map[int]*sql.Stmt // rows per INSERT statement (insertChunks) → statement
 	head   *sql.Stmt
 
-	ckdb       *sql.DB       // the checkpointer's connection
-	checkpoint chan struct{} // writer → checkpointer: the WAL has grown
-	ckdone     chan struct{} // closed by the checkpointer on exit
-	sinceCk    int           // WAL pages (estimated) written since the last checkpoint request (writer only)
+	walPages int // WAL pages (estimated) written since the last checkpoint (writer only)
 
 	queue chan *request
 	mu    sync.RWMutex // Emit holds R while queueing; Close holds W to stop queueing
@@ -176,7 +173,7 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	// use 0644); its -wal and -shm files take the same mode.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, err
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()
@@ -203,9 +200,8 @@ func open(stateDir string, o options) (_ *Store, err error) {
 		o.busyTimeout.Milliseconds())
 	// The writer first: it sets WAL mode (persistent in the file) and
 	// creates the schema before any reader looks.
-	// wal_autocheckpoint(0): the writer never checkpoints inside a commit;
-	// the checkpointer goroutine does it on its own connection.
-	if s.wdb, err = sql.Open("sqlite", uri+"?"+params+"&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)&_txlock=immediate"); err != nil {
+	// wal_autocheckpoint: see checkpointPages.
+	if s.wdb, err = sql.Open("sqlite", uri+"?"+params+fmt.Sprintf("&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(%d)&_txlock=immediate", 4*checkpointPages)); err != nil {
 		return nil, err
 	}
 	s.wdb.SetMaxOpenConns(1)
@@ -235,13 +231,6 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	if err := s.checkTail(ctx); err != nil {
 		return nil, err
 	}
-	if s.ckdb, err = sql.Open("sqlite", uri+"?"+params); err != nil {
-		return nil, err
-	}
-	s.ckdb.SetMaxOpenConns(1)
-	s.checkpoint = make(chan struct{}, 1)
-	s.ckdone = make(chan struct{})
-	go s.checkpointer()
 	go s.run()
 	return s, nil
 }
@@ -372,6 +361,7 @@ func (s *Store) run() {
 		}
 		batch = s.fill(append(batch[:0], first))
 		s.writeBatch(batch)
+		s.checkpointIfIdle()
 	}
 }
 
@@ -473,34 +463,30 @@ func (s *Store) commit(live []*request) (_ []Row, err error) {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	s.commits.Add(1)
-	// Roughly the WAL frames this commit added: a few index and table pages
+	// Roughly the WAL pages this commit added: a few table and index pages
 	// per commit plus a page per few rows.
-	if s.sinceCk += 3 + len(rows)/4; s.sinceCk >= checkpointPages {
-		s.sinceCk = 0
-		select {
-		case s.checkpoint <- struct{}{}:
-		default: // one is pending already
-		}
-	}
+	s.walPages += 3 + len(rows)/4
 	return rows, nil
 }
 
-// checkpointPages is how many WAL pages (estimated) make the writer ask for
-// a checkpoint: SQLite's own default threshold.
+// checkpointPages: once about this many pages (SQLite's own default
+// threshold) went to the WAL, the writer checkpoints the next time it finds
+// the queue empty, so no emitter waits behind the copy into the database
+// file. The checkpoint completes (nothing writes meanwhile), so the WAL
+// starts over from its beginning and commits overwrite it instead of
+// growing the file, which is what fsyncs fastest. Under load that never
+// leaves the queue empty, SQLite's own checkpoint at 4× the threshold keeps
+// the WAL bounded.
 const checkpointPages = 1000
 
-// checkpointer copies the WAL back into the database file when the writer
-// asks. SQLite would otherwise do it inside whichever commit crosses its
-// threshold, adding the database file's writes and fsync to that batch's
-// latency. A PASSIVE checkpoint runs beside the writer and readers; the WAL
-// restarts from its beginning once a checkpoint has caught up, so it stops
-// growing. Failures are left for the next round: the rows are durable in the
-// WAL either way.
-func (s *Store) checkpointer() {
-	defer close(s.ckdone)
-	for range s.checkpoint {
-		_, _ = s.ckdb.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
+// checkpointIfIdle runs a due checkpoint when no row is waiting. A failure
+// is left for the next round: the rows are durable in the WAL either way.
+func (s *Store) checkpointIfIdle() {
+	if s.walPages < checkpointPages || len(s.queue) > 0 {
+		return
 	}
+	s.walPages = 0
+	_, _ = s.wconn.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
 }
 
 // Close stops taking rows, writes every row already queued, and closes the
@@ -515,8 +501,6 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
-	close(s.checkpoint)
-	<-s.ckdone
 	return s.closeDB()
 }
 
@@ -531,7 +515,7 @@ func (s *Store) closeDB() error {
 	if s.wconn != nil {
 		errs = append(errs, s.wconn.Close())
 	}
-	for _, db := range []*sql.DB{s.db, s.ckdb, s.wdb} {
+	for _, db := range []*sql.DB{s.db, s.wdb} {
 		if db != nil {
 			errs = append(errs, db.Close())
 		}

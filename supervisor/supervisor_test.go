@@ -134,22 +134,22 @@ func newSup(t *testing.T, f *fakeRunner) *Supervisor {
 func TestOutcomeClassification(t *testing.T) {
 	cases := []struct {
 		name    string
-		f       fakeRunner
+		f       *fakeRunner
 		outcome Outcome
 		msg     string
 	}{
-		{"one json value", fakeRunner{stdout: " {\"b\":1, \"a\":2}\n"}, OutcomeSuccess, ""},
-		{"two json values", fakeRunner{stdout: "{} {}"}, OutcomeError, "more than one value"},
-		{"empty stdout", fakeRunner{}, OutcomeError, "empty"},
-		{"exit code", fakeRunner{stderr: "bad thing", exit: sandbox.Exit{Code: 3}}, OutcomeError, "exit status 3: bad thing"},
-		{"signal", fakeRunner{exit: sandbox.Exit{Code: -1, Signal: syscall.SIGSEGV}}, OutcomePanic, "SIGSEGV"},
-		{"oom beats signal", fakeRunner{exit: sandbox.Exit{Code: -1, Signal: syscall.SIGKILL}, stats: cgroups.Stats{OOMKills: 1}}, OutcomeKilled, "OOM"},
-		{"exec failure", fakeRunner{exit: sandbox.Exit{Code: 127, ExecError: "exec format error"}}, OutcomeError, "exec format error"},
-		{"result too large", fakeRunner{stdout: strings.Repeat(" ", MaxResultBytes) + "{}"}, OutcomeError, "exceeds"},
+		{"one json value", &fakeRunner{stdout: " {\"b\":1, \"a\":2}\n"}, OutcomeSuccess, ""},
+		{"two json values", &fakeRunner{stdout: "{} {}"}, OutcomeError, "more than one value"},
+		{"empty stdout", &fakeRunner{}, OutcomeError, "empty"},
+		{"exit code", &fakeRunner{stderr: "bad thing", exit: sandbox.Exit{Code: 3}}, OutcomeError, "exit status 3: bad thing"},
+		{"signal", &fakeRunner{exit: sandbox.Exit{Code: -1, Signal: syscall.SIGSEGV}}, OutcomePanic, "SIGSEGV"},
+		{"oom beats signal", &fakeRunner{exit: sandbox.Exit{Code: -1, Signal: syscall.SIGKILL}, stats: cgroups.Stats{OOMKills: 1}}, OutcomeKilled, "OOM"},
+		{"exec failure", &fakeRunner{exit: sandbox.Exit{Code: 127, ExecError: "exec format error"}}, OutcomeError, "exec format error"},
+		{"result too large", &fakeRunner{stdout: strings.Repeat(" ", MaxResultBytes) + "{}"}, OutcomeError, "exceeds"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			env, err := run(t, &c.f, Request{})
+			env, err := run(t, c.f, Request{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,123 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/internal/testutil"
+)
+
+// mountTmpfs mounts a tmpfs of the given size on a fresh temp dir, removed
+// again when the test ends.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700,size="+size); err != nil {
+		t.Fatalf("mount tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+			unix.Unmount(dir, unix.MNT_DETACH)
+		}
+	})
+	return dir
+}
+
+func remount(t *testing.T, dir string, flags uintptr, data string) {
+	t.Helper()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|flags, data); err != nil {
+		t.Fatalf("remount %s (%s): %v", dir, data, err)
+	}
+}
+
+// TestStateDirOnReadOnlyMount: a read-only state dir (as root, so
+// permissions are no obstacle) → Open fails with ErrUnavailable, for a new
+// store and for an existing one, and the existing rows are untouched.
+func TestStateDirOnReadOnlyMount(t *testing.T) {
+	dir := mountTmpfs(t, "8m")
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := emitAll(t, s, invocation("inv")...)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	remount(t, dir, unix.MS_RDONLY, "")
+	if s, err := Open(dir); !errors.Is(err, ErrUnavailable) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("Open on a read-only mount = %v, want ErrUnavailable", err)
+	} else {
+		t.Log(err)
+	}
+	if s, err := Open(dir + "/new"); !errors.Is(err, ErrUnavailable) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("Open of a new store on a read-only mount = %v, want ErrUnavailable", err)
+	}
+	remount(t, dir, 0, "")
+	s = openStore(t, dir)
+	if got := allRows(t, s); !slices.EqualFunc(got, rows, rowsEqual) {
+		t.Fatal("rows changed")
+	}
+}
+
+// TestStateDirFull: a state dir that fills up → Emit fails with
+// ErrUnavailable (or Open does, once it is full); every row Emit
+// acknowledged is there, intact, once space is back.
+func TestStateDirFull(t *testing.T) {
+	dir := mountTmpfs(t, "1m")
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked []Row
+	var emitErr error
+	msg := strings.Repeat("x", 2000)
+	for i := range 10000 {
+		r, err := s.Emit(context.Background(), ToolDenied(common(fmt.Sprint(i)), "Bash", msg, zeroHash(i)))
+		if err != nil {
+			emitErr = err
+			break
+		}
+		acked = append(acked, r)
+	}
+	if !errors.Is(emitErr, ErrUnavailable) {
+		t.Fatalf("after %d rows: Emit = %v, want ErrUnavailable", len(acked), emitErr)
+	}
+	t.Logf("full after %d rows: %v", len(acked), emitErr)
+	// Still full: further emits fail the same way, none is half-written.
+	if _, err := s.Emit(context.Background(), NoConnect(common("more"), 1)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Emit on a full disk = %v", err)
+	}
+	s.Close()
+	if s2, err := Open(dir); err == nil {
+		s2.Close() // Open may still succeed on a full tmpfs; either is fine
+	} else if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Open on a full disk = %v, want ErrUnavailable", err)
+	}
+
+	remount(t, dir, 0, "size=16m")
+	s = openStore(t, dir)
+	got := allRows(t, s)
+	if len(got) < len(acked) || !slices.EqualFunc(got[:len(acked)], acked, rowsEqual) {
+		t.Fatalf("after the disk filled: %d rows stored, %d acknowledged, or rows differ", len(got), len(acked))
+	}
+	rep, err := s.Verify(context.Background())
+	if err != nil || !rep.OK {
+		t.Fatalf("%+v %v", rep.Problems, err)
+	}
+	// And the store works again.
+	emitAll(t, s, NoConnect(common("after"), 1))
+}

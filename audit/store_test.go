@@ -1,0 +1,737 @@
+package audit
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+func TestEmitRowsRoundTrip(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	drafts := append(invocation("inv-a"), invocation("inv-b")...)
+	before := time.Now().UTC()
+	emitted := emitAll(t, s, drafts...)
+	got := allRows(t, s)
+	if !slices.EqualFunc(got, emitted, rowsEqual) {
+		t.Fatalf("Rows differ from what Emit returned:\n%v\n%v", got, emitted)
+	}
+	prev := GenesisHash
+	for i, r := range got {
+		if r.Seq != int64(i+1) || r.Kind != drafts[i].Kind || string(r.Payload) != string(drafts[i].Payload) {
+			t.Fatalf("row %d: %+v", i, r)
+		}
+		if r.PrevHash != prev {
+			t.Fatalf("row %d prev_hash %s, want %s", i, r.PrevHash, prev)
+		}
+		if h, _ := r.ComputeHash(); h != r.RowHash {
+			t.Fatalf("row %d hash does not recompute", i)
+		}
+		if _, err := ulid.ParseStrict(r.RowID); err != nil {
+			t.Fatalf("row_id %q: %v", r.RowID, err)
+		}
+		ts, err := time.Parse(TimeFormat, r.TS)
+		if err != nil || ts.Before(before.Add(-time.Second)) || len(r.TS) != len(TimeFormat) {
+			t.Fatalf("ts %q: %v", r.TS, err)
+		}
+		if i > 0 && (r.RowID <= got[i-1].RowID || r.TS < got[i-1].TS) {
+			t.Fatalf("row_id/ts not increasing with seq at %d", i)
+		}
+		prev = r.RowHash
+	}
+
+	ctx := context.Background()
+	for _, tc := range []struct {
+		f    Filter
+		seqs []int64
+	}{
+		{Filter{InvocationID: "inv-b"}, []int64{7, 8, 9, 10, 11, 12}},
+		{Filter{Kind: KindToolDenied}, []int64{4, 10}},
+		{Filter{InvocationID: "inv-a", Kind: KindInvokedCompleted}, []int64{6}},
+		{Filter{AfterSeq: 9}, []int64{10, 11, 12}},
+		{Filter{AfterSeq: 2, Limit: 3}, []int64{3, 4, 5}},
+		{Filter{InvocationID: "nope"}, nil},
+	} {
+		rows, err := s.Rows(ctx, tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []int64
+		for _, r := range rows {
+			seqs = append(seqs, r.Seq)
+		}
+		if !slices.Equal(seqs, tc.seqs) {
+			t.Errorf("Rows(%+v) seqs %v, want %v", tc.f, seqs, tc.seqs)
+		}
+	}
+}
+
+func rowsEqual(a, b Row) bool {
+	return a.Seq == b.Seq && a.RowID == b.RowID && a.Kind == b.Kind && a.TS == b.TS &&
+		a.PrevHash == b.PrevHash && a.RowHash == b.RowHash && string(a.Payload) == string(b.Payload)
+}
+
+func TestChainVerifies(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	emitAll(t, s, invocation("inv-a")...)
+	emitAll(t, s, InvokedStarted(common("inv-b"), "1", "p", "", map[string]any{}))
+	rep, err := s.Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Rows != 7 || len(rep.Problems) != 0 || !slices.Equal(rep.InFlight, []string{"inv-b"}) || rep.LastSeq != 7 {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+func TestOpenCreatesPrivateWALStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state", "nested")
+	s := openStore(t, dir)
+	emitAll(t, s, invocation("inv")...)
+	db := filepath.Join(dir, FileName)
+	for path, want := range map[string]os.FileMode{dir: 0o700 | os.ModeDir, db: 0o600, db + "-wal": 0o600, db + "-shm": 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != want {
+			t.Errorf("%s mode %v, want %v", path, fi.Mode(), want)
+		}
+	}
+	ctx := context.Background()
+	var mode string
+	var sync int
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Errorf("journal_mode %q (%v)", mode, err)
+	}
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
+		t.Errorf("synchronous %d (%v), want 2 (FULL)", sync, err)
+	}
+	// The invocation index is used for per-invocation reads.
+	var plan string
+	rows, err := s.db.QueryContext(ctx, `EXPLAIN QUERY PLAN SELECT seq FROM audit_rows WHERE invocation_id = ? ORDER BY seq`, "inv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		rows.Scan(&id, &parent, &notused, &detail)
+		plan += detail + ";"
+	}
+	rows.Close()
+	if !strings.Contains(plan, "audit_rows_invocation") {
+		t.Errorf("query plan %q does not use the invocation index", plan)
+	}
+}
+
+func TestStateDirWithURIMetacharacters(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a dir?x=1#frag%20&mode=ro")
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitAll(t, s, invocation("inv")...)
+	s.Close()
+	if _, err := os.Stat(filepath.Join(dir, FileName)); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir)
+	if rows := allRows(t, s); len(rows) != 6 {
+		t.Fatalf("%d rows after reopen", len(rows))
+	}
+}
+
+// TestConcurrentEmitGroupCommit: 100 emitters × 10 rows → 1000 rows with
+// seq 1..1000, one chain, and fewer commits than rows: concurrent emitters
+// share commits instead of each waiting for its own fsync.
+func TestConcurrentEmitGroupCommit(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	const emitters, each = 100, 10
+	seqs := make(chan int64, emitters*each)
+	var wg sync.WaitGroup
+	for e := range emitters {
+		wg.Go(func() {
+			c := common(fmt.Sprintf("inv-%03d", e))
+			for i := range each {
+				r, err := s.Emit(context.Background(), ToolCallStarted(c, fmt.Sprint(i), "Read", zeroHash(i)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				seqs <- r.Seq
+			}
+		})
+	}
+	wg.Wait()
+	close(seqs)
+	var got []int64
+	for q := range seqs {
+		got = append(got, q)
+	}
+	slices.Sort(got)
+	for i, q := range got {
+		if q != int64(i+1) {
+			t.Fatalf("returned seqs not 1..%d: %v…", emitters*each, got[:min(len(got), i+3)])
+		}
+	}
+	rep, err := s.Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Rows != emitters*each {
+		t.Fatalf("report: rows %d ok %v problems %v", rep.Rows, rep.OK, rep.Problems[:min(3, len(rep.Problems))])
+	}
+	commits := s.commits.Load()
+	t.Logf("%d rows in %d commits", rep.Rows, commits)
+	if commits >= emitters*each {
+		t.Fatalf("%d commits for %d rows: no group commit", commits, emitters*each)
+	}
+}
+
+// TestBatchesAreBounded: with the writer held, queued rows are taken at
+// most maxBatch per transaction.
+func TestBatchesAreBounded(t *testing.T) {
+	s := openStore(t, t.TempDir(), WithMaxBatch(4))
+	hold, entered := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.beforeCommit = func() error { once.Do(func() { close(entered); <-hold }); return nil }
+	var wg sync.WaitGroup
+	emit := func(i int) {
+		wg.Go(func() {
+			if _, err := s.Emit(context.Background(), NoConnect(common(fmt.Sprint(i)), 1)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	emit(0)
+	<-entered // the writer holds a one-row batch
+	for i := range 20 {
+		emit(i + 1)
+	}
+	waitQueued(t, s, 20)
+	close(hold)
+	wg.Wait()
+	if c := s.commits.Load(); c != 6 {
+		t.Fatalf("%d commits, want 1 + 20/4 = 6", c)
+	}
+}
+
+func waitQueued(t *testing.T, s *Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.queue) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue has %d, want %d", len(s.queue), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestDurableAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitted := emitAll(t, s, append(invocation("inv-a"), invocation("inv-b")...)...)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir)
+	if got := allRows(t, s); !slices.EqualFunc(got, emitted, rowsEqual) {
+		t.Fatalf("after reopen: %d rows, want %d", len(got), len(emitted))
+	}
+	// The chain continues from the stored head.
+	next := emitAll(t, s, NoConnect(common("inv-c"), 60000))[0]
+	if next.Seq != 13 || next.PrevHash != emitted[11].RowHash {
+		t.Fatalf("next row %+v does not continue the chain", next)
+	}
+	if rep, err := s.Verify(context.Background()); err != nil || !rep.OK {
+		t.Fatalf("%+v %v", rep, err)
+	}
+}
+
+func TestInvalidDraftRejected(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	for _, d := range []Draft{
+		InvokedCompleted(common("i"), "exploded", 1, "", ""),
+		{Kind: KindNoConnect, Payload: json.RawMessage(`{"waited_ms":1}`)},
+		{Kind: "skill.other", Payload: NoConnect(common("i"), 1).Payload},
+	} {
+		if _, err := s.Emit(context.Background(), d); !errors.Is(err, ErrInvalidRow) || errors.Is(err, ErrUnavailable) {
+			t.Errorf("Emit(%s) = %v, want ErrInvalidRow", d.Kind, err)
+		}
+	}
+	if rows := allRows(t, s); len(rows) != 0 {
+		t.Fatalf("%d rows written", len(rows))
+	}
+}
+
+func TestEmitContextCanceled(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	// Already canceled: nothing queued.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Emit(ctx, NoConnect(common("early"), 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Emit = %v, want context.Canceled", err)
+	}
+
+	// Canceled while queued behind a commit in progress: returns ctx.Err()
+	// and the row is never written.
+	hold, entered := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.beforeCommit = func() error {
+		once.Do(func() { close(entered); <-hold })
+		return nil
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Emit(context.Background(), NoConnect(common("first"), 1))
+		first <- err
+	}()
+	<-entered
+	ctx, cancel = context.WithCancel(context.Background())
+	queuedErr := make(chan error, 1)
+	go func() {
+		_, err := s.Emit(ctx, NoConnect(common("canceled"), 1))
+		queuedErr <- err
+	}()
+	waitQueued(t, s, 1)
+	cancel()
+	if err := <-queuedErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("queued Emit = %v, want context.Canceled", err)
+	}
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	after := emitAll(t, s, NoConnect(common("after"), 1))[0]
+	rows := allRows(t, s)
+	if len(rows) != 2 || after.Seq != 2 {
+		t.Fatalf("rows %v: the canceled row was written", rows)
+	}
+	for _, r := range rows {
+		if strings.Contains(string(r.Payload), `"canceled"`) {
+			t.Fatal("canceled row written")
+		}
+	}
+}
+
+// TestEmitContextCanceledAfterTaken: once the writer has the row, Emit waits
+// for the commit whatever ctx does, so success always means durable.
+func TestEmitContextCanceledAfterTaken(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	hold, entered := make(chan struct{}), make(chan struct{})
+	s.beforeCommit = func() error { close(entered); <-hold; return nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Emit(ctx, NoConnect(common("taken"), 1))
+		done <- err
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Emit returned %v before its commit finished", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatalf("Emit = %v, want the commit's result (nil)", err)
+	}
+	if rows := allRows(t, s); len(rows) != 1 {
+		t.Fatalf("%d rows", len(rows))
+	}
+}
+
+// TestFailedCommitDoesNotAdvanceChain: every emitter of a failed batch gets
+// ErrUnavailable, nothing of the batch is stored, and the next batch chains
+// from the last durable row.
+func TestFailedCommitDoesNotAdvanceChain(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	good := emitAll(t, s, invocation("inv-a")[:2]...)
+	fail := true
+	s.beforeCommit = func() error {
+		if fail {
+			fail = false
+			return errors.New("injected: disk on fire")
+		}
+		return nil
+	}
+	if _, err := s.Emit(context.Background(), NoConnect(common("lost"), 1)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Emit = %v, want ErrUnavailable", err)
+	}
+	next := emitAll(t, s, NoConnect(common("next"), 1))[0]
+	if next.Seq != 3 || next.PrevHash != good[1].RowHash {
+		t.Fatalf("next row seq %d prev %s: chain advanced past a failed commit", next.Seq, next.PrevHash)
+	}
+	if rep, _ := s.Verify(context.Background()); !rep.OK || rep.Rows != 3 {
+		t.Fatalf("%+v", rep)
+	}
+}
+
+func TestCloseDrainsQueueAndRefusesAfter(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, entered := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.beforeCommit = func() error { once.Do(func() { close(entered); <-hold }); return nil }
+	var wg sync.WaitGroup
+	emit := func(i int) {
+		wg.Go(func() {
+			if _, err := s.Emit(context.Background(), NoConnect(common(fmt.Sprint(i)), 1)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	emit(0)
+	<-entered
+	for i := range 9 {
+		emit(i + 1)
+	}
+	waitQueued(t, s, 9)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	time.Sleep(10 * time.Millisecond)
+	close(hold)
+	wg.Wait()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if c := s.commits.Load(); c != 2 {
+		t.Fatalf("%d commits, want 2 (the held one, then the queue)", c)
+	}
+	if _, err := s.Emit(context.Background(), NoConnect(common("late"), 1)); !errors.Is(err, ErrClosed) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Emit after Close = %v, want ErrClosed (an ErrUnavailable)", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestUnterminated(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	start := func(inv string) Draft { return InvokedStarted(common(inv), "1", "p", zeroHash(1), map[string]any{}) }
+	emitAll(t, s, start("a"), start("b"), start("c"),
+		InvokedCompleted(common("b"), OutcomeSuccess, 1, zeroHash(2), ""),
+		ToolCallStarted(common("c"), "1", "Read", ""), start("d"),
+		InvokedCompleted(common("d"), OutcomeLost, 0, "", "supervisor restarted"))
+	rows, err := s.Unterminated(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range rows {
+		var p Common
+		json.Unmarshal(r.Payload, &p)
+		ids = append(ids, p.InvocationID)
+		if r.Kind != KindInvokedStarted {
+			t.Errorf("row %d is %s", r.Seq, r.Kind)
+		}
+	}
+	if !slices.Equal(ids, []string{"a", "c"}) {
+		t.Fatalf("unterminated %v, want [a c]", ids)
+	}
+	if rep, _ := s.Verify(context.Background()); !slices.Equal(rep.InFlight, ids) {
+		t.Fatalf("Verify in-flight %v, want %v", rep.InFlight, ids)
+	}
+}
+
+// TestTamperedPayloadInDatabase: one byte of a stored payload changed with
+// SQL (the triggers dropped, as anyone with the file can) → Verify names
+// that row and only that row.
+func TestTamperedPayloadInDatabase(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := emitAll(t, s, append(invocation("inv-a"), invocation("inv-b")...)...)
+	s.Close()
+
+	// The triggers refuse edits through SQL.
+	db0 := rawDB(t, dir, false)
+	if _, err := db0.Exec(`UPDATE audit_rows SET ts = ts WHERE seq = 1`); err == nil || !strings.Contains(err.Error(), "append-only") {
+		t.Fatalf("UPDATE through the triggers: %v", err)
+	}
+	if _, err := db0.Exec(`DELETE FROM audit_rows WHERE seq = 1`); err == nil {
+		t.Fatal("DELETE through the triggers succeeded")
+	}
+	db0.Close()
+
+	const victim = 5 // skill.timeout of inv-a: "SIGTERM" → "SIGTERN"
+	db := rawDB(t, dir, true)
+	res, err := db.Exec(`UPDATE audit_rows SET payload = replace(payload, 'SIGTERM', 'SIGTERN') WHERE seq = ?`, victim)
+	if n, _ := res.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("tamper: %v (%d rows)", err, n)
+	}
+	db.Close()
+
+	s = openStore(t, dir) // the tail is intact, so Open succeeds
+	rep, err := s.Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || len(rep.Problems) == 0 {
+		t.Fatal("tampered payload not detected")
+	}
+	for _, p := range rep.Problems {
+		if p.Seq != victim || p.RowID != rows[victim-1].RowID {
+			t.Errorf("problem names seq %d (%s): %s; want only seq %d", p.Seq, p.RowID, p.Reason, victim)
+		}
+	}
+	t.Logf("%+v", rep.Problems)
+}
+
+// TestDeletedMiddleRowDetected: removing a row leaves a gap and a broken
+// link at the next row.
+func TestDeletedMiddleRowDetected(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := emitAll(t, s, invocation("inv-a")...)
+	s.Close()
+	db := rawDB(t, dir, true)
+	if _, err := db.Exec(`DELETE FROM audit_rows WHERE seq = 3`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s = openStore(t, dir)
+	rep, err := s.Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := problemsFor(rep, 4, rows[3].RowID)
+	if rep.OK || len(reasons) < 2 || !strings.Contains(strings.Join(reasons, ";"), "seq 4 follows seq 2") {
+		t.Fatalf("deletion not reported at seq 4: %+v", rep.Problems)
+	}
+}
+
+// TestTamperedTailRefusedAtOpen: Open checks the last row, so a store whose
+// newest row was altered is refused (ErrUnavailable) before anything is
+// appended to it.
+func TestTamperedTailRefusedAtOpen(t *testing.T) {
+	for name, q := range map[string]string{
+		"payload":   `UPDATE audit_rows SET payload = replace(payload, '60000', '60001') WHERE seq = (SELECT max(seq) FROM audit_rows)`,
+		"prev_hash": `UPDATE audit_rows SET prev_hash = (CASE WHEN substr(prev_hash, 1, 1) = '0' THEN '1' ELSE '0' END) || substr(prev_hash, 2) WHERE seq = (SELECT max(seq) FROM audit_rows)`,
+		"delete":    `DELETE FROM audit_rows WHERE seq = (SELECT max(seq) - 1 FROM audit_rows)`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			emitAll(t, s, invocation("inv-a")...)
+			s.Close()
+			db := rawDB(t, dir, true)
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			if s, err := Open(dir); !errors.Is(err, ErrUnavailable) {
+				if s != nil {
+					s.Close()
+				}
+				t.Fatalf("Open = %v, want ErrUnavailable", err)
+			} else {
+				t.Log(err)
+			}
+		})
+	}
+}
+
+func TestStateDirUnusable(t *testing.T) {
+	t.Run("state dir is a file", func(t *testing.T) {
+		f := filepath.Join(t.TempDir(), "file")
+		os.WriteFile(f, []byte("x"), 0o600)
+		if _, err := Open(f); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Open = %v, want ErrUnavailable", err)
+		}
+	})
+	t.Run("audit.db is a directory", func(t *testing.T) {
+		dir := t.TempDir()
+		os.Mkdir(filepath.Join(dir, FileName), 0o700)
+		if _, err := Open(dir); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Open = %v, want ErrUnavailable", err)
+		}
+	})
+	t.Run("not a database", func(t *testing.T) {
+		dir := t.TempDir()
+		garbage := []byte(strings.Repeat("this is not an sqlite file ", 400))
+		os.WriteFile(filepath.Join(dir, FileName), garbage, 0o600)
+		if _, err := Open(dir); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Open = %v, want ErrUnavailable", err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, FileName)); string(b) != string(garbage) {
+			t.Fatal("Open modified the file it refused")
+		}
+	})
+	t.Run("corrupt pages", func(t *testing.T) {
+		dir := t.TempDir()
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		emitAll(t, s, invocation("inv")...)
+		s.Close()
+		path := filepath.Join(dir, FileName)
+		b, _ := os.ReadFile(path)
+		for i := 100; i < len(b); i++ { // keep the header, wreck every page
+			b[i] ^= 0x5a
+		}
+		os.WriteFile(path, b, 0o600)
+		if s, err := Open(dir); !errors.Is(err, ErrUnavailable) {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("Open = %v, want ErrUnavailable", err)
+		}
+	})
+	t.Run("read-only dir (non-root)", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("root ignores directory permissions; TestStateDirOnReadOnlyMount covers root")
+		}
+		dir := t.TempDir()
+		os.Chmod(dir, 0o500)
+		t.Cleanup(func() { os.Chmod(dir, 0o700) })
+		if _, err := Open(dir); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Open = %v, want ErrUnavailable", err)
+		}
+	})
+	t.Run("existing store made read-only (non-root)", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("root ignores file permissions; TestStateDirOnReadOnlyMount covers root")
+		}
+		dir := t.TempDir()
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := emitAll(t, s, invocation("inv")...)
+		s.Close()
+		os.Chmod(filepath.Join(dir, FileName), 0o400)
+		os.Chmod(dir, 0o500)
+		if s, err := Open(dir); !errors.Is(err, ErrUnavailable) {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("Open = %v, want ErrUnavailable", err)
+		}
+		os.Chmod(dir, 0o700)
+		os.Chmod(filepath.Join(dir, FileName), 0o600)
+		s = openStore(t, dir)
+		if got := allRows(t, s); !slices.EqualFunc(got, rows, rowsEqual) {
+			t.Fatal("rows changed")
+		}
+	})
+}
+
+// TestAcknowledgedRowsSurviveKill: a process killed with SIGKILL while
+// emitting (no Close, no deferred anything) leaves every row whose Emit had
+// returned, and a chain that verifies. Re-runs this test binary as the
+// emitting process.
+func TestAcknowledgedRowsSurviveKill(t *testing.T) {
+	if dir := os.Getenv("AUDIT_TEST_EMITTER_DIR"); dir != "" {
+		s, err := Open(dir)
+		if err != nil {
+			fmt.Println("open:", err)
+			os.Exit(1)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for e := range 8 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					r, err := s.Emit(context.Background(), ToolCallStarted(common(fmt.Sprint(e)), fmt.Sprint(i), "Read", ""))
+					if err != nil {
+						fmt.Println("emit:", err)
+						os.Exit(1)
+					}
+					mu.Lock()
+					fmt.Printf("%d %s\n", r.Seq, r.RowHash)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAcknowledgedRowsSurviveKill$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "AUDIT_TEST_EMITTER_DIR="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[int64]string{}
+	sc := bufio.NewScanner(out)
+	for len(acked) < 500 && sc.Scan() {
+		var seq int64
+		var hash string
+		if _, err := fmt.Sscanf(sc.Text(), "%d %s", &seq, &hash); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("emitter said %q", sc.Text())
+		}
+		acked[seq] = hash
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if len(acked) < 500 {
+		t.Fatalf("emitter stopped after %d rows", len(acked))
+	}
+	s := openStore(t, dir)
+	stored := map[int64]string{}
+	for _, r := range allRows(t, s) {
+		stored[r.Seq] = r.RowHash
+	}
+	for seq, hash := range acked {
+		if stored[seq] != hash {
+			t.Fatalf("acknowledged row %d missing or different after the kill", seq)
+		}
+	}
+	rep, err := s.Verify(context.Background())
+	if err != nil || !rep.OK {
+		t.Fatalf("%+v %v", rep.Problems, err)
+	}
+	t.Logf("%d rows acknowledged before the kill, %d stored", len(acked), rep.Rows)
+}
+
+// TestWALIsCheckpointed: the writer checkpoints in idle moments, so the WAL
+// stays bounded and rows reach the database file while the store is open.
+func TestWALIsCheckpointed(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	for i := range 1500 {
+		emitAll(t, s, ToolCallStarted(common("inv"), fmt.Sprint(i), "Read", zeroHash(i)))
+	}
+	db, _ := os.Stat(filepath.Join(dir, FileName))
+	wal, _ := os.Stat(filepath.Join(dir, FileName+"-wal"))
+	t.Logf("db %d bytes, wal %d bytes", db.Size(), wal.Size())
+	if db.Size() < 100<<10 {
+		t.Errorf("database file is %d bytes after 1500 rows: never checkpointed", db.Size())
+	}
+	if max := int64(2*checkpointPages) * (4096 + 24); wal.Size() > max {
+		t.Errorf("WAL is %d bytes, want at most %d", wal.Size(), max)
+	}
+}
