@@ -23,3 +23,10 @@ for i in $(seq 20); do
   s=$(date +%s%N); "$bin" skill run "$tmp/skill" --state-dir "$tmp/state" >/dev/null || true; e=$(date +%s%N)
   echo $(( (e - s) / 1000 ))
 done | sort -n | awk '{a[NR]=$1} END {printf "  cli-median-ms %.1f\n  cli-p95-ms %.1f\n", a[int(NR/2)+1]/1000, a[int(NR*0.95)]/1000}'
+
+echo
+echo "== audit emit, durable (fsync per group commit): latency and rows/s at 1, 10, 100 concurrent emitters"
+go test -run '^$' -bench 'BenchmarkEmit' -benchtime 2000x -count 1 ./audit/ | grep -E '^Benchmark'
+echo
+echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
+go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark'
