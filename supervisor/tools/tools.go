@@ -1,0 +1,72 @@
+// Package tools holds the native tools a skill reaches through the broker,
+// one file each. Every tool re-checks its resource (path, memory path, URL)
+// with the invocation's policy.Enforcer at call time: default deny.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/cyberos/supervisor/memory"
+	"github.com/cyberos/supervisor/policy"
+)
+
+// Error classes the broker maps to JSON-RPC codes (in one function there).
+// A refusal is a *policy.Denial; these are the other failures.
+var (
+	ErrInvalidParams = errors.New("invalid params") // -32602
+	ErrNotFound      = errors.New("not found")      // tool error
+	ErrTooLarge      = errors.New("too large")      // tool error
+	ErrTimeout       = errors.New("timed out")      // tool error, outcome timeout
+	ErrFailed        = errors.New("tool failed")    // tool error
+)
+
+// ExecRequest is a command to run inside the invocation's sandbox.
+type ExecRequest struct {
+	Argv    []string
+	Env     []string
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Timeout time.Duration
+}
+
+// ExecResult is how the command ended.
+type ExecResult struct {
+	ExitCode int
+	Signal   string // set when killed by a signal
+	TimedOut bool
+}
+
+// Env is one invocation's world, shared by all its calls.
+type Env struct {
+	SkillID, InvocationID, TenantID string
+	Policy                          *policy.Policy
+	Enforcer                        *policy.Enforcer
+	Memory                          *memory.Store
+	// Exec runs a process inside the invocation's sandbox (Bash).
+	Exec func(ctx context.Context, r ExecRequest) (ExecResult, error)
+	// Resolve, when set, replaces DNS for the Http tools (tests map names
+	// to 127.0.0.1 with it). Every address is still checked by the enforcer.
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+}
+
+// Call is one tool.call.
+type Call struct {
+	Env         *Env
+	Args        json.RawMessage
+	Traceparent string // W3C header value, for HttpFetch/HttpPost
+	TraceID     string // for MemoryEmit
+}
+
+// Tool is a native tool.
+type Tool interface {
+	Name() policy.Tool
+	Description() string
+	// Call performs it. The result is marshalled as the JSON-RPC result.
+	Call(ctx context.Context, c *Call) (any, error)
+}
