@@ -15,9 +15,10 @@ help: ## list the targets
 deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config); idempotent
 	@bash scripts/install-deps.sh
 
-build: deps ## build bin/cyberos (cgo + seccomp) and bin/cyberos-init (static, the sandbox's pid 1)
+build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
 	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -o $(BIN) ./cmd/cyberos
 	$(CC) -static -O2 -Wall -Wextra -Werror -o bin/cyberos-init sandbox-init/cyberos-init.c
+	CGO_ENABLED=0 $(GO) build -o bin/cyberos-tool ./cmd/cyberos-tool
 
 demo: build ## run the example skill in the sandbox (as root) and print what was enforced
 	@bash scripts/demo.sh $(BIN) $(DEMO_STATE)

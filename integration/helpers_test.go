@@ -44,9 +44,13 @@ func run(m *testing.M) int {
 	for _, build := range []*exec.Cmd{
 		exec.Command("go", "build", "-tags", "seccomp", "-o", cyberosBin, "./cmd/cyberos"),
 		exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(tmp, "cyberos-init"), "sandbox-init/cyberos-init.c"),
+		exec.Command("go", "build", "-o", filepath.Join(tmp, "cyberos-tool"), "./cmd/cyberos-tool"),
 	} {
 		build.Dir = repoRoot
 		build.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if strings.Contains(build.String(), "cyberos-tool") {
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n%s", build, err, out)
 			return 1

@@ -49,7 +49,7 @@ func BenchmarkRunAuditVsNoop(b *testing.B) {
 	os.MkdirAll(skill, 0o755)
 	os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: bench\ndescription: d\n---\n"), 0o644)
 	os.WriteFile(filepath.Join(skill, "main"), []byte("#!/bin/sh\necho '{}'\n"), 0o755)
-	runner, err := sandbox.NewLinuxRunner(sandbox.Options{RunDir: filepath.Join(base, "run"), InitBinary: initBin})
+	runner, err := sandbox.NewLinuxRunner(sandbox.Options{RunDir: filepath.Join(base, "run"), InitBinary: initBin, ToolBinary: initBin})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -89,6 +89,10 @@ func (s *Supervisor) Reconcile(ctx context.Context, store Reconciler) ([]string,
 			}
 			continue
 		}
+		// Its broker socket died with it; remove the file.
+		if s.SocketDir != "" {
+			_ = os.Remove(filepath.Join(s.SocketDir, "cyberos-skill-broker."+c.InvocationID+".sock"))
+		}
 		// The real end is unknown: the duration is an upper bound, from the
 		// started row to now.
 		var dur int64

@@ -23,8 +23,10 @@ import (
 
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/tools"
 	"github.com/cyberos/supervisor/telemetry"
 )
 
@@ -125,6 +127,19 @@ type Supervisor struct {
 	// AllowDegraded is passed to the runner (macOS rlimit-only mode).
 	AllowDegraded bool
 
+	// SocketDir is the private (root, 0700) directory of the broker sockets.
+	SocketDir string
+	// Tools is the registry the broker dispatches to (tools.Registry()).
+	Tools map[policy.Tool]tools.Tool
+	// Memory backs the Memory* tools.
+	Memory *memory.Store
+	// AllowLoopbackHTTP lets Http tools reach 127.0.0.0/8 and ::1: runner
+	// configuration for tests, never taken from frontmatter.
+	AllowLoopbackHTTP bool
+	// NoConnectAfter is how long a running skill may go without connecting
+	// to its broker before skill.no_connect is recorded (default 60 s).
+	NoConnectAfter time.Duration
+
 	metricsOnce sync.Once
 }
 
@@ -170,6 +185,7 @@ func (s *Supervisor) Run(req Request) (Envelope, error) {
 // invocation is a validated request, ready to audit and dispatch.
 type invocation struct {
 	pol         *policy.Policy
+	enforcer    *policy.Enforcer
 	spec        sandbox.Spec
 	containment sandbox.Containment
 	common      audit.Common
@@ -219,6 +235,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	}
 	inv := &invocation{
 		pol:      pol,
+		enforcer: policy.NewEnforcer(pol, policy.EnforcerOptions{AllowLoopback: s.AllowLoopbackHTTP}),
 		persona:  req.Persona,
 		argsHash: argsHash,
 		deadline: deadline,
@@ -337,6 +354,22 @@ func (s *Supervisor) dispatchRecovered(inv *invocation, log *slog.Logger) (env E
 func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, string) {
 	env := inv.env
 	deadline := inv.deadline
+	// The broker exists before the skill does: its socket is bind-mounted
+	// into the sandbox. Tool calls that need the sandbox (Bash) wait for it.
+	var running atomic.Pointer[sandbox.Process]
+	brk, err := s.startBroker(inv, &running, log)
+	if err != nil {
+		env.Outcome = OutcomeError
+		env.ErrorMessage = "broker did not start: " + err.Error()
+		log.Error("broker start", "err", err)
+		return env, "broker did not start"
+	}
+	defer func() {
+		if cerr := brk.Close(); cerr != nil {
+			log.Error("broker close", "err", cerr)
+		}
+	}()
+	inv.spec.BrokerSocket = brk.Path()
 	proc, err := s.Runner.Start(inv.spec)
 	if err != nil {
 		env.Outcome = OutcomeError
@@ -344,6 +377,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		log.Error("sandbox start", "err", err)
 		return env, "sandbox did not start"
 	}
+	running.Store(&proc)
 	defer func() {
 		if cerr := proc.Close(); cerr != nil {
 			log.Error("sandbox cleanup", "err", cerr)

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,9 @@ type fakeRunner struct {
 	closed   bool
 	lastSpec sandbox.Spec
 }
+
+func (f *fakeRunner) SkillIDs() (int, int)          { return os.Getuid(), os.Getgid() }
+func (f *fakeRunner) Owns(id string, pid int32) bool { return pid == int32(os.Getpid()) }
 
 func (f *fakeRunner) Check(sandbox.Spec) (sandbox.Containment, error) {
 	return sandbox.Containment{Platform: "fake"}, f.checkErr
@@ -89,6 +93,9 @@ func (p *fakeProc) Wait() (sandbox.Exit, error) {
 }
 
 func (p *fakeProc) Stats() (cgroups.Stats, error) { return p.f.stats, nil }
+func (p *fakeProc) Exec(context.Context, sandbox.ExecSpec) (sandbox.ExecExit, error) {
+	return sandbox.ExecExit{}, errors.New("fake: no exec")
+}
 func (p *fakeProc) Close() error {
 	p.f.mu.Lock()
 	p.f.closed = true

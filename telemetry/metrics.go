@@ -13,7 +13,17 @@ type Metrics struct {
 	AuditEmitFailures  *prometheus.CounterVec   // skill_audit_emit_failures_total{stage}
 	SandboxStartMS     prometheus.Histogram     // skill_sandbox_start_ms
 	InvocationsRunning prometheus.Gauge         // skill_active_invocations
+	ToolCalls          *prometheus.CounterVec   // tool_calls_total{skill_id,tool,outcome}
+	ResponseTruncated  prometheus.Counter       // broker_response_truncated_total
 }
+
+// Tool-call outcomes, the outcome label of tool_calls_total.
+const (
+	ToolCallSuccess = "success"
+	ToolCallDenied  = "denied"
+	ToolCallError   = "error"
+	ToolCallTimeout = "timeout"
+)
 
 // NewMetrics registers every series on a new registry. Both stages of the
 // audit-failure counter exist at 0 from the start.
@@ -37,8 +47,15 @@ func NewMetrics() *Metrics {
 		InvocationsRunning: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "skill_active_invocations", Help: "Invocations running now.",
 		}),
+		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tool_calls_total", Help: "Broker tool calls by outcome (success, denied, error, timeout).",
+		}, []string{"skill_id", "tool", "outcome"}),
+		ResponseTruncated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "broker_response_truncated_total", Help: "Broker responses over the 16 MiB cap, replaced by a response_too_large error.",
+		}),
 	}
-	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDurationMS, m.AuditEmitFailures, m.SandboxStartMS, m.InvocationsRunning)
+	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDurationMS, m.AuditEmitFailures, m.SandboxStartMS, m.InvocationsRunning,
+		m.ToolCalls, m.ResponseTruncated)
 	m.AuditEmitFailures.WithLabelValues("start")
 	m.AuditEmitFailures.WithLabelValues("completed")
 	return m

@@ -15,9 +15,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
 // cliBusyTimeout bounds how long one CLI process waits for the audit store's
@@ -28,7 +30,8 @@ type runFlags struct {
 	args, argsFile, tenant, persona, traceparent string
 	deadline                                     time.Duration
 	stateDir, profilesDir, runDir, logLevel      string
-	json, allowDegraded                          bool
+	socketDir                                    string
+	json, allowDegraded, allowLoopbackHTTP       bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -54,7 +57,10 @@ func newRunCmd() *cobra.Command {
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
 	fl.BoolVar(&f.json, "json", false, "print the envelope as one JSON object")
 	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even where the platform cannot enforce every control (macOS)")
+	fl.StringVar(&f.socketDir, "socket-dir", "", "private directory of broker sockets (default <run-dir>/sockets)")
+	fl.BoolVar(&f.allowLoopbackHTTP, "allow-loopback-http", false, "let Http tools reach 127.0.0.0/8 and ::1 (tests only)")
 	_ = fl.MarkHidden("run-dir")
+	_ = fl.MarkHidden("allow-loopback-http")
 	return cmd
 }
 
@@ -89,9 +95,22 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return &exitError{exitRefused, fmt.Errorf("audit store unavailable, skill not started: %w", err)}
 	}
 	defer store.Close()
+	mem, err := memory.Open(f.stateDir)
+	if err != nil {
+		return &exitError{exitRefused, fmt.Errorf("memory store unavailable, skill not started: %w", err)}
+	}
+	defer mem.Close()
+	socketDir, err := privateDir(f.socketDir, filepath.Join(f.runDir, "sockets"))
+	if err != nil {
+		return &exitError{exitRefused, err}
+	}
 	sup := &supervisor.Supervisor{
-		Runner:        runner,
-		Audit:         store,
+		Runner:            runner,
+		Audit:             store,
+		Memory:            mem,
+		Tools:             tools.Registry(),
+		SocketDir:         socketDir,
+		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		ProfilesDir:   profiles,
 		StateDir:      f.stateDir,
 		Log:           log,
@@ -202,4 +221,20 @@ func resolveProfilesDir(flag string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no seccomp profile directory found (looked in %s); pass --seccomp-profiles", strings.Join(candidates, ", "))
+}
+
+// privateDir makes (or checks) a root-only 0700 directory: the broker
+// refuses a socket directory anyone else can write to.
+func privateDir(flag, def string) (string, error) {
+	dir := flag
+	if dir == "" {
+		dir = def
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("socket dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", fmt.Errorf("socket dir: %w", err)
+	}
+	return filepath.Abs(dir)
 }

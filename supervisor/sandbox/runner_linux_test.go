@@ -66,7 +66,8 @@ func newWorld(tb testing.TB) *world {
 	if err := os.WriteFile(filepath.Join(w.skillDir, "main"), trueBin, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	w.runner, err = NewLinuxRunner(Options{RunDir: w.runDir, InitBinary: initBin})
+	// The tool client is not exercised here; any executable fills its mount.
+	w.runner, err = NewLinuxRunner(Options{RunDir: w.runDir, InitBinary: initBin, ToolBinary: initBin})
 	if err != nil {
 		tb.Fatal(err)
 	}

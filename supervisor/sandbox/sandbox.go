@@ -4,6 +4,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -41,6 +42,9 @@ type Options struct {
 	// InitBinary is the static cyberos-init, the sandbox's pid 1. Default:
 	// cyberos-init beside the running executable.
 	InitBinary string
+	// ToolBinary is the static cyberos-tool client, bind-mounted read-only
+	// at ToolBinPath. Default: cyberos-tool beside the running executable.
+	ToolBinary string
 	// RunDir holds libcontainer state, the shared read-only rootfs skeleton
 	// and per-invocation lock files. Default /run/cyberos.
 	RunDir string
@@ -69,10 +73,9 @@ type Spec struct {
 	ProfilesDir    string // directory of <name>.json OCI seccomp profiles
 	SeccompProfile string // profile name
 
-	// BrokerSocket, when set, is a host socket bind-mounted at
-	// /run/cyberos/broker.sock; ToolBinary, when set, at /run/cyberos/bin/cyberos-tool.
+	// BrokerSocket, when set, is the invocation's host socket, bind-mounted
+	// at /run/cyberos/broker.sock.
 	BrokerSocket string
-	ToolBinary   string
 
 	// AllowDegraded lets a platform that cannot enforce every control run
 	// anyway, saying in Containment what was not enforced.
@@ -99,10 +102,29 @@ type Process interface {
 	Stats() (cgroups.Stats, error)
 	// Close removes the container, its cgroup, mounts and scratch.
 	Close() error
+	// Exec runs another process inside the running sandbox (the Bash tool):
+	// same namespaces, cgroup, seccomp filter, no capabilities,
+	// no_new_privs, the skill's uid. It is killed at r.Timeout.
+	Exec(ctx context.Context, r ExecSpec) (ExecExit, error)
 	// Containment says what is actually enforced.
 	Containment() Containment
 	// StartLatency is the time from Start to the skill running.
 	StartLatency() time.Duration
+}
+
+// ExecSpec is a process to run in a running sandbox.
+type ExecSpec struct {
+	Argv           []string
+	Env            []string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Timeout        time.Duration
+}
+
+// ExecExit is how an exec'd process ended.
+type ExecExit struct {
+	Exit
+	TimedOut bool
 }
 
 // Runner starts sandboxes. One per platform; a fake in unit tests.
@@ -112,6 +134,12 @@ type Runner interface {
 	// achieve, so it can be recorded before the skill runs.
 	Check(spec Spec) (Containment, error)
 	Start(spec Spec) (Process, error)
+	// SkillIDs is the host uid and gid the skill's processes run as; the
+	// broker socket is owned by them.
+	SkillIDs() (uid, gid int)
+	// Owns reports whether host pid belongs to sandbox id (the broker's
+	// peer check). It holds from the skill's first instruction on.
+	Owns(id string, pid int32) bool
 }
 
 // Containment records what was enforced for one invocation; it goes into

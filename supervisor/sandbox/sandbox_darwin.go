@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,12 +36,27 @@ var notEnforcedDarwin = []string{
 	"kill of the whole tree: only the process group; a setsid child survives",
 }
 
-type darwinRunner struct{}
+type darwinRunner struct {
+	mu     sync.Mutex
+	groups map[string]int // invocation id → process group of its skill
+}
 
 // New returns the rlimit-only runner.
-func New(Options) (Runner, error) { return darwinRunner{}, nil }
+func New(Options) (Runner, error) { return &darwinRunner{groups: map[string]int{}}, nil }
 
-func (darwinRunner) Check(spec Spec) (Containment, error) {
+// Owns: the skill's processes are its process group.
+func (r *darwinRunner) Owns(id string, pid int32) bool {
+	r.mu.Lock()
+	pg, ok := r.groups[id]
+	r.mu.Unlock()
+	got, err := unix.Getpgid(int(pid))
+	return ok && err == nil && got == pg
+}
+
+// SkillIDs: the skill runs as the supervisor's own user on macOS.
+func (*darwinRunner) SkillIDs() (int, int) { return os.Getuid(), os.Getgid() }
+
+func (*darwinRunner) Check(spec Spec) (Containment, error) {
 	if !spec.AllowDegraded {
 		return Containment{}, fmt.Errorf("%w: macOS can only apply rlimits; not enforceable: %s (rerun with --allow-degraded to accept)", ErrDegraded, strings.Join(notEnforcedDarwin, "; "))
 	}
@@ -59,7 +76,7 @@ func darwinContainment(spec Spec) Containment {
 	}
 }
 
-func (r darwinRunner) Start(spec Spec) (Process, error) {
+func (r *darwinRunner) Start(spec Spec) (Process, error) {
 	cont, err := r.Check(spec)
 	if err != nil {
 		return nil, err
@@ -80,7 +97,10 @@ func (r darwinRunner) Start(spec Spec) (Process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("sandbox start: %w", err)
 	}
-	return &darwinProcess{cmd: cmd, cont: cont, latency: time.Since(start)}, nil
+	r.mu.Lock()
+	r.groups[spec.ID] = cmd.Process.Pid
+	r.mu.Unlock()
+	return &darwinProcess{runner: r, id: spec.ID, cmd: cmd, cont: cont, latency: time.Since(start)}, nil
 }
 
 type rlimits struct{ cpuSec, asBytes, nproc, nofile uint64 }
@@ -103,6 +123,8 @@ func (l rlimits) describe() []string {
 }
 
 type darwinProcess struct {
+	runner  *darwinRunner
+	id      string
 	cmd     *exec.Cmd
 	cont    Containment
 	latency time.Duration
@@ -132,8 +154,18 @@ func (p *darwinProcess) Stats() (cgroups.Stats, error) {
 }
 
 func (p *darwinProcess) Close() error {
+	p.runner.mu.Lock()
+	delete(p.runner.groups, p.id)
+	p.runner.mu.Unlock()
 	_ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
 	return nil
+}
+
+
+// Exec is refused: without namespaces there is no "inside" to run Bash in,
+// and running it on the host would be a silent downgrade.
+func (p *darwinProcess) Exec(context.Context, ExecSpec) (ExecExit, error) {
+	return ExecExit{}, fmt.Errorf("%w: Bash needs a sandbox to run in", ErrUnsupported)
 }
 
 func (p *darwinProcess) Containment() Containment    { return p.cont }

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -71,8 +73,17 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 		}
 		cfg.InitBinary = filepath.Join(filepath.Dir(exe), "cyberos-init")
 	}
-	if fi, err := os.Stat(cfg.InitBinary); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o001 == 0 {
-		return nil, fmt.Errorf("sandbox: the sandbox init %s is missing or not executable by the sandbox user (build it with `make build`)", cfg.InitBinary)
+	if cfg.ToolBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: locate cyberos-tool: %w", err)
+		}
+		cfg.ToolBinary = filepath.Join(filepath.Dir(exe), "cyberos-tool")
+	}
+	for _, b := range []struct{ what, path string }{{"init", cfg.InitBinary}, {"tool client", cfg.ToolBinary}} {
+		if fi, err := os.Stat(b.path); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o001 == 0 {
+			return nil, fmt.Errorf("sandbox: the sandbox %s %s is missing or not executable by the sandbox user (build it with `make build`)", b.what, b.path)
+		}
 	}
 	if cfg.HostIDBase == 0 {
 		cfg.HostIDBase = DefaultHostIDBase
@@ -118,6 +129,15 @@ func userNSAvailable(disabled bool) (bool, string) {
 		return false, fmt.Sprintf("kernel refused a user namespace: %v", err)
 	}
 	return true, ""
+}
+
+// SkillIDs is the host uid/gid of the skill's processes.
+func (r *LinuxRunner) SkillIDs() (int, int) {
+	if r.userNS {
+		id := int(r.cfg.HostIDBase) + SkillUID
+		return id, id
+	}
+	return 65534, 65534
 }
 
 // UserNamespace reports whether sandboxes get a user namespace, and if not why.
@@ -395,9 +415,7 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 	if spec.BrokerSocket != "" {
 		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
 	}
-	if spec.ToolBinary != "" {
-		mounts = append(mounts, &configs.Mount{Source: spec.ToolBinary, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
-	}
+	mounts = append(mounts, &configs.Mount{Source: r.cfg.ToolBinary, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
 	example := specconv.Example().Linux
 	oomAdj := 1000
 	cfg := &configs.Config{
@@ -556,6 +574,112 @@ func (p *linuxProcess) cleanup() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Exec starts r.Argv in the container with libcontainer (Init false): it
+// joins the container's namespaces and cgroup, and libcontainer applies the
+// container's seccomp filter, empty capability sets and no_new_privs to it.
+// Its stdio are pipes we own, so a background child holding them open
+// cannot block the call past its end: after the process exits, output is
+// drained for at most execDrain.
+func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
+	uid := SkillUID
+	if !p.runner.userNS {
+		uid = 65534
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return ExecExit{}, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return ExecExit{}, err
+	}
+	proc := &libcontainer.Process{
+		Args: r.Argv, Env: r.Env, UID: uid, GID: uid, Cwd: "/tmp",
+		Stdin: r.Stdin, Stdout: outW, Stderr: errW, Init: false,
+	}
+	if proc.Stdin == nil {
+		proc.Stdin = strings.NewReader("")
+	}
+	copyDone := make(chan struct{}, 2)
+	copyOut := func(dst io.Writer, src *os.File) {
+		if dst == nil {
+			dst = io.Discard
+		}
+		_, _ = io.Copy(dst, src)
+		copyDone <- struct{}{}
+	}
+	if err := p.c.Run(proc); err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return ExecExit{}, fmt.Errorf("sandbox exec: %w", err)
+	}
+	outW.Close()
+	errW.Close()
+	go copyOut(r.Stdout, outR)
+	go copyOut(r.Stderr, errR)
+
+	var timedOut bool
+	waited := make(chan struct{})
+	go func() {
+		select {
+		case <-waited:
+		case <-ctx.Done():
+			_ = proc.Signal(unix.SIGKILL)
+		case <-time.After(r.Timeout):
+			timedOut = true
+			_ = proc.Signal(unix.SIGKILL)
+		}
+	}()
+	ps, werr := proc.Wait()
+	close(waited)
+	// Drain what the process wrote; a background child that keeps the
+	// pipes open is cut off.
+	drain := time.After(execDrain)
+	for range 2 {
+		select {
+		case <-copyDone:
+		case <-drain:
+			outR.SetReadDeadline(time.Now())
+			errR.SetReadDeadline(time.Now())
+		}
+	}
+	outR.Close()
+	errR.Close()
+	ex := ExecExit{TimedOut: timedOut}
+	if ps == nil {
+		return ex, fmt.Errorf("sandbox exec wait: %w", werr)
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		ex.Code, ex.Signal = -1, ws.Signal()
+	} else {
+		ex.Code = ps.ExitCode()
+	}
+	return ex, nil
+}
+
+// Owns reads the pid's cgroup membership: every process of the sandbox,
+// exec'd ones included, is in the cgroup whose path ends in the id.
+func (r *LinuxRunner) Owns(id string, pid int32) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	leaf := CgroupParent + "/" + id
+	for _, line := range strings.Split(string(b), "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && (parts[2] == leaf || strings.HasPrefix(parts[2], leaf+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// execDrain bounds how long Exec reads output after the process exited.
+const execDrain = 200 * time.Millisecond
 
 func (p *linuxProcess) Containment() Containment    { return p.cont }
 func (p *linuxProcess) StartLatency() time.Duration { return p.latency }

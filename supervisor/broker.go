@@ -1,0 +1,60 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cyberos/supervisor/supervisor/broker"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/tools"
+)
+
+// errNotRunning: a tool that needs the sandbox was called before it ran.
+var errNotRunning = errors.New("the sandbox is not running")
+
+// startBroker starts the invocation's broker: its socket is owned by the
+// skill's host uid, only the sandbox's own processes may connect, and Bash
+// runs inside the sandbox once it is running.
+func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbox.Process], log *slog.Logger) (*broker.Broker, error) {
+	env := &tools.Env{
+		SkillID:      inv.common.SkillID,
+		InvocationID: inv.common.InvocationID,
+		TenantID:     inv.common.TenantID,
+		Policy:       inv.pol,
+		Enforcer:     inv.enforcer,
+		Memory:       s.Memory,
+		Exec: func(ctx context.Context, r tools.ExecRequest) (tools.ExecResult, error) {
+			p := running.Load()
+			if p == nil {
+				return tools.ExecResult{}, errNotRunning
+			}
+			ex, err := (*p).Exec(ctx, sandbox.ExecSpec{Argv: r.Argv, Env: r.Env, Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Timeout: r.Timeout})
+			if err != nil {
+				return tools.ExecResult{}, err
+			}
+			res := tools.ExecResult{ExitCode: ex.Code, TimedOut: ex.TimedOut}
+			if sig, ok := ex.Signal.(syscall.Signal); ok {
+				res.Signal = signalName(sig)
+			}
+			return res, nil
+		},
+	}
+	uid, gid := s.Runner.SkillIDs()
+	return broker.Start(broker.Config{
+		SocketDir: s.SocketDir,
+		Common:    inv.common,
+		Env:       env,
+		Tools:     s.Tools,
+		Audit:     s.Audit,
+		Metrics:   s.metrics(),
+		Log:       log,
+		SocketUID: uid,
+		SocketGID: gid,
+		AllowPeer: func(pid int32) bool { return s.Runner.Owns(inv.common.InvocationID, pid) },
+		NoConnectAfter: s.NoConnectAfter,
+		RatePerMinute:  inv.pol.RateLimitPerMinute,
+	})
+}

@@ -1,0 +1,428 @@
+// Package broker is the only way a skill reaches tools: a per-invocation
+// Unix socket speaking length-prefixed JSON-RPC 2.0, where every tool.call
+// is enforced against the skill's policy, audited before and after it runs,
+// and refused with -32603 and a data.reason when it may not run.
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor/tools"
+	"github.com/cyberos/supervisor/telemetry"
+)
+
+// Defaults of Config's zero values.
+const (
+	DefaultNoConnectAfter = 60 * time.Second
+	DefaultFrameTimeout   = 10 * time.Second
+	DefaultMaxConns       = 64
+)
+
+// SocketName returns the socket's file name for an invocation.
+func SocketName(invocationID string) string {
+	return "cyberos-skill-broker." + invocationID + ".sock"
+}
+
+// maxSocketPath is sun_path's size less its NUL (104 on the BSDs).
+const maxSocketPath = 103
+
+// invocationIDPattern keeps the invocation id a single, tame path element.
+var invocationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// Config is one invocation's broker.
+type Config struct {
+	// SocketDir holds the socket. It must exist, be a real directory (not a
+	// symlink) owned by the user running the broker (root in production)
+	// and have mode 0700 or 0711.
+	SocketDir string
+	// Common is carried by every audit row (InvocationID and SkillID are
+	// required); each call's row gets the call's own trace id.
+	Common audit.Common
+	// Traceparent is the invocation's W3C traceparent, used by calls that
+	// bring none. Empty: one is made from Common.TraceID, or a new trace.
+	Traceparent string
+	// Env is given to every tool call; Env.Enforcer is required.
+	Env *tools.Env
+	// Tools is the registry; it must pass tools.CheckRegistry.
+	Tools map[policy.Tool]tools.Tool
+	// Audit makes rows durable. Required.
+	Audit Auditor
+	// Metrics may be nil (no metrics).
+	Metrics *telemetry.Metrics
+	// Log may be nil (no logs).
+	Log *slog.Logger
+	// SocketUID and SocketGID own the socket file: the uid the sandbox's
+	// skill is seen as on the host (the mapped uid under a user namespace).
+	// A peer must be this uid or root.
+	SocketUID, SocketGID int
+	// AllowPeer, when set, must accept the pid of every connecting process
+	// (from SO_PEERCRED), e.g. "is in the invocation's cgroup". Refused
+	// peers are closed at once and logged. Nil accepts any pid of an
+	// allowed uid.
+	AllowPeer func(pid int32) bool
+	// NoConnectAfter: when no accepted connection arrived this long after
+	// Start, a skill.no_connect row is emitted (once) and OnNoConnect
+	// called; the broker keeps listening. Default 60 s; negative disables.
+	NoConnectAfter time.Duration
+	OnNoConnect    func()
+	// RatePerMinute caps admitted tool calls in any 60 s window of this
+	// invocation (the policy's x-rate-limit-per-minute); 0 is unbounded.
+	RatePerMinute int
+	// FrameTimeout bounds reading one frame once its first byte arrived,
+	// and writing one response. Default 10 s.
+	FrameTimeout time.Duration
+	// MaxConns bounds simultaneous connections; more are closed at once.
+	// Default 64.
+	MaxConns int
+}
+
+// Broker is one invocation's running broker.
+type Broker struct {
+	cfg  Config
+	path string
+	ln   *net.UnixListener
+	d    *dispatcher
+	log  *slog.Logger
+
+	ctx    context.Context // cancelled by Close: tools still running hurry up
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	conns     map[*net.UnixConn]struct{}
+	closed    bool
+	wg        sync.WaitGroup // the accept loop and every connection
+	closeOnce sync.Once
+
+	connected   atomic.Bool
+	noConnTimer *time.Timer
+}
+
+// Start validates cfg, creates the socket and starts serving.
+func Start(cfg Config) (*Broker, error) {
+	if err := tools.CheckRegistry(cfg.Tools); err != nil {
+		return nil, fmt.Errorf("broker: tool registry: %w", err)
+	}
+	switch {
+	case cfg.Env == nil || cfg.Env.Enforcer == nil:
+		return nil, errors.New("broker: no enforcer (Env.Enforcer is required)")
+	case cfg.Audit == nil:
+		return nil, errors.New("broker: no audit sink")
+	case cfg.Common.InvocationID == "" || cfg.Common.SkillID == "":
+		return nil, errors.New("broker: Common.InvocationID and Common.SkillID are required")
+	case !invocationIDPattern.MatchString(cfg.Common.InvocationID):
+		return nil, fmt.Errorf("broker: invocation id %q is not usable in a socket name", cfg.Common.InvocationID)
+	case cfg.RatePerMinute < 0:
+		return nil, errors.New("broker: negative RatePerMinute")
+	}
+	tp, err := invocationTraceparent(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.NoConnectAfter == 0 {
+		cfg.NoConnectAfter = DefaultNoConnectAfter
+	}
+	if cfg.FrameTimeout <= 0 {
+		cfg.FrameTimeout = DefaultFrameTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("invocation_id", cfg.Common.InvocationID, "skill_id", cfg.Common.SkillID, "tenant_id", cfg.Common.TenantID)
+
+	if err := checkSocketDir(cfg.SocketDir); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cfg.SocketDir, SocketName(cfg.Common.InvocationID))
+	ln, err := listen(path, cfg.SocketUID, cfg.SocketGID)
+	if err != nil {
+		return nil, err
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Broker{
+		cfg: cfg, path: path, ln: ln, log: log, ctx: ctx, cancel: cancel,
+		conns: map[*net.UnixConn]struct{}{},
+		d: &dispatcher{
+			common: cfg.Common, env: cfg.Env, tools: cfg.Tools, audit: cfg.Audit,
+			metrics: cfg.Metrics, log: log, traceparent: tp,
+			limiter: &window{limit: cfg.RatePerMinute},
+			started: time.Now(), now: time.Now,
+		},
+	}
+	if cfg.NoConnectAfter > 0 {
+		b.noConnTimer = time.AfterFunc(cfg.NoConnectAfter, b.noConnect)
+	}
+	b.wg.Add(1)
+	go b.accept()
+	log.Info("broker: listening", "socket", path)
+	return b, nil
+}
+
+// invocationTraceparent is the traceparent calls without their own get.
+func invocationTraceparent(cfg Config) (string, error) {
+	if cfg.Traceparent != "" {
+		tc, err := telemetry.ParseTraceparent(cfg.Traceparent)
+		if err != nil {
+			return "", fmt.Errorf("broker: invocation traceparent: %w", err)
+		}
+		return tc.String(), nil
+	}
+	tc := telemetry.NewTraceContext()
+	if cfg.Common.TraceID != "" {
+		tc.TraceID = cfg.Common.TraceID
+		if _, err := telemetry.ParseTraceparent(tc.String()); err != nil {
+			return "", fmt.Errorf("broker: Common.TraceID %q is not a W3C trace id", cfg.Common.TraceID)
+		}
+	}
+	return tc.String(), nil
+}
+
+// checkSocketDir refuses a socket directory others could write to or swap.
+func checkSocketDir(dir string) error {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return fmt.Errorf("broker: socket dir %q must be an absolute path", dir)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("broker: socket dir: %w", err)
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("broker: socket dir %s is a symlink", dir)
+	case !fi.IsDir():
+		return fmt.Errorf("broker: socket dir %s is not a directory", dir)
+	case fi.Mode()&(os.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != 0o700 &&
+		fi.Mode()&(os.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != 0o711:
+		return fmt.Errorf("broker: socket dir %s has mode %04o, want 0700 or 0711", dir, fi.Mode().Perm())
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("broker: socket dir %s: no owner information", dir)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("broker: socket dir %s is owned by uid %d, want %d", dir, st.Uid, os.Geteuid())
+	}
+	return nil
+}
+
+// listen binds the socket, which must not exist yet (bind(2) never
+// replaces a file, so an attacker's file or symlink is refused, not
+// unlinked), then gives it mode 0600 and its owner. Between bind and chmod
+// the socket has the umask's mode; the directory is private and every peer
+// is checked on accept, so that window admits no one.
+func listen(path string, uid, gid int) (*net.UnixListener, error) {
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("broker: socket path %s is longer than %d bytes", path, maxSocketPath)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("broker: %s already exists; refusing to replace it", path)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("broker: listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("broker: socket mode: %w", err)
+	}
+	if err := os.Lchown(path, uid, gid); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("broker: socket owner: %w", err)
+	}
+	return ln, nil
+}
+
+// Path is the socket's host path (bind-mount it into the sandbox).
+func (b *Broker) Path() string { return b.path }
+
+// Stats are the invocation's counters (also the broker.status result).
+func (b *Broker) Stats() Stats { return b.d.stats() }
+
+// Close stops accepting, removes the socket, tells running tools to stop
+// (their context is cancelled), closes every connection and waits for the
+// calls in flight to finish and be audited. It is idempotent.
+func (b *Broker) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		if b.noConnTimer != nil {
+			b.noConnTimer.Stop()
+		}
+		b.mu.Lock()
+		b.closed = true
+		err = b.ln.Close() // unlinks the socket file
+		for c := range b.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+		b.cancel()
+		b.wg.Wait()
+		if _, serr := os.Lstat(b.path); serr == nil {
+			if rerr := os.Remove(b.path); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+		b.log.Info("broker: closed", "tool_calls", b.d.toolCalls.Load(), "denied", b.d.denied.Load())
+	})
+	return err
+}
+
+// noConnect fires NoConnectAfter after Start unless a connection came.
+func (b *Broker) noConnect() {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed || b.connected.Load() {
+		return
+	}
+	waited := b.cfg.NoConnectAfter.Milliseconds()
+	b.log.Warn("broker: the skill never connected", "waited_ms", waited)
+	if _, err := b.cfg.Audit.Emit(context.Background(), audit.NoConnect(b.cfg.Common, waited)); err != nil {
+		b.log.Error("broker: no_connect row not written", "err", err)
+	}
+	if b.cfg.OnNoConnect != nil {
+		b.cfg.OnNoConnect()
+	}
+}
+
+func (b *Broker) accept() {
+	defer b.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := b.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and friends: wait a little rather than spin.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			b.log.Warn("broker: accept", "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-b.ctx.Done():
+				return
+			}
+			continue
+		}
+		backoff = 0
+		if !b.admit(c) {
+			c.Close()
+			continue
+		}
+		b.wg.Add(1)
+		go b.serve(c)
+	}
+}
+
+// admit checks the peer (SO_PEERCRED) and the connection count, and
+// registers the connection.
+func (b *Broker) admit(c *net.UnixConn) bool {
+	cred, err := peerCred(c)
+	if err != nil {
+		b.log.Warn("broker: peer refused: credentials unavailable", "err", err)
+		return false
+	}
+	if cred.uid != 0 && int64(cred.uid) != int64(b.cfg.SocketUID) {
+		b.log.Warn("broker: peer refused: uid", "pid", cred.pid, "uid", cred.uid)
+		return false
+	}
+	if b.cfg.AllowPeer != nil && !b.cfg.AllowPeer(cred.pid) {
+		b.log.Warn("broker: peer refused: pid not allowed", "pid", cred.pid, "uid", cred.uid)
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return false
+	case len(b.conns) >= b.cfg.MaxConns:
+		b.log.Warn("broker: connection refused: too many connections", "max", b.cfg.MaxConns, "pid", cred.pid)
+		return false
+	}
+	b.conns[c] = struct{}{}
+	b.connected.Store(true)
+	return true
+}
+
+// serve reads frames and answers them in order until the peer goes, a frame
+// breaks the stream, or the broker closes. Between frames a connection may
+// idle; once a frame's first byte arrives the rest must follow within
+// FrameTimeout.
+func (b *Broker) serve(c *net.UnixConn) {
+	defer b.wg.Done()
+	defer func() {
+		b.mu.Lock()
+		delete(b.conns, c)
+		b.mu.Unlock()
+		c.Close()
+	}()
+	br := bufio.NewReaderSize(c, 64<<10)
+	for {
+		if err := c.SetReadDeadline(time.Time{}); err != nil {
+			return
+		}
+		if _, err := br.Peek(1); err != nil {
+			return // EOF, or closed by Close
+		}
+		if err := c.SetReadDeadline(time.Now().Add(b.cfg.FrameTimeout)); err != nil {
+			return
+		}
+		body, err := ReadFrame(br, MaxRequest)
+		var resp []byte
+		var tl *FrameTooLargeError
+		switch {
+		case err == nil:
+			resp = b.d.handle(b.ctx, body)
+		case errors.As(err, &tl):
+			b.log.Warn("broker: request over the cap", "bytes", tl.Length, "discarded", tl.Err == nil)
+			resp = b.d.encode(b.d.errorResponse(nullID, err))
+			if tl.Err != nil { // the stream is lost: say why, then hang up
+				_ = b.write(c, resp)
+				return
+			}
+		default:
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				b.log.Warn("broker: connection dropped mid-frame", "err", err)
+			}
+			return
+		}
+		if resp == nil {
+			continue
+		}
+		if err := b.write(c, resp); err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				b.log.Warn("broker: response not written", "err", err)
+			}
+			return
+		}
+	}
+}
+
+// write sends one response within FrameTimeout. The dispatcher has already
+// cut anything over the response cap.
+func (b *Broker) write(c *net.UnixConn, resp []byte) error {
+	if err := c.SetWriteDeadline(time.Now().Add(b.cfg.FrameTimeout)); err != nil {
+		return err
+	}
+	return WriteFrame(c, resp, MaxResponse)
+}

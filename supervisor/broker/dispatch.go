@@ -1,0 +1,510 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor/tools"
+	"github.com/cyberos/supervisor/telemetry"
+)
+
+// Methods.
+const (
+	MethodToolCall     = "tool.call"
+	MethodToolList     = "tool.list"
+	MethodBrokerStatus = "broker.status"
+)
+
+// maxToolName bounds the tool name a skill may send: it lands in an audit
+// row even when it names no tool.
+const maxToolName = 128
+
+// metricUnknownTool is the tool label of calls naming no registered tool:
+// label values never come from the skill.
+const metricUnknownTool = "unknown"
+
+// Auditor takes audit rows and returns once they are durable (audit.Store).
+type Auditor interface {
+	Emit(ctx context.Context, d audit.Draft) (audit.Row, error)
+}
+
+// dispatcher answers request bodies for one invocation. It holds no
+// connection state, so any number of connections share it.
+type dispatcher struct {
+	common      audit.Common
+	env         *tools.Env
+	tools       map[policy.Tool]tools.Tool
+	audit       Auditor
+	metrics     *telemetry.Metrics
+	log         *slog.Logger
+	traceparent string // the invocation's, for calls that bring none
+	limiter     *window
+	started     time.Time
+	now         func() time.Time
+
+	toolCalls atomic.Int64 // decided tool.calls, denied included
+	denied    atomic.Int64
+}
+
+// Stats is the broker.status result.
+type Stats struct {
+	InvocationID string `json:"invocation_id"`
+	SkillID      string `json:"skill_id"`
+	ToolCalls    int64  `json:"tool_calls"`
+	Denied       int64  `json:"denied"`
+	UptimeMS     int64  `json:"uptime_ms"`
+}
+
+func (d *dispatcher) stats() Stats {
+	return Stats{
+		InvocationID: d.common.InvocationID,
+		SkillID:      d.common.SkillID,
+		ToolCalls:    d.toolCalls.Load(),
+		Denied:       d.denied.Load(),
+		UptimeMS:     d.now().Sub(d.started).Milliseconds(),
+	}
+}
+
+// handle answers one frame body: a response, a batch response, or nil when
+// nothing is to be sent (a notification, a batch of notifications).
+func (d *dispatcher) handle(ctx context.Context, body []byte) []byte {
+	if tooDeep(body, MaxDepth) {
+		return d.encode(d.errorResponse(nullID, errTooDeep))
+	}
+	if !json.Valid(body) {
+		return d.encode(d.errorResponse(nullID, errParse))
+	}
+	switch jsonKind(body) {
+	case '{':
+		resp := d.one(ctx, body)
+		if resp == nil {
+			return nil
+		}
+		return d.encodeCapped(resp, resp.ID)
+	case '[':
+		var items []json.RawMessage
+		if err := json.Unmarshal(body, &items); err != nil {
+			return d.encode(d.errorResponse(nullID, errParse))
+		}
+		switch {
+		case len(items) == 0:
+			return d.encode(d.errorResponse(nullID, errEmptyBatch))
+		case len(items) > MaxBatch:
+			return d.encode(d.errorResponse(nullID, errBatchTooLarge))
+		}
+		var out []*response
+		for _, item := range items {
+			if resp := d.one(ctx, item); resp != nil {
+				out = append(out, resp)
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return d.encodeCapped(out, nullID)
+	default:
+		return d.encode(d.errorResponse(nullID, fmt.Errorf("%w: not an object or a batch", errInvalidRequest)))
+	}
+}
+
+// one answers one request object (or a batch entry, which may be anything).
+func (d *dispatcher) one(ctx context.Context, raw json.RawMessage) *response {
+	req, err := decodeRequest(raw)
+	if err != nil {
+		return d.errorResponse(req.id, err)
+	}
+	var result any
+	switch req.method {
+	case MethodToolCall:
+		result, err = d.toolCall(ctx, req)
+	case MethodToolList:
+		result, err = d.toolList(req)
+	case MethodBrokerStatus:
+		result, err = d.status(req)
+	default:
+		err = errMethodNotFound
+	}
+	if req.notification() {
+		return nil
+	}
+	if err != nil {
+		return d.errorResponse(req.id, err)
+	}
+	raw, err = marshalResult(result)
+	if err != nil {
+		return d.errorResponse(req.id, err)
+	}
+	return &response{JSONRPC: "2.0", ID: req.id, Result: raw}
+}
+
+// marshalResult encodes a result. A result over the response cap returns
+// errResponseTooLarge, with the encoding (for its size).
+func marshalResult(v any) (json.RawMessage, error) {
+	raw, ok := v.(json.RawMessage)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(v); err != nil {
+			return nil, fmt.Errorf("%w: result does not encode: %v", tools.ErrFailed, err)
+		}
+	}
+	if len(raw) > MaxResponse {
+		return raw, errResponseTooLarge
+	}
+	return raw, nil
+}
+
+func (d *dispatcher) errorResponse(id json.RawMessage, err error) *response {
+	e := errorObject(err)
+	if e.Data != nil {
+		e.Data.SkillID = d.common.SkillID
+	}
+	if id == nil {
+		id = nullID
+	}
+	return &response{JSONRPC: "2.0", ID: id, Error: e}
+}
+
+// encode marshals a response or batch. What the broker builds always
+// encodes; a failure here is a bug, answered as an internal error.
+func (d *dispatcher) encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		d.log.Error("broker: response does not encode", "err", err)
+		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error"}}`)
+	}
+	return b
+}
+
+// encodeCapped encodes a response or a batch and applies the response cap:
+// an encoding over MaxResponse is cut to a response_too_large error for id
+// (a batch is cut as a whole, with a null id), logged and counted.
+func (d *dispatcher) encodeCapped(v any, id json.RawMessage) []byte {
+	b := d.encode(v)
+	if len(b) > MaxResponse {
+		d.truncated(d.log, len(b))
+		b = d.encode(d.errorResponse(id, errResponseTooLarge))
+		if len(b) > MaxResponse { // only an absurd id could do this
+			b = d.encode(d.errorResponse(nullID, errResponseTooLarge))
+		}
+	}
+	return b
+}
+
+// noParams accepts absent, {} or [] params.
+func noParams(req *request) error {
+	switch string(req.params) {
+	case "", "{}", "[]":
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	var arr []json.RawMessage
+	if json.Unmarshal(req.params, &obj) == nil && len(obj) == 0 || json.Unmarshal(req.params, &arr) == nil && len(arr) == 0 {
+		return nil
+	}
+	return invalidParams("%s takes no params", req.method)
+}
+
+// ToolInfo is one entry of the tool.list result.
+type ToolInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+}
+
+func (d *dispatcher) toolList(req *request) (any, error) {
+	if err := noParams(req); err != nil {
+		return nil, err
+	}
+	list := []ToolInfo{}
+	for _, name := range d.env.Enforcer.Tools() {
+		if t, ok := d.tools[name]; ok {
+			list = append(list, ToolInfo{Name: string(name), Description: t.Description()})
+		}
+	}
+	return struct {
+		Tools []ToolInfo `json:"tools"`
+	}{list}, nil
+}
+
+func (d *dispatcher) status(req *request) (any, error) {
+	if err := noParams(req); err != nil {
+		return nil, err
+	}
+	return d.stats(), nil
+}
+
+// callParams are tool.call's params after decoding.
+type callParams struct {
+	tool        string
+	args        json.RawMessage // a JSON object
+	traceparent string          // "" when neither params nor _meta has one
+}
+
+// decodeCallParams reads {tool, args?, traceparent?, _meta?: {traceparent?}}
+// strictly. Absent or null args are {}. A traceparent in params wins over
+// _meta's (MCP carries it there).
+func decodeCallParams(raw json.RawMessage) (*callParams, error) {
+	if jsonKind(raw) != '{' {
+		return nil, invalidParams("params must be an object")
+	}
+	members, err := objectMembers(raw)
+	if err != nil {
+		return nil, invalidParams("params: duplicate or malformed member")
+	}
+	p := &callParams{args: json.RawMessage("{}")}
+	var haveTool bool
+	var metaTP string
+	for _, m := range members {
+		switch m.key {
+		case "tool":
+			if jsonKind(m.val) != '"' || json.Unmarshal(m.val, &p.tool) != nil {
+				return nil, invalidParams("tool must be a string")
+			}
+			haveTool = true
+		case "args":
+			switch jsonKind(m.val) {
+			case '{':
+				p.args = m.val
+			case 'n':
+			default:
+				return nil, invalidParams("args must be an object")
+			}
+		case "traceparent":
+			if jsonKind(m.val) != '"' || json.Unmarshal(m.val, &p.traceparent) != nil {
+				return nil, invalidParams("traceparent must be a string")
+			}
+		case "_meta":
+			if metaTP, err = metaTraceparent(m.val); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, invalidParams("unexpected member %q", m.key)
+		}
+	}
+	if p.traceparent == "" {
+		p.traceparent = metaTP
+	}
+	switch {
+	case !haveTool || p.tool == "":
+		return nil, invalidParams("tool is required")
+	case len(p.tool) > maxToolName || !utf8.ValidString(p.tool) || hasControl(p.tool):
+		return nil, invalidParams("tool is not a tool name")
+	}
+	return p, nil
+}
+
+// metaTraceparent reads _meta (MCP's request metadata): an object, whose
+// "traceparent", when present, must be a string. Other members are ignored.
+func metaTraceparent(raw json.RawMessage) (string, error) {
+	if jsonKind(raw) != '{' {
+		return "", invalidParams("_meta must be an object")
+	}
+	var meta map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return "", invalidParams("_meta must be an object")
+	}
+	v, ok := meta["traceparent"]
+	if !ok {
+		return "", nil
+	}
+	var tp string
+	if jsonKind(v) != '"' || json.Unmarshal(v, &tp) != nil {
+		return "", invalidParams("_meta.traceparent must be a string")
+	}
+	return tp, nil
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// toolCall runs one tool.call: decide, audit, run, audit. The order is the
+// contract (DESIGN.md step 5): a refusal is audited as skill.tool_denied and
+// nothing runs; an allowed call runs only once its started row is durable,
+// and every started row gets its completed row.
+func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
+	if req.params == nil {
+		return nil, invalidParams("tool.call needs params")
+	}
+	p, err := decodeCallParams(req.params)
+	if err != nil {
+		return nil, err
+	}
+	tp := d.traceparent
+	if p.traceparent != "" {
+		if _, err := telemetry.ParseTraceparent(p.traceparent); err != nil {
+			return nil, invalidParams("traceparent is not a valid W3C traceparent")
+		}
+		tp = p.traceparent
+	}
+	tc, _ := telemetry.ParseTraceparent(tp) // d.traceparent is valid by construction
+	common := d.common
+	common.TraceID = tc.TraceID
+	argsHash, err := audit.HashJSON(p.args)
+	if err != nil {
+		return nil, invalidParams("args cannot be canonicalised (RFC 8785)")
+	}
+	name := policy.Tool(p.tool)
+	log := d.log.With("tool", p.tool, "trace_id", tc.TraceID)
+
+	// Decide.
+	tool, ok := d.tools[name]
+	metricTool := string(name)
+	if !ok {
+		metricTool = metricUnknownTool
+		err = &policy.Denial{Reason: policy.ReasonUnknownTool, Tool: name}
+	} else if err = d.env.Enforcer.CheckTool(name); err == nil && !d.limiter.allow(d.now()) {
+		err = &policy.Denial{Reason: policy.ReasonRateLimited, Tool: name,
+			Detail: fmt.Sprintf("over %d calls per minute", d.limiter.limit)}
+	}
+	d.toolCalls.Add(1)
+	if err != nil {
+		var denial *policy.Denial
+		if !errors.As(err, &denial) { // CheckTool returns only denials; fail closed anyway
+			denial = &policy.Denial{Reason: policy.ReasonToolNotAllowed, Tool: name}
+			err = denial
+		}
+		d.deny(ctx, log, common, metricTool, denial, argsHash)
+		return nil, err
+	}
+
+	// Audit the start; without it the tool must not run.
+	callID := ulid.Make().String()
+	actx := context.WithoutCancel(ctx)
+	if _, aerr := d.audit.Emit(actx, audit.ToolCallStarted(common, callID, p.tool, argsHash)); aerr != nil {
+		log.Error("broker: tool_call_started row not written; call refused", "err", aerr)
+		d.count(metricTool, telemetry.ToolCallError)
+		return nil, errAuditUnavailable
+	}
+
+	// Run.
+	start := time.Now()
+	result, err := d.run(ctx, tool, &tools.Call{Env: d.env, Args: p.args, Traceparent: tp, TraceID: tc.TraceID})
+	var raw json.RawMessage
+	if err == nil {
+		raw, err = marshalResult(result)
+		if errors.Is(err, errResponseTooLarge) {
+			d.truncated(log, len(raw))
+			raw = nil
+		}
+	}
+	dur := time.Since(start).Milliseconds()
+
+	// Audit the end, on every path.
+	outcome, metricOutcome, resultHash, msg := audit.OutcomeSuccess, telemetry.ToolCallSuccess, "", ""
+	var denial *policy.Denial
+	switch {
+	case err == nil:
+		if resultHash, err = audit.HashJSON(raw); err != nil {
+			err = fmt.Errorf("%w: result cannot be canonicalised: %v", tools.ErrFailed, err)
+			outcome, metricOutcome, msg = audit.OutcomeError, telemetry.ToolCallError, errorObject(err).Message
+		}
+	case errors.As(err, &denial):
+		// A resource check inside the tool refused it, after the started
+		// row: close the pair, and record the refusal as every other one.
+		outcome, metricOutcome, msg = audit.OutcomeError, telemetry.ToolCallDenied, "denied: "+string(denial.Reason)
+	case errors.Is(err, tools.ErrTimeout):
+		outcome, metricOutcome, msg = audit.OutcomeTimeout, telemetry.ToolCallTimeout, errorObject(err).Message
+	default:
+		outcome, metricOutcome, msg = audit.OutcomeError, telemetry.ToolCallError, errorObject(err).Message
+		if !errors.Is(err, errToolPanic) {
+			log.Info("broker: tool failed", "err", err) // the host-side detail stays in the log
+		}
+	}
+	if _, aerr := d.audit.Emit(actx, audit.ToolCallCompleted(common, callID, p.tool, outcome, dur, resultHash, msg)); aerr != nil {
+		// Never reversed: the tool ran. Sev-1 for the operator.
+		log.Error("broker: tool_call_completed row not written", "call_id", callID, "err", aerr, "severity", "sev-1")
+	}
+	if denial != nil {
+		d.deny(ctx, log, common, metricTool, denial, argsHash)
+		return nil, err
+	}
+	d.count(metricTool, metricOutcome)
+	if err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// deny records a refusal: the skill.tool_denied row, the counters.
+func (d *dispatcher) deny(ctx context.Context, log *slog.Logger, common audit.Common, metricTool string, denial *policy.Denial, argsHash string) {
+	d.denied.Add(1)
+	d.count(metricTool, telemetry.ToolCallDenied)
+	tool := string(denial.Tool)
+	if tool == "" {
+		tool = metricTool
+	}
+	if _, err := d.audit.Emit(context.WithoutCancel(ctx), audit.ToolDenied(common, tool, string(denial.Reason), argsHash)); err != nil {
+		// The refusal stands; only its record is missing.
+		log.Error("broker: tool_denied row not written", "reason", denial.Reason, "err", err)
+	}
+	log.Info("broker: call denied", "reason", denial.Reason)
+}
+
+// run calls the tool, turning a panic into errToolPanic.
+func (d *dispatcher) run(ctx context.Context, t tools.Tool, c *tools.Call) (result any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d.log.Error("broker: tool panicked", "tool", t.Name(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			result, err = nil, errToolPanic
+		}
+	}()
+	return t.Call(ctx, c)
+}
+
+func (d *dispatcher) count(tool, outcome string) {
+	if d.metrics != nil {
+		d.metrics.ToolCalls.WithLabelValues(d.common.SkillID, tool, outcome).Inc()
+	}
+}
+
+// truncated records a response cut for the response cap.
+func (d *dispatcher) truncated(log *slog.Logger, n int) {
+	log.Warn("broker: response over the cap replaced by response_too_large", "cap", MaxResponse, "bytes", n)
+	if d.metrics != nil {
+		d.metrics.ResponseTruncated.Inc()
+	}
+}
+
+// window is the per-invocation rate limit: at most limit admitted calls in
+// any 60 s. It keeps the admission times of the last minute, so its memory
+// is bounded by the calls actually made.
+type window struct {
+	mu    sync.Mutex
+	limit int // 0: unbounded
+	times []time.Time
+}
+
+func (w *window) allow(now time.Time) bool {
+	if w == nil || w.limit <= 0 {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cut := 0
+	for cut < len(w.times) && now.Sub(w.times[cut]) >= time.Minute {
+		cut++
+	}
+	w.times = w.times[cut:]
+	if len(w.times) >= w.limit {
+		return false
+	}
+	w.times = append(w.times, now)
+	return true
+}

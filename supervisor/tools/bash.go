@@ -1,0 +1,167 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cyberos/supervisor/policy"
+)
+
+// Bash limits.
+const (
+	// DefaultBashTimeout is Bash's timeout when the args give none.
+	DefaultBashTimeout = 30 * time.Second
+	// MaxBashTimeout is the longest timeout_ms Bash accepts.
+	MaxBashTimeout = 10 * time.Minute
+	// MaxBashOutput caps stdout and stderr each; the first bytes are kept.
+	MaxBashOutput = 1 << 20
+)
+
+// bashGrace is how much longer than the timeout the call's context lives: a
+// backstop should Env.Exec not end the command on its own. A variable for
+// tests.
+var bashGrace = 5 * time.Second
+
+// bashEnv is the whole environment of a Bash command.
+var bashEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+
+// bashTool is Bash {command, timeout_ms?} → {"exit_code","stdout","stderr",
+// "stdout_truncated","stderr_truncated","timed_out","signal"?}. The command
+// runs as /bin/sh -c inside the invocation's sandbox (Env.Exec), never on
+// the host.
+type bashTool struct{}
+
+// NewBash returns the Bash tool.
+func NewBash() Tool { return bashTool{} }
+
+func (bashTool) Name() policy.Tool { return policy.ToolBash }
+
+func (bashTool) Description() string {
+	return fmt.Sprintf(`Run a shell command (/bin/sh -c) inside the skill's sandbox. Args {"command","timeout_ms"?} `+
+		`(default %d, at most %d); result {"exit_code","stdout","stderr","stdout_truncated","stderr_truncated","timed_out","signal"?}. `+
+		`stdout and stderr keep their first %d MiB each; environment PATH, HOME=/tmp, LANG=C.UTF-8 only; stdin is empty. `+
+		`A non-zero exit is a result, not an error; a timeout is an error that still carries the output so far.`,
+		DefaultBashTimeout.Milliseconds(), MaxBashTimeout.Milliseconds(), MaxBashOutput>>20)
+}
+
+type bashArgs struct {
+	Command   *string `json:"command"`
+	TimeoutMS *int64  `json:"timeout_ms"`
+}
+
+type bashResult struct {
+	ExitCode        int    `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	TimedOut        bool   `json:"timed_out"`
+	Signal          string `json:"signal,omitempty"`
+}
+
+// Call checks the command with the enforcer (a refusal never reaches
+// Env.Exec) and runs it. Output bytes that are not UTF-8 become U+FFFD when
+// the result is marshalled.
+//
+// On a timeout Call returns both the result — timed_out true, the output
+// captured until the command was stopped (capped as always), exit_code and
+// signal as Env.Exec reported them — and an error wrapping ErrTimeout, so the
+// broker records the outcome timeout and may still hand the partial output
+// to the skill (as the error's data). The partial output is kept because it
+// is what tells the skill where its command hung.
+func (b bashTool) Call(ctx context.Context, c *Call) (any, error) {
+	if c == nil || c.Env == nil || c.Env.Enforcer == nil {
+		return nil, fmt.Errorf("%w: no enforcer for this invocation", ErrFailed)
+	}
+	var a bashArgs
+	if err := unmarshalArgs(c.Args, &a); err != nil {
+		return nil, err
+	}
+	switch {
+	case a.Command == nil:
+		return nil, fmt.Errorf("%w: command is required", ErrInvalidParams)
+	case strings.TrimSpace(*a.Command) == "":
+		return nil, fmt.Errorf("%w: command must not be empty", ErrInvalidParams)
+	case strings.IndexByte(*a.Command, 0) >= 0:
+		return nil, fmt.Errorf("%w: command must not contain NUL", ErrInvalidParams)
+	}
+	timeout := DefaultBashTimeout
+	if a.TimeoutMS != nil {
+		ms := *a.TimeoutMS
+		if ms < 1 || ms > MaxBashTimeout.Milliseconds() {
+			return nil, fmt.Errorf("%w: timeout_ms must be between 1 and %d", ErrInvalidParams, MaxBashTimeout.Milliseconds())
+		}
+		timeout = time.Duration(ms) * time.Millisecond
+	}
+	if err := c.Env.Enforcer.CheckBash(*a.Command); err != nil {
+		return nil, err
+	}
+	if c.Env.Exec == nil {
+		return nil, fmt.Errorf("%w: no sandbox to run commands in", ErrFailed)
+	}
+
+	stdout, stderr := &cappedBuffer{max: MaxBashOutput}, &cappedBuffer{max: MaxBashOutput}
+	execCtx, cancel := context.WithTimeout(ctx, timeout+bashGrace)
+	defer cancel()
+	res, err := c.Env.Exec(execCtx, ExecRequest{
+		Argv:    []string{"/bin/sh", "-c", *a.Command},
+		Env:     slices.Clone(bashEnv),
+		Stdin:   bytes.NewReader(nil),
+		Stdout:  stdout,
+		Stderr:  stderr,
+		Timeout: timeout,
+	})
+	out := bashResult{ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut}
+	out.Stdout, out.StdoutTruncated = stdout.result()
+	out.Stderr, out.StderrTruncated = stderr.result()
+
+	switch {
+	case res.TimedOut:
+	case err == nil:
+		return out, nil
+	case ctx.Err() != nil:
+		// The invocation itself is ending (its deadline, a kill).
+		return nil, ctxErr(ctx.Err())
+	case errors.Is(execCtx.Err(), context.DeadlineExceeded):
+		// The backstop: Env.Exec did not stop the command at the timeout.
+	default:
+		return nil, fmt.Errorf("%w: run in sandbox: %w", ErrFailed, err)
+	}
+	out.TimedOut = true
+	return out, fmt.Errorf("%w: command ran longer than %s", ErrTimeout, timeout)
+}
+
+// cappedBuffer keeps the first max bytes written to it and notes whether
+// more came. It never fails a write, so the command is not killed by a
+// broken pipe for talking too much.
+type cappedBuffer struct {
+	mu        sync.Mutex
+	max       int
+	buf       []byte
+	truncated bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room := b.max - len(b.buf)
+	if len(p) > room {
+		b.truncated = true
+		b.buf = append(b.buf, p[:max(room, 0)]...)
+	} else {
+		b.buf = append(b.buf, p...)
+	}
+	return len(p), nil
+}
+
+func (b *cappedBuffer) result() (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf), b.truncated
+}

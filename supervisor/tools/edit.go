@@ -1,0 +1,102 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/cyberos/supervisor/policy"
+)
+
+// editTool is Edit {path, old_string, new_string}: one exact, unique
+// replacement → {"path","replacements","content_hash"}.
+type editTool struct{}
+
+// NewEdit returns the Edit tool.
+func NewEdit() Tool { return editTool{} }
+
+func (editTool) Name() policy.Tool { return policy.ToolEdit }
+
+func (editTool) Description() string {
+	return fmt.Sprintf(`Replace one exact occurrence of old_string with new_string in a UTF-8 text file on the host, atomically. `+
+		`Args {"path","old_string","new_string"}; old_string must occur exactly once and differ from new_string; `+
+		`strings at most %d MiB, files at most %d MiB. Result {"path","replacements":1,"content_hash"} (of the new content).`,
+		MaxFileWriteBytes>>20, MaxFileReadBytes>>20)
+}
+
+type editArgs struct {
+	Path      *string `json:"path"`
+	OldString *string `json:"old_string"`
+	NewString *string `json:"new_string"`
+}
+
+type editResult struct {
+	Path         string `json:"path"`
+	Replacements int    `json:"replacements"`
+	ContentHash  string `json:"content_hash"`
+}
+
+func (ed editTool) Call(ctx context.Context, c *Call) (any, error) {
+	e, err := fileEnv(c)
+	if err != nil {
+		return nil, err
+	}
+	var a editArgs
+	if err := unmarshalArgs(c.Args, &a); err != nil {
+		return nil, err
+	}
+	switch {
+	case a.Path == nil:
+		return nil, fmt.Errorf("%w: path is required", ErrInvalidParams)
+	case a.OldString == nil:
+		return nil, fmt.Errorf("%w: old_string is required", ErrInvalidParams)
+	case a.NewString == nil:
+		return nil, fmt.Errorf("%w: new_string is required", ErrInvalidParams)
+	case *a.OldString == "":
+		return nil, fmt.Errorf("%w: old_string must not be empty", ErrInvalidParams)
+	case *a.OldString == *a.NewString:
+		return nil, fmt.Errorf("%w: new_string must differ from old_string", ErrInvalidParams)
+	case len(*a.OldString) > MaxFileWriteBytes || len(*a.NewString) > MaxFileWriteBytes:
+		return nil, fmt.Errorf("%w: old_string and new_string are limited to %d bytes each", ErrTooLarge, MaxFileWriteBytes)
+	}
+	p, err := checkFile(e, ed.Name(), *a.Path)
+	if err != nil {
+		return nil, err
+	}
+	oldS, newS := []byte(*a.OldString), []byte(*a.NewString)
+	data, err := editHostFile(ed.Name(), p, MaxFileReadBytes, func(b []byte) ([]byte, error) {
+		if !isText(b) {
+			return nil, fmt.Errorf("%w: binary file", ErrFailed)
+		}
+		i, err := uniqueIndex(b, oldS)
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(b)-len(oldS)+len(newS)) > MaxFileReadBytes {
+			return nil, fmt.Errorf("%w: the edited file would be larger than %d bytes", ErrTooLarge, MaxFileReadBytes)
+		}
+		out := make([]byte, 0, len(b)-len(oldS)+len(newS))
+		out = append(append(append(out, b[:i]...), newS...), b[i+len(oldS):]...)
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return editResult{Path: p, Replacements: 1, ContentHash: contentHash(data)}, nil
+}
+
+// uniqueIndex returns the index of the one occurrence of old in b. Overlapping
+// occurrences count too ("aa" occurs twice in "aaa"): either could be meant.
+func uniqueIndex(b, old []byte) (int, error) {
+	switch n := bytes.Count(b, old); {
+	case n == 0:
+		return 0, fmt.Errorf("%w: old_string not found", ErrFailed)
+	case n > 1:
+		return 0, fmt.Errorf("%w: old_string is not unique (%d matches)", ErrFailed, n)
+	}
+	i := bytes.Index(b, old)
+	if bytes.Index(b[i+1:], old) >= 0 {
+		return 0, fmt.Errorf("%w: old_string is not unique (overlapping matches)", ErrFailed)
+	}
+	return i, nil
+}

@@ -1,0 +1,28 @@
+//go:build !linux
+
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cyberos/supervisor/policy"
+)
+
+// errNoSafeOpen: without openat2 there is no race-free way to refuse
+// symlinks anywhere in a path, so the host file tools refuse to work rather
+// than fall back to a check-then-open (fileio.go).
+var errNoSafeOpen = fmt.Errorf("%w: host file tools need Linux openat2: %w", ErrFailed, errors.ErrUnsupported)
+
+func readHostFile(policy.Tool, string, int64) ([]byte, error) { return nil, errNoSafeOpen }
+
+func writeHostFile(policy.Tool, string, []byte) error { return errNoSafeOpen }
+
+func editHostFile(policy.Tool, string, int64, func([]byte) ([]byte, error)) ([]byte, error) {
+	return nil, errNoSafeOpen
+}
+
+func walkHost(context.Context, policy.Tool, string, int, func(hostEntry) error) error {
+	return errNoSafeOpen
+}

@@ -1,0 +1,133 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+
+	"github.com/cyberos/supervisor/policy"
+)
+
+// globTool is Glob {pattern} → {"paths","truncated"}.
+type globTool struct{}
+
+// NewGlob returns the Glob tool.
+func NewGlob() Tool { return globTool{} }
+
+func (globTool) Name() policy.Tool { return policy.ToolGlob }
+
+func (globTool) Description() string {
+	return fmt.Sprintf(`List host files and directories matching an absolute glob ("**" spans directories, {a,b} alternatives). `+
+		`Args {"pattern"}; result {"paths":[…],"truncated"}, sorted, at most %d, only paths within x-allowed-files. `+
+		`Symlinks are neither followed nor listed.`, MaxGlobResults)
+}
+
+type globArgs struct {
+	Pattern *string `json:"pattern"`
+}
+
+type globResult struct {
+	Paths     []string `json:"paths"`
+	Truncated bool     `json:"truncated"`
+}
+
+// Call walks only the allowed globs' static bases that overlap the
+// pattern's own (walkRoots), never follows a symlink, and returns the
+// entries matching both the pattern and the enforcer: regular files and
+// directories, hard links included (a name reveals no content; reading one
+// is refused). A pattern whose static base is a symlink is refused.
+func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
+	e, err := fileEnv(c)
+	if err != nil {
+		return nil, err
+	}
+	var a globArgs
+	if err := unmarshalArgs(c.Args, &a); err != nil {
+		return nil, err
+	}
+	if a.Pattern == nil {
+		return nil, fmt.Errorf("%w: pattern is required", ErrInvalidParams)
+	}
+	pat := *a.Pattern
+	if err := checkPathPattern("pattern", pat); err != nil {
+		return nil, err
+	}
+	base, _ := doublestar.SplitPattern(pat)
+	asked := path.Clean(base)
+	roots := walkRoots(e.FileGlobs(g.Name()), asked)
+	if len(roots) == 0 {
+		if err := e.CheckTool(g.Name()); err != nil {
+			return nil, err
+		}
+		return nil, fileDenial(g.Name(), "pattern is outside every allowed file glob")
+	}
+	// Without "**" nothing deeper than the pattern's own depth can match
+	// (alternatives holding "/" only make this an over-estimate).
+	maxDepth := -1
+	if !strings.Contains(pat, "**") {
+		maxDepth = strings.Count(pat, "/")
+	}
+	r := globResult{Paths: []string{}}
+	for _, root := range roots {
+		err := walkHost(ctx, g.Name(), root, maxDepth, func(en hostEntry) error {
+			if !doublestar.MatchUnvalidated(pat, en.Path) {
+				return nil
+			}
+			if _, err := e.CheckFile(g.Name(), en.Path); err != nil {
+				return nil
+			}
+			if len(r.Paths) == MaxGlobResults {
+				r.Truncated = true
+				return walkStop
+			}
+			r.Paths = append(r.Paths, en.Path)
+			return nil
+		})
+		if err != nil && !skippableRoot(err, root, asked) {
+			return nil, err
+		}
+		if r.Truncated {
+			break
+		}
+	}
+	sort.Strings(r.Paths)
+	return r, nil
+}
+
+// checkPathPattern accepts an absolute doublestar pattern.
+func checkPathPattern(field, pat string) error {
+	switch {
+	case pat == "":
+		return fmt.Errorf("%w: %s must not be empty", ErrInvalidParams, field)
+	case len(pat) > policy.MaxPathBytes:
+		return fmt.Errorf("%w: %s is longer than %d bytes", ErrInvalidParams, field, policy.MaxPathBytes)
+	case strings.ContainsFunc(pat, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("%w: %s must not contain control characters", ErrInvalidParams, field)
+	case !path.IsAbs(pat):
+		return fmt.Errorf("%w: %s must be an absolute path glob", ErrInvalidParams, field)
+	case !doublestar.ValidatePattern(pat):
+		return fmt.Errorf("%w: %s is not a valid glob", ErrInvalidParams, field)
+	}
+	return nil
+}
+
+// skippableRoot reports whether a walk of root that failed with err leaves
+// the others to go on: a root that does not exist has nothing to list, and a
+// root the policy named below what the skill asked for (not the skill's own
+// path) that is refused — an allowed folder reached through a symlink — is
+// left out rather than failing the whole call.
+func skippableRoot(err error, root, asked string) bool {
+	var d *policy.Denial
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return true
+	case errors.As(err, &d):
+		return root != asked
+	}
+	return false
+}

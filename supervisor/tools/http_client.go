@@ -1,0 +1,391 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cyberos/supervisor/policy"
+)
+
+// Limits of the Http tools.
+const (
+	HTTPDialTimeout      = 5 * time.Second  // name resolution and TCP connect, all addresses together
+	HTTPTLSTimeout       = 5 * time.Second  // TLS handshake
+	HTTPRequestTimeout   = 30 * time.Second // the whole call: every redirect, the body read
+	HTTPMaxRedirects     = 5
+	HTTPMaxRequestBody   = 1 << 20 // HttpPost body; larger is ErrTooLarge
+	HTTPMaxResponseBody  = 4 << 20 // larger is cut, with "truncated": true
+	HTTPMaxRequestHeader = 64      // skill-provided headers
+	httpMaxHeaderBytes   = 64 << 10
+	// httpMaxTextJSON bounds the JSON-escaped size of a "body" string. JSON
+	// escapes control characters and <, >, & to six bytes each, so a 4 MiB
+	// body of them would be 24 MiB, over the broker's 16 MiB response cap;
+	// such a body is returned as "body_base64" (at most 5.6 MiB) instead.
+	httpMaxTextJSON = 8 << 20
+)
+
+// httpTool is what HttpFetch and HttpPost share: the tool the enforcer checks
+// every URL and address against, and (tests only) extra trusted roots.
+type httpTool struct {
+	tool    policy.Tool
+	rootCAs *x509.CertPool // nil: the system roots
+}
+
+// httpRequest is one HttpFetch or HttpPost after argument decoding.
+type httpRequest struct {
+	method      string
+	url         string
+	headers     map[string]string
+	body        []byte // nil for GET
+	contentType string // "" leaves Content-Type to headers (or unset)
+}
+
+// httpResult is the tool result. Exactly one of Body and BodyBase64 is set:
+// Body when the (possibly truncated) body is UTF-8 text of a sane JSON size.
+type httpResult struct {
+	Status     int               `json:"status"`
+	Headers    map[string]string `json:"headers"` // lower-case name → first value
+	Body       *string           `json:"body,omitempty"`
+	BodyBase64 *string           `json:"body_base64,omitempty"`
+	Truncated  bool              `json:"truncated"`
+}
+
+// forbiddenHeaders are request headers a skill may not set: they belong to
+// the transport (framing, connection management, routing) or to the broker
+// (traceparent carries the call's trace). "Proxy-*" is refused by prefix.
+var forbiddenHeaders = map[string]bool{
+	"Host":              true,
+	"Traceparent":       true,
+	"Connection":        true,
+	"Transfer-Encoding": true,
+	"Content-Length":    true,
+	"Keep-Alive":        true,
+	"Te":                true,
+	"Trailer":           true,
+	"Upgrade":           true,
+}
+
+// requestHeaders validates the skill's headers and returns them canonical.
+// Names that differ only in case are the same header and refused as a
+// duplicate.
+func requestHeaders(in map[string]string) (http.Header, error) {
+	if len(in) > HTTPMaxRequestHeader {
+		return nil, fmt.Errorf("%w: more than %d headers", ErrInvalidParams, HTTPMaxRequestHeader)
+	}
+	h := make(http.Header, len(in))
+	for name, v := range in {
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("%w: header name %q is not valid", ErrInvalidParams, name)
+		}
+		if !validHeaderValue(v) {
+			return nil, fmt.Errorf("%w: header %q has an invalid value", ErrInvalidParams, name)
+		}
+		k := http.CanonicalHeaderKey(name)
+		if forbiddenHeaders[k] || strings.HasPrefix(k, "Proxy-") {
+			return nil, fmt.Errorf("%w: header %q may not be set by a skill", ErrInvalidParams, k)
+		}
+		if _, dup := h[k]; dup {
+			return nil, fmt.Errorf("%w: header %q is given twice", ErrInvalidParams, k)
+		}
+		h[k] = []string{v}
+	}
+	return h, nil
+}
+
+// validHeaderName reports whether s is an RFC 9110 token. (x/net's httpguts
+// would pull golang.org/x/text into the module for this.)
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether s is a header field value: no control
+// characters but horizontal tab (so no CR or LF to split the header with).
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// do performs one request for the call. Order: arguments, then CheckURL,
+// then the request, where every connection's addresses pass CheckAddr in the
+// dialer and every redirect target passes CheckURL again. A refusal at any
+// step is the enforcer's *policy.Denial.
+func (h httpTool) do(ctx context.Context, c *Call, r httpRequest) (any, error) {
+	if c == nil || c.Env == nil || c.Env.Enforcer == nil {
+		return nil, fmt.Errorf("%w: no enforcer for this invocation", ErrFailed)
+	}
+	env := c.Env
+	hdr, err := requestHeaders(r.headers)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.body) > HTTPMaxRequestBody {
+		return nil, fmt.Errorf("%w: body is %d bytes, limit %d", ErrTooLarge, len(r.body), HTTPMaxRequestBody)
+	}
+	if r.contentType != "" {
+		if _, dup := hdr["Content-Type"]; dup {
+			return nil, fmt.Errorf("%w: content_type and a Content-Type header are both given", ErrInvalidParams)
+		}
+		if !validHeaderValue(r.contentType) {
+			return nil, fmt.Errorf("%w: content_type is not a valid header value", ErrInvalidParams)
+		}
+		hdr.Set("Content-Type", r.contentType)
+	}
+	u, err := env.Enforcer.CheckURL(h.tool, r.url)
+	if err != nil {
+		return nil, err
+	}
+	// Defence in depth: whatever CheckURL accepts, only http and https are
+	// spoken, each exactly as the URL says (no upgrade, no downgrade).
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, &policy.Denial{Reason: policy.ReasonDomain, Tool: h.tool, Detail: "scheme " + strconv.Quote(u.Scheme) + " is not http or https"}
+	}
+	if c.Traceparent != "" {
+		if !validHeaderValue(c.Traceparent) {
+			return nil, fmt.Errorf("%w: traceparent is not a valid header value", ErrInvalidParams)
+		}
+		hdr.Set("Traceparent", c.Traceparent) // spec AC 18
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, HTTPRequestTimeout)
+	defer cancel()
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body) // NewRequest sets ContentLength and GetBody (307/308 replay)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidParams, err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+
+	tr := h.transport(env)
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, CheckRedirect: h.checkRedirect(env)}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, httpErr(err)
+	}
+	defer resp.Body.Close()
+
+	b, err := io.ReadAll(io.LimitReader(resp.Body, HTTPMaxResponseBody+1))
+	if err != nil {
+		return nil, httpErr(fmt.Errorf("read body: %w", err))
+	}
+	res := &httpResult{Status: resp.StatusCode, Headers: make(map[string]string, len(resp.Header))}
+	for k, vs := range resp.Header {
+		if len(vs) > 0 {
+			res.Headers[strings.ToLower(k)] = vs[0]
+		}
+	}
+	if len(b) > HTTPMaxResponseBody {
+		b, res.Truncated = trimPartialRune(b[:HTTPMaxResponseBody]), true
+	}
+	if utf8.Valid(b) && jsonTextSize(b) <= httpMaxTextJSON {
+		s := string(b)
+		res.Body = &s
+	} else {
+		s := base64.StdEncoding.EncodeToString(b)
+		res.BodyBase64 = &s
+	}
+	return res, nil
+}
+
+// transport is one call's transport: no proxy (environment variables
+// included), no connection reuse beyond the call, HTTP/1.1, and a dialer that
+// resolves and checks addresses itself.
+func (h httpTool) transport(env *Env) *http.Transport {
+	return &http.Transport{
+		Proxy:                  nil,
+		DialContext:            h.dialContext(env),
+		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: h.rootCAs},
+		TLSHandshakeTimeout:    HTTPTLSTimeout,
+		DisableKeepAlives:      true,
+		MaxResponseHeaderBytes: httpMaxHeaderBytes,
+	}
+}
+
+// checkRedirect re-runs CheckURL on every redirect target and sends the
+// request to the URL it returned (its addresses are checked by the dialer
+// when it connects), refuses a redirect from https to
+// plain http, and stops after HTTPMaxRedirects. Its error reaches client.Do
+// wrapped in a *url.Error; httpErr unwraps the Denial.
+func (h httpTool) checkRedirect(env *Env) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) > HTTPMaxRedirects {
+			return fmt.Errorf("%w: stopped after %d redirects", ErrFailed, HTTPMaxRedirects)
+		}
+		u, err := env.Enforcer.CheckURL(h.tool, req.URL.String())
+		if err != nil {
+			return err
+		}
+		if via[len(via)-1].URL.Scheme == "https" && u.Scheme != "https" {
+			return &policy.Denial{Reason: policy.ReasonDomain, Tool: h.tool, Detail: "redirect from https to " + strconv.Quote(u.Scheme)}
+		}
+		req.URL = u // go where was judged (the host in its canonical form)
+		return nil
+	}
+}
+
+// dialContext resolves the host once (Env.Resolve when set, else the
+// system resolver), checks every address with CheckAddr, and only then
+// connects to one of those very addresses: no second lookup, so a name that
+// re-resolves (DNS rebinding) cannot switch to an address that was not
+// checked. One refused address refuses the name. IP-literal hosts are checked
+// the same way. Resolution and connecting share HTTPDialTimeout.
+func (h httpTool) dialContext(env *Env) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: HTTPDialTimeout}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if network != "tcp" && network != "tcp4" && network != "tcp6" {
+			return nil, fmt.Errorf("network %q not supported", network)
+		}
+		host, portStr, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		port, err := strconv.ParseUint(portStr, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("bad port %q", portStr)
+		}
+		ctx, cancel := context.WithTimeout(ctx, HTTPDialTimeout)
+		defer cancel()
+		ips, err := resolve(ctx, env, host)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range ips {
+			if err := env.Enforcer.CheckAddr(h.tool, host, ip); err != nil {
+				return nil, err
+			}
+		}
+		var firstErr error
+		for _, ip := range ips {
+			if network == "tcp4" && !ip.Is4() || network == "tcp6" && !ip.Is6() {
+				continue
+			}
+			conn, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(ip, uint16(port)).String())
+			if err == nil {
+				return conn, nil
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		if firstErr == nil {
+			firstErr = fmt.Errorf("no %s address for %q", network, host)
+		}
+		return nil, firstErr
+	}
+}
+
+// resolve returns host's addresses, IPv4-mapped IPv6 addresses unmapped (so
+// ::ffff:10.0.0.1 is checked as the private 10.0.0.1 it is). An IP literal is
+// its own answer and never reaches a resolver.
+func resolve(ctx context.Context, env *Env, host string) ([]netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip.Unmap()}, nil
+	}
+	var ips []netip.Addr
+	var err error
+	if env.Resolve != nil {
+		ips, err = env.Resolve(ctx, host)
+	} else {
+		ips, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", host, err)
+	}
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("resolve %q: no addresses", host)
+	}
+	out := make([]netip.Addr, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.Unmap()
+	}
+	return out, nil
+}
+
+// httpErr classifies a failed request: the enforcer's Denial (from the
+// dialer or a redirect) as it is, a deadline as ErrTimeout, anything else as
+// ErrFailed. A *url.Error is unwrapped first, so the request URL (which may
+// carry secrets in its query) stays out of the message.
+func httpErr(err error) error {
+	var d *policy.Denial
+	if errors.As(err, &d) {
+		return d
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	}
+	if errors.Is(err, ErrFailed) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrFailed, err)
+}
+
+// trimPartialRune drops an incomplete UTF-8 sequence that truncation left at
+// the end of b, so a cut text body is still text.
+func trimPartialRune(b []byte) []byte {
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			return b
+		}
+	}
+	return b
+}
+
+// jsonTextSize bounds the size of b as an escaped JSON string (the broker's
+// encoder escapes control characters and <, >, &).
+func jsonTextSize(b []byte) int {
+	n := 2
+	for _, c := range b {
+		switch {
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n += 6
+		case c == '"' || c == '\\':
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
+}
