@@ -19,6 +19,7 @@ build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the 
 	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -o $(BIN) ./cmd/cyberos
 	$(CC) -static -O2 -Wall -Wextra -Werror -o bin/cyberos-init sandbox-init/cyberos-init.c
 	CGO_ENABLED=0 $(GO) build -o bin/cyberos-tool ./cmd/cyberos-tool
+	CGO_ENABLED=0 $(GO) build -o examples/notes-go/main examples/notes-go/skill.go
 
 demo: build ## run the example skill in the sandbox (as root) and print what was enforced
 	@bash scripts/demo.sh $(BIN) $(DEMO_STATE)

@@ -193,7 +193,10 @@ func (c *Client) Invoke(ctx context.Context, method string, params, result any) 
 
 	raw, err := c.roundTrip(body)
 	if err != nil {
-		if ctx.Err() != nil {
+		// The connection deadline can fire a moment before ctx notices.
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && errors.Is(err, os.ErrDeadlineExceeded) {
+			err = context.DeadlineExceeded
+		} else if ctx.Err() != nil {
 			err = ctx.Err()
 		}
 		c.broken = fmt.Errorf("skillclient: %s: %w", method, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/internal/testutil"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
 // TestMain lets libcontainer re-execute this test binary as the container
@@ -59,9 +60,10 @@ func BenchmarkRunAuditVsNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
+	sock := socketDir(b)
 	sups := map[string]*Supervisor{
-		"audit": {Runner: runner, Audit: store, StateDir: state, ProfilesDir: filepath.Join(repo, "seccomp-profiles")},
-		"noop":  {Runner: runner, Audit: noopAuditor{}, StateDir: state, ProfilesDir: filepath.Join(repo, "seccomp-profiles")},
+		"audit": {Runner: runner, Audit: store, StateDir: state, ProfilesDir: filepath.Join(repo, "seccomp-profiles"), Tools: tools.Registry(), SocketDir: sock},
+		"noop":  {Runner: runner, Audit: noopAuditor{}, StateDir: state, ProfilesDir: filepath.Join(repo, "seccomp-profiles"), Tools: tools.Registry(), SocketDir: sock},
 	}
 	samples := map[string][]time.Duration{}
 	b.ResetTimer()

@@ -44,16 +44,17 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 	}
 	uid, gid := s.Runner.SkillIDs()
 	return broker.Start(broker.Config{
-		SocketDir: s.SocketDir,
-		Common:    inv.common,
-		Env:       env,
-		Tools:     s.Tools,
-		Audit:     s.Audit,
-		Metrics:   s.metrics(),
-		Log:       log,
-		SocketUID: uid,
-		SocketGID: gid,
-		AllowPeer: func(pid int32) bool { return s.Runner.Owns(inv.common.InvocationID, pid) },
+		SocketDir:      s.SocketDir,
+		Common:         inv.common,
+		Traceparent:    inv.trace.String(),
+		Env:            env,
+		Tools:          s.Tools,
+		Audit:          s.Audit,
+		Metrics:        s.metrics(),
+		Log:            log,
+		SocketUID:      uid,
+		SocketGID:      gid,
+		AllowPeer:      func(pid int32) bool { return s.Runner.Owns(inv.common.InvocationID, pid) },
 		NoConnectAfter: s.NoConnectAfter,
 		RatePerMinute:  inv.pol.RateLimitPerMinute,
 	})

@@ -189,6 +189,7 @@ type invocation struct {
 	spec        sandbox.Spec
 	containment sandbox.Containment
 	common      audit.Common
+	trace       telemetry.TraceContext
 	persona     string
 	argsHash    string
 	deadline    time.Duration
@@ -253,6 +254,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	if inv.env.RequestID == "" {
 		inv.env.RequestID = NewID()
 	}
+	inv.trace = trace
 	inv.common = audit.Common{
 		InvocationID: inv.env.InvocationID,
 		RequestID:    inv.env.RequestID,

@@ -16,6 +16,7 @@ import (
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
 // fakeRunner plays a skill without a kernel: it writes stdout/stderr, then
@@ -135,7 +136,19 @@ func newSup(t *testing.T, f *fakeRunner) *Supervisor {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return &Supervisor{Runner: f, StateDir: state, Audit: store}
+	return &Supervisor{Runner: f, StateDir: state, Audit: store, Tools: tools.Registry(), SocketDir: socketDir(t)}
+}
+
+// socketDir is a private (0700) directory for broker sockets. Unix socket
+// paths are limited to 108 bytes, so it lives directly under /tmp.
+func socketDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
 }
 
 func TestOutcomeClassification(t *testing.T) {

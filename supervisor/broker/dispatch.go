@@ -454,7 +454,7 @@ func (d *dispatcher) deny(ctx context.Context, log *slog.Logger, common audit.Co
 		// The refusal stands; only its record is missing.
 		log.Error("broker: tool_denied row not written", "reason", denial.Reason, "err", err)
 	}
-	log.Info("broker: call denied", "reason", denial.Reason)
+	log.Debug("broker: call denied", "reason", denial.Reason)
 }
 
 // run calls the tool, turning a panic into errToolPanic.
