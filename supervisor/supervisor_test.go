@@ -37,7 +37,7 @@ type fakeRunner struct {
 	lastSpec sandbox.Spec
 }
 
-func (f *fakeRunner) SkillIDs() (int, int)          { return os.Getuid(), os.Getgid() }
+func (f *fakeRunner) SkillIDs() (int, int)           { return os.Getuid(), os.Getgid() }
 func (f *fakeRunner) Owns(id string, pid int32) bool { return pid == int32(os.Getpid()) }
 
 func (f *fakeRunner) Check(sandbox.Spec) (sandbox.Containment, error) {

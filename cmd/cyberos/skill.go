@@ -111,10 +111,10 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		Tools:             tools.Registry(),
 		SocketDir:         socketDir,
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
-		ProfilesDir:   profiles,
-		StateDir:      f.stateDir,
-		Log:           log,
-		AllowDegraded: f.allowDegraded,
+		ProfilesDir:       profiles,
+		StateDir:          f.stateDir,
+		Log:               log,
+		AllowDegraded:     f.allowDegraded,
 	}
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)

@@ -161,7 +161,6 @@ func (p *darwinProcess) Close() error {
 	return nil
 }
 
-
 // Exec is refused: without namespaces there is no "inside" to run Bash in,
 // and running it on the host would be a silent downgrade.
 func (p *darwinProcess) Exec(context.Context, ExecSpec) (ExecExit, error) {
