@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cyberos/supervisor/internal/testutil"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
 // Built once by TestMain: the real cyberos binary and the probe programs.
@@ -91,7 +92,10 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, base: base, runDir: filepath.Join(base, "run"), stateDir: filepath.Join(base, "state")}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	t.Cleanup(func() {
+		os.RemoveAll(base)
+		testutil.RemoveCgroupDirs(sandbox.CgroupParentFor(e.runDir))
+	})
 	return e
 }
 
@@ -197,10 +201,9 @@ func (r result) mustOutcome(t *testing.T, want string) {
 func cgroupLeaves(t *testing.T) []string {
 	t.Helper()
 	var left []string
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/cyberos")
-	if fi, err := os.Stat("/sys/fs/cgroup/cyberos"); err == nil && fi.IsDir() {
-		roots = append(roots, "/sys/fs/cgroup/cyberos")
-	}
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/cyberos*")
+	v2, _ := filepath.Glob("/sys/fs/cgroup/cyberos*")
+	roots = append(roots, v2...)
 	for _, r := range roots {
 		ents, _ := os.ReadDir(r)
 		for _, e := range ents {

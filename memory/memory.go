@@ -156,7 +156,7 @@ func prepareFile(file string) error {
 // (no deadlocked lock upgrades); _defensive forbids writing shadow tables.
 func dsn(file string) string {
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "busy_timeout(60000)") // many `skill run` processes may share a state dir
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "secure_delete(ON)")

@@ -262,19 +262,37 @@ func TestAC12TenantInBothRows(t *testing.T) {
 	}
 }
 
-// slowPanic panics after a known delay inside dispatch.
-type slowPanic struct{ fakeRunner }
+// slowPanic panics inside dispatch after 200 ms have passed on its clock.
+type slowPanic struct {
+	fakeRunner
+	clock *fakeClock
+}
 
 func (f *slowPanic) Start(spec sandbox.Spec) (sandbox.Process, error) {
-	time.Sleep(200 * time.Millisecond)
+	f.clock.advance(200 * time.Millisecond)
 	panic("late boom")
 }
 
+// fakeClock is a settable clock for the supervisor's duration measurement.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
 func TestAC13DurationAccurateOnPanic(t *testing.T) {
-	// The dispatch runs 200 ms, then panics: duration_ms must say 200 (+10).
-	f := &slowPanic{}
+	// The dispatch runs 200 ms (on the supervisor's clock), then panics:
+	// duration_ms must cover the dispatch and the panic handling, 200..210.
+	f := &slowPanic{clock: &fakeClock{t: time.Now()}}
 	s := newSup(t, &f.fakeRunner)
 	s.Runner = f
+	s.clock = f.clock.now
 	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
 	if err != nil {
 		t.Fatal(err)

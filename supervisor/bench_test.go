@@ -39,6 +39,7 @@ func BenchmarkRunAuditVsNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(base)
+	defer testutil.RemoveCgroupDirs(sandbox.CgroupParentFor(filepath.Join(base, "run")))
 	os.Chmod(base, 0o711)
 	wd, _ := os.Getwd()
 	repo := filepath.Join(wd, "..")

@@ -131,8 +131,12 @@ type Supervisor struct {
 	SocketDir string
 	// Tools is the registry the broker dispatches to (tools.Registry()).
 	Tools map[policy.Tool]tools.Tool
-	// Memory backs the Memory* tools.
-	Memory *memory.Store
+	// Memory backs the Memory* tools. When nil, OpenMemory is called once,
+	// and only for a skill that may use a Memory* tool.
+	Memory     *memory.Store
+	OpenMemory func() (*memory.Store, error)
+	memOnce    sync.Once
+	memErr     error
 	// AllowLoopbackHTTP lets Http tools reach 127.0.0.0/8 and ::1: runner
 	// configuration for tests, never taken from frontmatter.
 	AllowLoopbackHTTP bool
@@ -141,6 +145,15 @@ type Supervisor struct {
 	NoConnectAfter time.Duration
 
 	metricsOnce sync.Once
+	// clock is time.Now unless a test sets it.
+	clock func() time.Time
+}
+
+func (s *Supervisor) now() time.Time {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return time.Now()
 }
 
 // NewID returns a new ULID string (time-ordered, 26 chars).
@@ -291,6 +304,11 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	if err := s.checkStateDir(); err != nil {
 		return nil, err
 	}
+	if usesMemory(inv.enforcer) {
+		if err := s.openMemory(); err != nil {
+			return nil, fmt.Errorf("%w: memory store unavailable: %v", ErrRefused, err)
+		}
+	}
 	return inv, nil
 }
 
@@ -315,9 +333,9 @@ func (s *Supervisor) invoke(inv *invocation) (Envelope, error) {
 	s.metrics().InvocationsRunning.Inc()
 	defer s.metrics().InvocationsRunning.Dec()
 
-	t0 := time.Now()
+	t0 := s.now()
 	env, auditMsg := s.dispatchRecovered(inv, log)
-	env.DurationMS = time.Since(t0).Milliseconds()
+	env.DurationMS = s.now().Sub(t0).Milliseconds()
 
 	if env.Outcome == OutcomeTimeout {
 		if _, err := s.Audit.Emit(ctx, audit.Timeout(inv.common, env.DeadlineMS, env.SignalSent)); err != nil {
@@ -465,6 +483,24 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	}
 	log.Info("invocation ended", "outcome", env.Outcome, "exit_code", exit.Code, "signal", signalName(exit.Signal))
 	return env, msg
+}
+
+func usesMemory(e *policy.Enforcer) bool {
+	for _, t := range e.Tools() {
+		if t == policy.ToolMemoryRead || t == policy.ToolMemorySearch || t == policy.ToolMemoryEmit {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Supervisor) openMemory() error {
+	s.memOnce.Do(func() {
+		if s.Memory == nil && s.OpenMemory != nil {
+			s.Memory, s.memErr = s.OpenMemory()
+		}
+	})
+	return s.memErr
 }
 
 func (s *Supervisor) metrics() *telemetry.Metrics {

@@ -95,11 +95,6 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return &exitError{exitRefused, fmt.Errorf("audit store unavailable, skill not started: %w", err)}
 	}
 	defer store.Close()
-	mem, err := memory.Open(f.stateDir)
-	if err != nil {
-		return &exitError{exitRefused, fmt.Errorf("memory store unavailable, skill not started: %w", err)}
-	}
-	defer mem.Close()
 	socketDir, err := privateDir(f.socketDir, filepath.Join(f.runDir, "sockets"))
 	if err != nil {
 		return &exitError{exitRefused, err}
@@ -107,7 +102,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	sup := &supervisor.Supervisor{
 		Runner:            runner,
 		Audit:             store,
-		Memory:            mem,
+		OpenMemory:        func() (*memory.Store, error) { return memory.Open(f.stateDir) },
 		Tools:             tools.Registry(),
 		SocketDir:         socketDir,
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
@@ -116,6 +111,11 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		Log:               log,
 		AllowDegraded:     f.allowDegraded,
 	}
+	defer func() {
+		if sup.Memory != nil {
+			sup.Memory.Close()
+		}
+	}()
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	}

@@ -3,6 +3,7 @@ package testutil
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -31,3 +32,17 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// RemoveCgroupDirs removes the (empty) cgroup directory parent, a path like
+// "/cyberos-1a2b", from every mounted hierarchy: what a test's runner left.
+func RemoveCgroupDirs(parent string) {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + parent)
+	if d := "/sys/fs/cgroup" + parent; fileExists(d) {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

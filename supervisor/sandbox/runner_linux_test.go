@@ -44,7 +44,10 @@ func newWorld(tb testing.TB) *world {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { os.RemoveAll(base) })
+	tb.Cleanup(func() {
+		os.RemoveAll(base)
+		testutil.RemoveCgroupDirs(CgroupParentFor(filepath.Join(base, "run")))
+	})
 	if err := os.Chmod(base, 0o711); err != nil {
 		tb.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -35,9 +37,24 @@ func init() {
 	runtime.LockOSThread()
 }
 
-// CgroupParent is the cgroup under which every invocation gets its own leaf,
-// named by the invocation id.
-const CgroupParent = "/cyberos"
+// DefaultCgroupParent is the cgroup under which every invocation of the
+// default run dir gets its own leaf, named by the invocation id. A runner
+// with another run dir uses "/cyberos-<hash of the run dir>", so that
+// leftover cleanup (which trusts the run dir's locks) never touches the
+// sandboxes of another runner.
+const DefaultCgroupParent = "/cyberos"
+
+// DefaultRunDir is where the runner keeps its state unless told otherwise.
+const DefaultRunDir = "/run/cyberos"
+
+// CgroupParentFor is the cgroup parent a runner with runDir uses.
+func CgroupParentFor(runDir string) string {
+	if filepath.Clean(runDir) == DefaultRunDir {
+		return DefaultCgroupParent
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(runDir)))
+	return DefaultCgroupParent + "-" + hex.EncodeToString(sum[:6])
+}
 
 // DefaultHostIDBase is far above the uids a Debian host hands out.
 const DefaultHostIDBase = 1_000_000
@@ -48,8 +65,10 @@ type LinuxRunner struct {
 	userNS     bool
 	userNSWhy  string
 	cgroupMode cgroups.Mode
-	skelOnce   sync.Once
-	skelErr    error
+	// cgroupParent holds this runner's invocation cgroups.
+	cgroupParent string
+	skelOnce     sync.Once
+	skelErr      error
 }
 
 var _ Runner = (*LinuxRunner)(nil)
@@ -64,7 +83,7 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 		return nil, ErrSeccompNotCompiled
 	}
 	if cfg.RunDir == "" {
-		cfg.RunDir = "/run/cyberos"
+		cfg.RunDir = DefaultRunDir
 	}
 	if cfg.InitBinary == "" {
 		exe, err := os.Executable()
@@ -88,7 +107,7 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 	if cfg.HostIDBase == 0 {
 		cfg.HostIDBase = DefaultHostIDBase
 	}
-	r := &LinuxRunner{cfg: cfg, cgroupMode: cgroups.DetectMode()}
+	r := &LinuxRunner{cfg: cfg, cgroupMode: cgroups.DetectMode(), cgroupParent: CgroupParentFor(cfg.RunDir)}
 	// The container root user must be able to traverse to the rootfs, so
 	// the run dir and the skeleton are 0711/0755, state and locks 0700.
 	for _, d := range []struct {
@@ -161,7 +180,7 @@ func (r *LinuxRunner) CleanLeftovers() ([]string, error) {
 		if c, err := libcontainer.Load(r.stateRoot(), id); err == nil {
 			_ = c.Signal(unix.SIGKILL)
 			if err := c.Destroy(); err != nil {
-				_ = cgroups.KillAll(CgroupParent + "/" + id)
+				_ = cgroups.KillAll(r.cgroupParent + "/" + id)
 				_ = c.Destroy()
 			}
 		}
@@ -170,7 +189,7 @@ func (r *LinuxRunner) CleanLeftovers() ([]string, error) {
 		lock.Close()
 		cleaned = append(cleaned, id)
 	}
-	ids, err := cgroups.RemoveLeftovers(CgroupParent, func(id string) bool {
+	ids, err := cgroups.RemoveLeftovers(r.cgroupParent, func(id string) bool {
 		lock, ok := tryLock(r.lockPath(id))
 		if ok {
 			lock.Close()
@@ -436,7 +455,7 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
 		},
 		Cgroups: &occgroups.Cgroup{
-			Path: CgroupParent + "/" + spec.ID,
+			Path: r.cgroupParent + "/" + spec.ID,
 			Resources: &occgroups.Resources{
 				Memory:     memBytes,
 				MemorySwap: memBytes, // memory+swap = memory: no swap
@@ -480,7 +499,7 @@ type linuxProcess struct {
 	once    sync.Once
 }
 
-func (p *linuxProcess) cgroupPath() string { return CgroupParent + "/" + p.id }
+func (p *linuxProcess) cgroupPath() string { return p.runner.cgroupParent + "/" + p.id }
 
 func (p *linuxProcess) Terminate() error { return p.proc.Signal(unix.SIGTERM) }
 
@@ -669,7 +688,7 @@ func (r *LinuxRunner) Owns(id string, pid int32) bool {
 	if err != nil {
 		return false
 	}
-	leaf := CgroupParent + "/" + id
+	leaf := r.cgroupParent + "/" + id
 	for _, line := range strings.Split(string(b), "\n") {
 		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && (parts[2] == leaf || strings.HasPrefix(parts[2], leaf+"/")) {
 			return true
