@@ -74,13 +74,13 @@ func run(m *testing.M) int {
 // env is one test's private world: a run dir (containers, locks, rootfs
 // skeleton), a state dir and a place for skills, all removed at the end.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	base     string
 	runDir   string
 	stateDir string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	base, err := os.MkdirTemp("", "cyberos-it-")
