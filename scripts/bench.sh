@@ -30,3 +30,7 @@ go test -run '^$' -bench 'BenchmarkEmit' -benchtime 2000x -count 1 ./audit/ | gr
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
 go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark'
+
+echo
+echo "== tool calls from inside a sandbox through the broker (enforced, audited durably) vs the MCP Go SDK over stdio, 5 s each"
+go test -tags seccomp -run '^$' -bench BenchmarkToolCallVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark'
