@@ -45,9 +45,9 @@ func main() {
 	total := time.Since(start)
 	slices.Sort(lat)
 	json.NewEncoder(os.Stdout).Encode(map[string]float64{
-		"calls":        float64(len(lat)),
-		"calls_per_s":  float64(len(lat)) / total.Seconds(),
-		"p50_us":       float64(lat[len(lat)/2].Microseconds()),
-		"p99_us":       float64(lat[len(lat)*99/100].Microseconds()),
+		"calls":       float64(len(lat)),
+		"calls_per_s": float64(len(lat)) / total.Seconds(),
+		"p50_us":      float64(lat[len(lat)/2].Microseconds()),
+		"p99_us":      float64(lat[len(lat)*99/100].Microseconds()),
 	})
 }
