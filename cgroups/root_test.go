@@ -266,8 +266,10 @@ func TestRootStatsOOM(t *testing.T) {
 	if st.OOMKills < 1 {
 		t.Errorf("OOMKills = %d, want >= 1", st.OOMKills)
 	}
-	if st.MemoryPeakBytes < 16<<20 || st.MemoryPeakBytes > 32<<20 {
-		t.Errorf("MemoryPeakBytes = %d, want between 16 MiB and the 32 MiB limit", st.MemoryPeakBytes)
+	// The kernel charges a page or a few past the limit before reclaim and
+	// the OOM killer act (seen: limit + 4 KiB), so allow 1 MiB of slack.
+	if st.MemoryPeakBytes < 16<<20 || st.MemoryPeakBytes > 33<<20 {
+		t.Errorf("MemoryPeakBytes = %d, want between 16 MiB and the 32 MiB limit (+1 MiB slack)", st.MemoryPeakBytes)
 	}
 	if st.MemoryLimitBytes != 32<<20 {
 		t.Errorf("MemoryLimitBytes = %d, want %d", st.MemoryLimitBytes, 32<<20)

@@ -300,15 +300,29 @@ func TestBrokerSocketsAreIsolated(t *testing.T) {
 	sockDir := filepath.Join(e.runDir, "sockets")
 	dir := e.skill("waiter", "allowed_tools: [MemoryRead]\n", "#!/bin/sh\nexec /bin/sleep 27000\n")
 	var wg sync.WaitGroup
+	done := make(chan string, 2)
 	for range 2 {
 		wg.Add(1)
-		go func() { defer wg.Done(); e.run(dir, "--deadline", "30s") }()
+		go func() {
+			defer wg.Done()
+			cmd := e.command(dir, "--deadline", "40s")
+			out, err := cmd.CombinedOutput()
+			done <- fmt.Sprintf("exit %d: %s", exitCode(err), out)
+		}()
 	}
 	var socks []string
-	waitFor(t, 15*time.Second, func() bool {
+	deadline := time.Now().Add(60 * time.Second)
+	for len(socks) < 2 {
+		select {
+		case r := <-done:
+			t.Fatalf("an invocation ended before both sockets were seen: %s", r)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sockets seen: %v", socks)
+		}
 		socks, _ = filepath.Glob(filepath.Join(sockDir, "cyberos-skill-broker.*.sock"))
-		return len(socks) == 2
-	})
+	}
 	if socks[0] == socks[1] {
 		t.Fatal("two invocations share a socket")
 	}
@@ -330,6 +344,8 @@ func TestBrokerSocketsAreIsolated(t *testing.T) {
 		}
 		c.Close()
 	}
+	// The sockets exist before the skills do: wait for both, then end them.
+	waitFor(t, 30*time.Second, func() bool { return len(procsMatching("sleep 27000")) == 2 })
 	for _, p := range procsMatching("sleep 27000") {
 		killPid(p)
 	}
