@@ -270,7 +270,9 @@ func TestRequestTooLargeKeepsConnection(t *testing.T) {
 // its pair closed with outcome error; a batch whose whole response is over
 // the cap is cut as a whole.
 func TestResponseTooLarge(t *testing.T) {
-	e := startEnv(t)
+	// Writing 15 MiB can take seconds on a loaded machine: a short write
+	// deadline would cut the connection, which is not what this tests.
+	e := startEnv(t, func(c *Config) { c.FrameTimeout = time.Minute })
 	c := e.dial()
 	slowRPC := func(body string) wireResponse {
 		t.Helper()
