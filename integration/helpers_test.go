@@ -146,6 +146,7 @@ type envelope struct {
 	LogTail      string          `json:"log_tail"`
 	SignalSent   string          `json:"signal_sent"`
 	DeadlineMS   int64           `json:"deadline_ms"`
+	SandboxStart float64         `json:"sandbox_start_ms"`
 	Containment  struct {
 		Namespaces    []string `json:"namespaces"`
 		UserNamespace string   `json:"user_namespace"`
