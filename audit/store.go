@@ -305,36 +305,59 @@ func (s *Store) checkTail(ctx context.Context) error {
 // so a nil error always means a durable row. Write failures wrap
 // ErrUnavailable.
 func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
-	payload, err := d.canonical()
+	wait, err := s.enqueue(ctx, d)
 	if err != nil {
 		return Row{}, err
 	}
+	return wait(ctx)
+}
+
+// Enqueue queues d and returns at once; wait returns when the row is
+// durable (or failed). Rows are written in queue order, so a row emitted
+// after Enqueue returned is never durable before d: the broker answers a
+// tool call once its completed row is queued, and the skill's next call
+// cannot act before its own started row, which follows it, is durable.
+func (s *Store) Enqueue(ctx context.Context, d Draft) (wait func() (Row, error), err error) {
+	w, err := s.enqueue(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return func() (Row, error) { return w(context.WithoutCancel(ctx)) }, nil
+}
+
+func (s *Store) enqueue(ctx context.Context, d Draft) (func(context.Context) (Row, error), error) {
+	payload, err := d.canonical()
+	if err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
-		return Row{}, err
+		return nil, err
 	}
 	req := &request{kind: d.Kind, payload: payload, done: make(chan result, 1)}
 	s.mu.RLock()
 	if s.shut {
 		s.mu.RUnlock()
-		return Row{}, ErrClosed
+		return nil, ErrClosed
 	}
 	select {
 	case s.queue <- req:
 		s.mu.RUnlock()
 	case <-ctx.Done():
 		s.mu.RUnlock()
-		return Row{}, ctx.Err()
+		return nil, ctx.Err()
 	}
-	select {
-	case r := <-req.done:
-		return r.row, r.err
-	case <-ctx.Done():
-		if req.state.CompareAndSwap(queued, canceled) {
-			return Row{}, ctx.Err()
+	return func(ctx context.Context) (Row, error) {
+		select {
+		case r := <-req.done:
+			return r.row, r.err
+		case <-ctx.Done():
+			if req.state.CompareAndSwap(queued, canceled) {
+				return Row{}, ctx.Err()
+			}
+			r := <-req.done
+			return r.row, r.err
 		}
-		r := <-req.done
-		return r.row, r.err
-	}
+	}, nil
 }
 
 // run is the single writer. Group commit: it blocks for one request, then

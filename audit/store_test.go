@@ -735,3 +735,29 @@ func TestWALIsCheckpointed(t *testing.T) {
 		t.Errorf("WAL is %d bytes, want at most %d", wal.Size(), max)
 	}
 }
+
+// TestEnqueueKeepsQueueOrder: a row queued with Enqueue is written before
+// any row emitted after Enqueue returned, so when the later row is durable
+// the earlier one is too (the broker's one-fsync-per-call pipelining).
+func TestEnqueueKeepsQueueOrder(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	for i := range 50 {
+		c := common(fmt.Sprintf("inv-%d", i))
+		wait, err := s.Enqueue(ctx, ToolCallCompleted(c, "call", "Read", OutcomeSuccess, 1, "", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := s.Emit(ctx, ToolCallStarted(c, "call2", "Read", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Seq >= next.Seq {
+			t.Fatalf("queued row seq %d is not before the later row's %d", first.Seq, next.Seq)
+		}
+	}
+}

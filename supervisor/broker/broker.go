@@ -277,6 +277,7 @@ func (b *Broker) Close() error {
 		b.mu.Unlock()
 		b.cancel()
 		b.wg.Wait()
+		b.d.pending.Wait() // every queued completed row is durable (or logged)
 		if _, serr := os.Lstat(b.path); serr == nil {
 			if rerr := os.Remove(b.path); rerr != nil && err == nil {
 				err = rerr
