@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -153,11 +154,20 @@ func Open(stateDir string, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s, err := open(stateDir, o)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	// A fresh store opened by many processes at once (parallel `skill run`)
+	// can see SQLITE_BUSY while one of them switches it to WAL, which the
+	// busy handler does not cover: retry that until the busy timeout.
+	deadline := time.Now().Add(o.busyTimeout)
+	for {
+		s, err := open(stateDir, o)
+		if err == nil {
+			return s, nil
+		}
+		if !isBusy(err) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		time.Sleep(time.Duration(5+mrand.IntN(20)) * time.Millisecond)
 	}
-	return s, nil
 }
 
 func open(stateDir string, o options) (_ *Store, err error) {
@@ -672,4 +682,14 @@ func readErr(ctx context.Context, err error) error {
 		return ctxErr
 	}
 	return fmt.Errorf("%w: read: %w", ErrUnavailable, err)
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (5) or SQLITE_LOCKED (6).
+func isBusy(err error) bool {
+	var coder interface{ Code() int }
+	if errors.As(err, &coder) {
+		c := coder.Code() & 0xff
+		return c == 5 || c == 6
+	}
+	return false
 }

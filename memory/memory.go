@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -107,6 +108,20 @@ func Open(stateDir string) (*Store, error) {
 	if err := registerFuncs(); err != nil {
 		return nil, unavailable("register sql functions", err)
 	}
+	// A fresh store opened by many processes at once can see SQLITE_BUSY
+	// while one of them switches it to WAL, which the busy handler does not
+	// cover: retry for as long as a writer would wait.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := openDB(file)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return st, err
+		}
+		time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+	}
+}
+
+func openDB(file string) (*Store, error) {
 	db, err := sql.Open("sqlite", dsn(file))
 	if err != nil {
 		return nil, unavailable("open database", err)
@@ -126,6 +141,17 @@ func Open(stateDir string) (*Store, error) {
 	return &Store{db: db, now: time.Now}, nil
 }
 
+// isBusy reports whether err carries SQLite's SQLITE_BUSY (5) or
+// SQLITE_LOCKED (6).
+func isBusy(err error) bool {
+	var coder interface{ Code() int }
+	if errors.As(err, &coder) {
+		c := coder.Code() & 0xff
+		return c == 5 || c == 6
+	}
+	return false
+}
+
 // prepareFile creates the database file 0600 before SQLite sees it, tightens
 // an existing one to 0600, and refuses anything that is not a regular file
 // (a symlink planted in the state dir included).
@@ -134,6 +160,10 @@ func prepareFile(file string) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			// Another process created it first: check what it is.
+			return prepareFile(file)
+		}
 		if err != nil {
 			return unavailable("create database file", err)
 		}

@@ -701,3 +701,28 @@ func TestCanceledContext(t *testing.T) {
 		t.Errorf("emit: %v", err)
 	}
 }
+
+// TestConcurrentFirstOpen: many opens of one fresh state dir at once (as
+// parallel `skill run` processes do) all succeed.
+func TestConcurrentFirstOpen(t *testing.T) {
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := Open(dir)
+			if err != nil {
+				errs <- err
+				return
+			}
+			s.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

@@ -226,8 +226,27 @@ func tryLock(path string) (*os.File, bool) {
 func (r *LinuxRunner) prepareRootfs() error {
 	r.skelOnce.Do(func() {
 		want := skeletonStamp()
-		if have, err := os.ReadFile(filepath.Join(r.rootfs(), skeletonStampFile)); err == nil && string(have) == want {
+		current := func() bool {
+			have, err := os.ReadFile(filepath.Join(r.rootfs(), skeletonStampFile))
+			return err == nil && string(have) == want
+		}
+		if current() {
 			return // built by an earlier run, still current
+		}
+		// Many supervisors may start at once on a fresh run dir: one builds,
+		// the others wait for it and find it current.
+		lock, err := os.OpenFile(filepath.Join(r.cfg.RunDir, "skeleton.lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			r.skelErr = err
+			return
+		}
+		defer lock.Close()
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+			r.skelErr = err
+			return
+		}
+		if current() {
+			return
 		}
 		r.skelErr = buildSkeleton(r.rootfs(), want)
 	})
