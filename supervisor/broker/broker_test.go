@@ -692,9 +692,7 @@ func TestPeerCheck(t *testing.T) {
 // A peer whose uid is neither SocketUID nor root is refused (needs root to
 // connect as another uid).
 func TestPeerUIDCheck(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to connect as another uid")
-	}
+	testutil.RequiresRoot(t)
 	e := startEnv(t, func(c *Config) { c.SocketUID, c.SocketGID = 4242, 4242 })
 	if err := os.Chmod(filepath.Dir(e.b.Path()), 0o711); err != nil {
 		t.Fatal(err)
