@@ -36,6 +36,7 @@ const (
 	ReasonAuditUnavailable = "audit_unavailable"
 	ReasonToolError        = "tool_error"
 	ReasonTimeout          = "timeout"
+	ReasonInvalidParams    = "invalid_params"
 	ReasonBatchTooLarge    = "batch_too_large"
 	ReasonTooDeep          = "nesting_too_deep"
 )
@@ -117,16 +118,30 @@ func errorObject(err error) *RPCError {
 		return &RPCError{Code: CodeMethodNotFound, Message: "Method not found"}
 	case errors.As(err, &params):
 		return &RPCError{Code: CodeInvalidParams, Message: "Invalid params: " + params.msg}
+	}
+	// Tool failures: the class decides the code; a tools.SkillError's own
+	// words (written for the skill, no host text) go along as the detail.
+	var detail string
+	var se *tools.SkillError
+	if errors.As(err, &se) {
+		detail = se.Msg
+	}
+	switch {
 	case errors.Is(err, tools.ErrInvalidParams):
-		return &RPCError{Code: CodeInvalidParams, Message: "Invalid params"}
+		e := &RPCError{Code: CodeInvalidParams, Message: "Invalid params"}
+		if detail != "" {
+			e.Message += ": " + detail
+			e.Data = &ErrorData{Reason: ReasonInvalidParams, Detail: detail}
+		}
+		return e
 	case errors.Is(err, tools.ErrTimeout):
-		return &RPCError{Code: CodeToolError, Message: "tool timed out", Data: &ErrorData{Reason: ReasonTimeout}}
+		return &RPCError{Code: CodeToolError, Message: "tool timed out", Data: &ErrorData{Reason: ReasonTimeout, Detail: detail}}
 	case errors.Is(err, tools.ErrNotFound):
-		return &RPCError{Code: CodeToolError, Message: "not found", Data: &ErrorData{Reason: ReasonToolError}}
+		return &RPCError{Code: CodeToolError, Message: "not found", Data: &ErrorData{Reason: ReasonToolError, Detail: detail}}
 	case errors.Is(err, tools.ErrTooLarge):
-		return &RPCError{Code: CodeToolError, Message: "too large", Data: &ErrorData{Reason: ReasonToolError}}
+		return &RPCError{Code: CodeToolError, Message: "too large", Data: &ErrorData{Reason: ReasonToolError, Detail: detail}}
 	default: // tools.ErrFailed and anything unclassified
-		return &RPCError{Code: CodeToolError, Message: "tool failed", Data: &ErrorData{Reason: ReasonToolError}}
+		return &RPCError{Code: CodeToolError, Message: "tool failed", Data: &ErrorData{Reason: ReasonToolError, Detail: detail}}
 	}
 }
 

@@ -220,3 +220,20 @@ func FuzzDispatch(f *testing.F) {
 		checkResponse(t, out)
 	})
 }
+
+// TestErrorObjectSkillDetail: a tool's own message for the skill is passed
+// on as data.detail; any other tool error text stays out.
+func TestErrorObjectSkillDetail(t *testing.T) {
+	e := errorObject(&tools.SkillError{Class: tools.ErrFailed, Msg: "old_string not found"})
+	if e.Code != CodeToolError || e.Data == nil || e.Data.Detail != "old_string not found" {
+		t.Errorf("skill error: %+v %+v", e, e.Data)
+	}
+	e = errorObject(fmt.Errorf("%w: open /var/lib/secret: permission denied", tools.ErrFailed))
+	if e.Data == nil || e.Data.Detail != "" || strings.Contains(e.Message, "/var") {
+		t.Errorf("host text reached the skill: %+v %+v", e, e.Data)
+	}
+	e = errorObject(fmt.Errorf("wrapped: %w", &tools.SkillError{Class: tools.ErrInvalidParams, Msg: "url is required"}))
+	if e.Code != CodeInvalidParams || e.Data == nil || e.Data.Detail != "url is required" {
+		t.Errorf("invalid params: %+v %+v", e, e.Data)
+	}
+}

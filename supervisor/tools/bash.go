@@ -77,7 +77,7 @@ type bashResult struct {
 // is what tells the skill where its command hung.
 func (b bashTool) Call(ctx context.Context, c *Call) (any, error) {
 	if c == nil || c.Env == nil || c.Env.Enforcer == nil {
-		return nil, fmt.Errorf("%w: no enforcer for this invocation", ErrFailed)
+		return nil, skillError(ErrFailed, "no enforcer for this invocation")
 	}
 	var a bashArgs
 	if err := unmarshalArgs(c.Args, &a); err != nil {
@@ -85,11 +85,11 @@ func (b bashTool) Call(ctx context.Context, c *Call) (any, error) {
 	}
 	switch {
 	case a.Command == nil:
-		return nil, fmt.Errorf("%w: command is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "command is required")
 	case strings.TrimSpace(*a.Command) == "":
-		return nil, fmt.Errorf("%w: command must not be empty", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "command must not be empty")
 	case strings.IndexByte(*a.Command, 0) >= 0:
-		return nil, fmt.Errorf("%w: command must not contain NUL", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "command must not contain NUL")
 	}
 	timeout := DefaultBashTimeout
 	if a.TimeoutMS != nil {
@@ -103,7 +103,7 @@ func (b bashTool) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	if c.Env.Exec == nil {
-		return nil, fmt.Errorf("%w: no sandbox to run commands in", ErrFailed)
+		return nil, skillError(ErrFailed, "no sandbox to run commands in")
 	}
 
 	stdout, stderr := &cappedBuffer{max: MaxBashOutput}, &cappedBuffer{max: MaxBashOutput}

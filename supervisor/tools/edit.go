@@ -47,15 +47,15 @@ func (ed editTool) Call(ctx context.Context, c *Call) (any, error) {
 	}
 	switch {
 	case a.Path == nil:
-		return nil, fmt.Errorf("%w: path is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "path is required")
 	case a.OldString == nil:
-		return nil, fmt.Errorf("%w: old_string is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "old_string is required")
 	case a.NewString == nil:
-		return nil, fmt.Errorf("%w: new_string is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "new_string is required")
 	case *a.OldString == "":
-		return nil, fmt.Errorf("%w: old_string must not be empty", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "old_string must not be empty")
 	case *a.OldString == *a.NewString:
-		return nil, fmt.Errorf("%w: new_string must differ from old_string", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "new_string must differ from old_string")
 	case len(*a.OldString) > MaxFileWriteBytes || len(*a.NewString) > MaxFileWriteBytes:
 		return nil, fmt.Errorf("%w: old_string and new_string are limited to %d bytes each", ErrTooLarge, MaxFileWriteBytes)
 	}
@@ -66,7 +66,7 @@ func (ed editTool) Call(ctx context.Context, c *Call) (any, error) {
 	oldS, newS := []byte(*a.OldString), []byte(*a.NewString)
 	data, err := editHostFile(ed.Name(), p, MaxFileReadBytes, func(b []byte) ([]byte, error) {
 		if !isText(b) {
-			return nil, fmt.Errorf("%w: binary file", ErrFailed)
+			return nil, skillError(ErrFailed, "binary file")
 		}
 		i, err := uniqueIndex(b, oldS)
 		if err != nil {
@@ -90,13 +90,13 @@ func (ed editTool) Call(ctx context.Context, c *Call) (any, error) {
 func uniqueIndex(b, old []byte) (int, error) {
 	switch n := bytes.Count(b, old); {
 	case n == 0:
-		return 0, fmt.Errorf("%w: old_string not found", ErrFailed)
+		return 0, skillError(ErrFailed, "old_string not found")
 	case n > 1:
 		return 0, fmt.Errorf("%w: old_string is not unique (%d matches)", ErrFailed, n)
 	}
 	i := bytes.Index(b, old)
 	if bytes.Index(b[i+1:], old) >= 0 {
-		return 0, fmt.Errorf("%w: old_string is not unique (overlapping matches)", ErrFailed)
+		return 0, skillError(ErrFailed, "old_string is not unique (overlapping matches)")
 	}
 	return i, nil
 }

@@ -70,7 +70,7 @@ func fileDenial(t policy.Tool, detail string) *policy.Denial {
 // never an open door.
 func fileEnv(c *Call) (*policy.Enforcer, error) {
 	if c == nil || c.Env == nil || c.Env.Enforcer == nil {
-		return nil, fmt.Errorf("%w: no enforcer for this invocation", ErrFailed)
+		return nil, skillError(ErrFailed, "no enforcer for this invocation")
 	}
 	return c.Env.Enforcer, nil
 }

@@ -94,7 +94,7 @@ func fsErr(t policy.Tool, err error) error {
 		if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrFailed) {
 			return err
 		}
-		return fmt.Errorf("%w: i/o error", ErrFailed)
+		return skillError(ErrFailed, "i/o error")
 	}
 	switch errno {
 	case unix.ELOOP:
@@ -102,21 +102,21 @@ func fsErr(t policy.Tool, err error) error {
 	case unix.EISDIR:
 		return fileDenial(t, "not a regular file")
 	case unix.ENOENT:
-		return fmt.Errorf("%w: no such file or directory", ErrNotFound)
+		return skillError(ErrNotFound, "no such file or directory")
 	case unix.ENOTDIR:
-		return fmt.Errorf("%w: a path component is not a directory", ErrNotFound)
+		return skillError(ErrNotFound, "a path component is not a directory")
 	case unix.EACCES, unix.EPERM:
-		return fmt.Errorf("%w: permission denied", ErrFailed)
+		return skillError(ErrFailed, "permission denied")
 	case unix.ENAMETOOLONG:
-		return fmt.Errorf("%w: path too long", ErrInvalidParams)
+		return skillError(ErrInvalidParams, "path too long")
 	case unix.ENOSPC, unix.EDQUOT:
-		return fmt.Errorf("%w: no space left", ErrFailed)
+		return skillError(ErrFailed, "no space left")
 	case unix.EROFS:
-		return fmt.Errorf("%w: read-only file system", ErrFailed)
+		return skillError(ErrFailed, "read-only file system")
 	case unix.ENOSYS:
-		return fmt.Errorf("%w: the host kernel has no openat2 (Linux 5.6 or later is required)", ErrFailed)
+		return skillError(ErrFailed, "the host kernel has no openat2 (Linux 5.6 or later is required)")
 	}
-	return fmt.Errorf("%w: i/o error", ErrFailed)
+	return skillError(ErrFailed, "i/o error")
 }
 
 // splitPath splits a clean absolute path into its directory and last
@@ -258,7 +258,7 @@ func editHostFile(t policy.Tool, p string, limit int64, edit func([]byte) ([]byt
 	}
 	now, err := lstatAt(dirfd, base)
 	if err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
-		return nil, fmt.Errorf("%w: the file was replaced during the edit; retry", ErrFailed)
+		return nil, skillError(ErrFailed, "the file was replaced during the edit; retry")
 	}
 	if err := replaceAt(t, dirfd, base, data, &st); err != nil {
 		return nil, err
@@ -276,7 +276,7 @@ func replaceAt(t policy.Tool, dirfd int, name string, data []byte, old *unix.Sta
 	for try := 0; ; try++ {
 		var r [8]byte
 		if _, err := rand.Read(r[:]); err != nil {
-			return fmt.Errorf("%w: no randomness for a temporary name", ErrFailed)
+			return skillError(ErrFailed, "no randomness for a temporary name")
 		}
 		tmp = ".cyberos-" + hex.EncodeToString(r[:]) + ".tmp"
 		fd, err = openat2(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
@@ -315,7 +315,7 @@ func replaceAt(t policy.Tool, dirfd int, name string, data []byte, old *unix.Sta
 			}
 		}
 		if err == unix.EEXIST {
-			return fmt.Errorf("%w: the file was created by someone else meanwhile; retry", ErrFailed)
+			return skillError(ErrFailed, "the file was created by someone else meanwhile; retry")
 		}
 	}
 	if err != nil {
@@ -340,7 +340,7 @@ func fillTemp(f *os.File, data []byte, old *unix.Stat_t) error {
 		mode = old.Mode & 0o777
 		if old.Uid != uint32(os.Geteuid()) || old.Gid != uint32(os.Getegid()) {
 			if err := unix.Fchown(fd, int(old.Uid), int(old.Gid)); err != nil {
-				return fmt.Errorf("%w: cannot keep the file's owner", ErrFailed)
+				return skillError(ErrFailed, "cannot keep the file's owner")
 			}
 		}
 	}

@@ -51,7 +51,7 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	if a.Pattern == nil {
-		return nil, fmt.Errorf("%w: pattern is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "pattern is required")
 	}
 	pat := *a.Pattern
 	if err := checkPathPattern("pattern", pat); err != nil {

@@ -71,9 +71,9 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 	}
 	switch {
 	case a.Pattern == nil:
-		return nil, fmt.Errorf("%w: pattern is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "pattern is required")
 	case a.Path == nil:
-		return nil, fmt.Errorf("%w: path is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "path is required")
 	}
 	re, err := regexp.Compile(*a.Pattern)
 	if err != nil {
@@ -163,7 +163,7 @@ func grepFilter(glob *string) (func(string) bool, error) {
 	g := *glob
 	if !strings.Contains(g, "/") {
 		if g == "" || !doublestar.ValidatePattern(g) {
-			return nil, fmt.Errorf("%w: glob is not a valid file name pattern", ErrInvalidParams)
+			return nil, skillError(ErrInvalidParams, "glob is not a valid file name pattern")
 		}
 		return func(p string) bool { return doublestar.MatchUnvalidated(g, path.Base(p)) }, nil
 	}

@@ -138,7 +138,7 @@ func validHeaderValue(s string) bool {
 // step is the enforcer's *policy.Denial.
 func (h httpTool) do(ctx context.Context, c *Call, r httpRequest) (any, error) {
 	if c == nil || c.Env == nil || c.Env.Enforcer == nil {
-		return nil, fmt.Errorf("%w: no enforcer for this invocation", ErrFailed)
+		return nil, skillError(ErrFailed, "no enforcer for this invocation")
 	}
 	env := c.Env
 	hdr, err := requestHeaders(r.headers)
@@ -150,10 +150,10 @@ func (h httpTool) do(ctx context.Context, c *Call, r httpRequest) (any, error) {
 	}
 	if r.contentType != "" {
 		if _, dup := hdr["Content-Type"]; dup {
-			return nil, fmt.Errorf("%w: content_type and a Content-Type header are both given", ErrInvalidParams)
+			return nil, skillError(ErrInvalidParams, "content_type and a Content-Type header are both given")
 		}
 		if !validHeaderValue(r.contentType) {
-			return nil, fmt.Errorf("%w: content_type is not a valid header value", ErrInvalidParams)
+			return nil, skillError(ErrInvalidParams, "content_type is not a valid header value")
 		}
 		hdr.Set("Content-Type", r.contentType)
 	}
@@ -168,7 +168,7 @@ func (h httpTool) do(ctx context.Context, c *Call, r httpRequest) (any, error) {
 	}
 	if c.Traceparent != "" {
 		if !validHeaderValue(c.Traceparent) {
-			return nil, fmt.Errorf("%w: traceparent is not a valid header value", ErrInvalidParams)
+			return nil, skillError(ErrInvalidParams, "traceparent is not a valid header value")
 		}
 		hdr.Set("Traceparent", c.Traceparent) // spec AC 18
 	}

@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"github.com/cyberos/supervisor/policy"
@@ -30,13 +29,13 @@ type httpFetchArgs struct {
 func (f httpFetch) Call(ctx context.Context, c *Call) (any, error) {
 	var a httpFetchArgs
 	if c == nil {
-		return nil, fmt.Errorf("%w: no call", ErrFailed)
+		return nil, skillError(ErrFailed, "no call")
 	}
 	if err := unmarshalArgs(c.Args, &a); err != nil {
 		return nil, err
 	}
 	if a.URL == nil {
-		return nil, fmt.Errorf("%w: url is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "url is required")
 	}
 	return f.do(ctx, c, httpRequest{method: http.MethodGet, url: *a.URL, headers: a.Headers})
 }

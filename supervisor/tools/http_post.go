@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"github.com/cyberos/supervisor/policy"
@@ -37,18 +36,18 @@ type httpPostArgs struct {
 func (p httpPost) Call(ctx context.Context, c *Call) (any, error) {
 	var a httpPostArgs
 	if c == nil {
-		return nil, fmt.Errorf("%w: no call", ErrFailed)
+		return nil, skillError(ErrFailed, "no call")
 	}
 	if err := unmarshalArgs(c.Args, &a); err != nil {
 		return nil, err
 	}
 	if a.URL == nil || a.Body == nil {
-		return nil, fmt.Errorf("%w: url and body are required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "url and body are required")
 	}
 	r := httpRequest{method: http.MethodPost, url: *a.URL, headers: a.Headers, body: []byte(*a.Body)}
 	switch {
 	case a.ContentType != nil && *a.ContentType == "":
-		return nil, fmt.Errorf("%w: content_type is empty", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "content_type is empty")
 	case a.ContentType != nil:
 		r.contentType = *a.ContentType
 	case !hasHeader(a.Headers, "Content-Type"):

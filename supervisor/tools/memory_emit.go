@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/policy"
@@ -42,12 +41,12 @@ func (m memoryEmit) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	if a.Path == nil || a.Body == nil {
-		return nil, fmt.Errorf("%w: path and body are required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "path and body are required")
 	}
 	if env.Policy == nil {
 		// Compensation is read from the policy; without one, whether the
 		// body may be stored is unknown.
-		return nil, fmt.Errorf("%w: no policy for this invocation", ErrFailed)
+		return nil, skillError(ErrFailed, "no policy for this invocation")
 	}
 	p, err := env.Enforcer.CheckMemory(m.Name(), *a.Path)
 	if err != nil {

@@ -48,7 +48,7 @@ func (m memoryRead) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	if a.Path == nil {
-		return nil, fmt.Errorf("%w: path is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "path is required")
 	}
 	p, err := env.Enforcer.CheckMemory(m.Name(), *a.Path)
 	if err != nil {
@@ -68,9 +68,9 @@ func (m memoryRead) Call(ctx context.Context, c *Call) (any, error) {
 func memoryEnv(c *Call) (*Env, error) {
 	switch {
 	case c == nil || c.Env == nil || c.Env.Enforcer == nil:
-		return nil, fmt.Errorf("%w: no enforcer for this invocation", ErrFailed)
+		return nil, skillError(ErrFailed, "no enforcer for this invocation")
 	case c.Env.Memory == nil:
-		return nil, fmt.Errorf("%w: no memory store", ErrFailed)
+		return nil, skillError(ErrFailed, "no memory store")
 	}
 	return c.Env, nil
 }
@@ -109,7 +109,7 @@ func memoryErr(t policy.Tool, path string, err error) error {
 func unmarshalArgs(raw json.RawMessage, v any) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
-		return fmt.Errorf("%w: args must be a JSON object", ErrInvalidParams)
+		return skillError(ErrInvalidParams, "args must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -117,7 +117,7 @@ func unmarshalArgs(raw json.RawMessage, v any) error {
 		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: data after the args object", ErrInvalidParams)
+		return skillError(ErrInvalidParams, "data after the args object")
 	}
 	// The args are well-formed JSON now, so the walk below only fails on a
 	// key that is not exact or not unique.

@@ -51,7 +51,7 @@ func (m memorySearch) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	if a.Query == nil {
-		return nil, fmt.Errorf("%w: query is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "query is required")
 	}
 	limit := DefaultSearchLimit
 	if a.Limit != nil {

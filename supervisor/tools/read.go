@@ -40,7 +40,7 @@ func (r readTool) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	if a.Path == nil {
-		return nil, fmt.Errorf("%w: path is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "path is required")
 	}
 	p, err := checkFile(e, r.Name(), *a.Path)
 	if err != nil {
@@ -51,7 +51,7 @@ func (r readTool) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	if !isText(b) {
-		return nil, fmt.Errorf("%w: binary file", ErrFailed)
+		return nil, skillError(ErrFailed, "binary file")
 	}
 	return readResult{Body: string(b), ContentHash: contentHash(b)}, nil
 }

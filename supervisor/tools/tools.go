@@ -25,6 +25,20 @@ var (
 	ErrFailed        = errors.New("tool failed")    // tool error
 )
 
+// SkillError is a tool failure whose message the tool wrote for the skill:
+// a fixed text with no host paths or errno. The broker passes Msg on as the
+// JSON-RPC error's data.detail; other tool errors reach the skill as their
+// class only (their text stays in the supervisor's log).
+type SkillError struct {
+	Class error // one of the error classes above
+	Msg   string
+}
+
+func (e *SkillError) Error() string { return e.Class.Error() + ": " + e.Msg }
+func (e *SkillError) Unwrap() error { return e.Class }
+
+func skillError(class error, msg string) error { return &SkillError{Class: class, Msg: msg} }
+
 // ExecRequest is a command to run inside the invocation's sandbox.
 type ExecRequest struct {
 	Argv    []string

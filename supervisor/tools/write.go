@@ -44,9 +44,9 @@ func (w writeTool) Call(ctx context.Context, c *Call) (any, error) {
 	}
 	switch {
 	case a.Path == nil:
-		return nil, fmt.Errorf("%w: path is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "path is required")
 	case a.Content == nil:
-		return nil, fmt.Errorf("%w: content is required", ErrInvalidParams)
+		return nil, skillError(ErrInvalidParams, "content is required")
 	case len(*a.Content) > MaxFileWriteBytes:
 		return nil, fmt.Errorf("%w: content is larger than %d bytes", ErrTooLarge, MaxFileWriteBytes)
 	}
