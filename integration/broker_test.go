@@ -38,7 +38,8 @@ type callResult struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
 		Data    struct {
-			Reason string `json:"reason"`
+			Reason  string          `json:"reason"`
+			Partial json.RawMessage `json:"partial"`
 		} `json:"data"`
 	} `json:"err"`
 }
@@ -256,8 +257,19 @@ func TestBrokerAuditPairsAndMemoryTrace(t *testing.T) {
 func TestBrokerBashRunsInsideSandbox(t *testing.T) {
 	e := newEnv(t)
 	dir := e.skill("basher", "allowed_tools: [Bash]\n", callScript(
-		[3]string{"inside", "Bash", `{"command":"echo $(hostname) $(id -u) $(sed -n s/^Seccomp:.//p /proc/self/status) $(cat /proc/self/uid_map | wc -l)"}`}))
+		[3]string{"inside", "Bash", `{"command":"echo $(hostname) $(id -u) $(sed -n s/^Seccomp:.//p /proc/self/status) $(cat /proc/self/uid_map | wc -l)"}`},
+		[3]string{"slow", "Bash", `{"command":"echo started; sleep 5","timeout_ms":700}`}))
 	m := calls(t, e.run(dir))
+	// A timed-out command: error reason timeout, its output so far beside it.
+	slow := m["slow"]
+	var partial struct {
+		Stdout   string `json:"stdout"`
+		TimedOut bool   `json:"timed_out"`
+	}
+	if slow.Err == nil || slow.Err.Data.Reason != "timeout" || json.Unmarshal(slow.Err.Data.Partial, &partial) != nil ||
+		!strings.Contains(partial.Stdout, "started") || !partial.TimedOut {
+		t.Errorf("timed-out Bash: %+v", slow.Err)
+	}
 	var res struct {
 		ExitCode int    `json:"exit_code"`
 		Stdout   string `json:"stdout"`

@@ -57,6 +57,8 @@ type ErrorData struct {
 	Tool    string `json:"tool,omitempty"`
 	SkillID string `json:"skill_id,omitempty"`
 	Detail  string `json:"detail,omitempty"`
+	// Partial is what a timed-out tool had produced (Bash's output so far).
+	Partial json.RawMessage `json:"partial,omitempty"`
 }
 
 func (e *RPCError) Error() string {

@@ -435,10 +435,26 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	}
 	d.count(metricTool, metricOutcome)
 	if err != nil {
+		// A tool that timed out may still hand back what it had (Bash's
+		// output so far): the skill gets it beside the error.
+		if errors.Is(err, tools.ErrTimeout) && result != nil {
+			if partial, merr := marshalResult(result); merr == nil && len(partial) <= MaxResponse/2 {
+				return nil, &partialError{err: err, partial: partial}
+			}
+		}
 		return nil, err
 	}
 	return raw, nil
 }
+
+// partialError carries a timed-out tool's partial result to errorObject.
+type partialError struct {
+	err     error
+	partial json.RawMessage
+}
+
+func (e *partialError) Error() string { return e.err.Error() }
+func (e *partialError) Unwrap() error { return e.err }
 
 // enqueuer is an audit sink that can queue a row without waiting for its
 // commit (audit.Store).

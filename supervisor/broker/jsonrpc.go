@@ -79,6 +79,8 @@ type ErrorData struct {
 	Tool    string `json:"tool,omitempty"`
 	SkillID string `json:"skill_id,omitempty"`
 	Detail  string `json:"detail,omitempty"`
+	// Partial is what a timed-out tool had produced (Bash's output so far).
+	Partial json.RawMessage `json:"partial,omitempty"`
 }
 
 func (e *RPCError) Error() string { return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message) }
@@ -135,7 +137,12 @@ func errorObject(err error) *RPCError {
 		}
 		return e
 	case errors.Is(err, tools.ErrTimeout):
-		return &RPCError{Code: CodeToolError, Message: "tool timed out", Data: &ErrorData{Reason: ReasonTimeout, Detail: detail}}
+		data := &ErrorData{Reason: ReasonTimeout, Detail: detail}
+		var pe *partialError
+		if errors.As(err, &pe) {
+			data.Partial = pe.partial
+		}
+		return &RPCError{Code: CodeToolError, Message: "tool timed out", Data: data}
 	case errors.Is(err, tools.ErrNotFound):
 		return &RPCError{Code: CodeToolError, Message: "not found", Data: &ErrorData{Reason: ReasonToolError, Detail: detail}}
 	case errors.Is(err, tools.ErrTooLarge):
