@@ -390,7 +390,12 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		}
 	}()
 	inv.spec.BrokerSocket = brk.Path()
-	proc, err := s.Runner.Start(inv.spec)
+	proc, err, hung := s.startWithin(inv.spec, deadline, log)
+	if hung {
+		env.Outcome = OutcomeTimeout
+		env.ErrorMessage = fmt.Sprintf("deadline of %v reached while the sandbox was starting", deadline)
+		return env, env.ErrorMessage
+	}
 	if err != nil {
 		env.Outcome = OutcomeError
 		env.ErrorMessage = "sandbox did not start: " + err.Error()
@@ -510,6 +515,48 @@ func (s *Supervisor) metrics() *telemetry.Metrics {
 		}
 	})
 	return s.Metrics
+}
+
+// startWithin starts the sandbox, giving up at the deadline: a start that
+// hangs ends the invocation as a timeout, and whatever the start returns
+// later is killed and cleaned up in the background.
+func (s *Supervisor) startWithin(spec sandbox.Spec, deadline time.Duration, log *slog.Logger) (sandbox.Process, error, bool) {
+	type started struct {
+		p        sandbox.Process
+		err      error
+		panicked any
+	}
+	ch := make(chan started, 1)
+	go func() {
+		// A panic here is re-raised in the caller's goroutine, where the
+		// dispatch path recovers it into the outcome panic.
+		defer func() {
+			if r := recover(); r != nil {
+				ch <- started{panicked: r}
+			}
+		}()
+		p, err := s.Runner.Start(spec)
+		ch <- started{p: p, err: err}
+	}()
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	select {
+	case st := <-ch:
+		if st.panicked != nil {
+			panic(st.panicked)
+		}
+		return st.p, st.err, false
+	case <-timer.C:
+		log.Error("sandbox start hung past the deadline")
+		go func() {
+			if st := <-ch; st.p != nil {
+				_ = st.p.KillAll()
+				_, _ = st.p.Wait()
+				_ = st.p.Close()
+			}
+		}()
+		return nil, nil, true
+	}
 }
 
 func (s *Supervisor) logger() *slog.Logger {

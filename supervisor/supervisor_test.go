@@ -298,3 +298,43 @@ func TestBuffers(t *testing.T) {
 		t.Errorf("tail %q %q", tb.Bytes(), tb.Tail(3))
 	}
 }
+
+// hangingStart never finishes starting until released.
+type hangingStart struct {
+	fakeRunner
+	release chan struct{}
+}
+
+func (f *hangingStart) Start(spec sandbox.Spec) (sandbox.Process, error) {
+	<-f.release
+	return f.fakeRunner.Start(spec)
+}
+
+// TestDeadlineBoundsSandboxStart: a sandbox start that hangs ends the
+// invocation as a timeout at the deadline; what it returns later is closed.
+func TestDeadlineBoundsSandboxStart(t *testing.T) {
+	f := &hangingStart{release: make(chan struct{})}
+	s := newSup(t, &f.fakeRunner)
+	s.Runner = f
+	t0 := time.Now()
+	env, err := s.Run(Request{SkillDir: skillDir(t, ""), Deadline: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Outcome != OutcomeTimeout || time.Since(t0) > 3*time.Second {
+		t.Fatalf("outcome %s after %v, want timeout at about 300 ms", env.Outcome, time.Since(t0))
+	}
+	close(f.release)
+	testutilWaitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed })
+}
+
+func testutilWaitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("the late sandbox was never closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
