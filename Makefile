@@ -12,7 +12,7 @@ DEMO_STATE ?= /tmp/cyberos-demo-state
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config); idempotent
+deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3); idempotent
 	@bash scripts/install-deps.sh
 
 build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
@@ -21,7 +21,7 @@ build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the 
 	CGO_ENABLED=0 $(GO) build -o bin/cyberos-tool ./cmd/cyberos-tool
 	CGO_ENABLED=0 $(GO) build -o examples/notes-go/main examples/notes-go/skill.go
 
-demo: build ## run the example skill in the sandbox (as root) and print what was enforced
+demo: build ## run the example skills in the sandbox (as root): results, what was enforced, broker refusals, the audit chain
 	@bash scripts/demo.sh $(BIN) $(DEMO_STATE)
 
 test: deps lint ## unit + root integration tests, and the macOS build
@@ -29,7 +29,7 @@ test: deps lint ## unit + root integration tests, and the macOS build
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
 	@echo "macOS build: ok"
 
-bench: build ## cold-start benchmark against unshare, bwrap and runc (as root)
+bench: build ## cold start vs unshare/bwrap/runc, audit emit latency, audit vs no-op, broker vs MCP SDK (as root)
 	@bash scripts/bench.sh $(BIN)
 
 lint: ## gofmt and go vet
