@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/skillclient"
 	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
@@ -66,24 +67,14 @@ func invalidParams(format string, a ...any) error {
 	return &paramsError{msg: fmt.Sprintf(format, a...)}
 }
 
-// RPCError is a JSON-RPC error object.
-type RPCError struct {
-	Code    int        `json:"code"`
-	Message string     `json:"message"`
-	Data    *ErrorData `json:"data,omitempty"`
-}
-
-// ErrorData is the error object's data member.
-type ErrorData struct {
-	Reason  string `json:"reason"`
-	Tool    string `json:"tool,omitempty"`
-	SkillID string `json:"skill_id,omitempty"`
-	Detail  string `json:"detail,omitempty"`
-	// Partial is what a timed-out tool had produced (Bash's output so far).
-	Partial json.RawMessage `json:"partial,omitempty"`
-}
-
-func (e *RPCError) Error() string { return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message) }
+// The error object is defined once, in skillclient (the stdlib-only package
+// skills link), so the broker and its clients cannot drift apart on the wire.
+type (
+	// RPCError is a JSON-RPC error object.
+	RPCError = skillclient.RPCError
+	// ErrorData is the error object's data member.
+	ErrorData = skillclient.ErrorData
+)
 
 // errorObject is the one place an error becomes what a skill sees. Messages
 // are fixed per class, except the broker's own params findings and a
