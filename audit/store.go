@@ -1,15 +1,19 @@
 package audit
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +27,7 @@ import (
 const FileName = "audit.db"
 
 // schemaVersion is PRAGMA user_version of a store this code can write.
-const schemaVersion = 1
+const schemaVersion = 2
 
 // schema: one table of rows keyed by seq. payload is the canonical JSON text
 // that was hashed, byte for byte. invocation_id is derived from it (never
@@ -52,6 +56,11 @@ CREATE TRIGGER IF NOT EXISTS audit_rows_no_update BEFORE UPDATE ON audit_rows
 BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_rows_no_delete BEFORE DELETE ON audit_rows
 BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END;
+CREATE TABLE IF NOT EXISTS journal_state (
+	id      INTEGER PRIMARY KEY CHECK (id = 1),
+	applied INTEGER NOT NULL CHECK (applied >= 0)
+) STRICT;
+INSERT OR IGNORE INTO journal_state (id, applied) VALUES (1, 0);
 `
 
 const rowColumns = `seq, row_id, kind, ts, prev_hash, row_hash, payload`
@@ -96,12 +105,22 @@ func WithQueueSize(n int) Option { return func(o *options) { o.queueSize = max(n
 // lock on the file (e.g. a concurrent `audit verify`) before failing.
 func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
 
-// Store is the durable, hash-chained audit trail in <stateDir>/audit.db.
-// It is safe for concurrent use. Emit returns once its row is committed with
-// fsync; concurrent emitters share commits (group commit, see run).
+// Store is the durable, hash-chained audit trail of a state dir. It is safe
+// for concurrent use, and several processes may share one state dir.
+//
+// Two files hold it. <stateDir>/audit.jsonl, the journal, is the durable
+// record: Emit returns once its row is appended there and fdatasynced;
+// concurrent emitters share one append (group commit, see run). Rows are
+// chained in the journal, under its lock, so the chain cannot fork.
+// <stateDir>/audit.db (SQLite, WAL) is the index every read uses: an applier
+// copies journal rows into it behind the writer, off the emitters' path,
+// and every read first applies what the journal has beyond the index, so a
+// read sees every row emitted before it. Verify checks both and that they
+// agree.
 type Store struct {
 	path string
 	opts options
+	j    *journal
 
 	db     *sql.DB           // readers
 	wdb    *sql.DB           // the writer's single connection
@@ -109,7 +128,18 @@ type Store struct {
 	insert map[int]*sql.Stmt // rows per INSERT statement (insertChunks) → statement
 	head   *sql.Stmt
 
-	walPages int // WAL pages (estimated) written since the last checkpoint (writer only)
+	// The applier. applyMu serialises apply (it owns wconn); written is the
+	// journal end after this process's last durable append; pending holds
+	// the rows of recent appends so the applier need not parse them back.
+	applyMu     sync.Mutex
+	appliedHint int64 // journal bytes known applied (applyMu)
+	written     atomic.Int64
+	pendMu      sync.Mutex
+	pending     []appended
+	pendRows    int
+	kick        chan struct{} // cap 1: wakes the applier
+	applyStop   chan struct{}
+	applyDone   chan struct{}
 
 	queue chan *request
 	mu    sync.RWMutex // Emit holds R while queueing; Close holds W to stop queueing
@@ -119,12 +149,23 @@ type Store struct {
 
 	entropy *ulid.MonotonicEntropy // writer goroutine only
 
-	commits atomic.Int64 // committed batches (tests prove group commit with it)
+	commits atomic.Int64 // durable appends (tests prove group commit with it)
 
-	// beforeCommit, when set (tests only), runs inside each batch's
-	// transaction just before COMMIT; an error aborts the batch.
+	// beforeCommit, when set (tests only), runs for each batch with the
+	// journal locked, just before the append; an error aborts the batch.
 	beforeCommit func() error
 }
+
+// appended is one durable append of this process: journal bytes
+// [start, end) hold rows.
+type appended struct {
+	start, end int64
+	rows       []Row
+}
+
+// maxPendingRows bounds the rows kept for the applier; past it the oldest
+// appends are dropped and the applier reads them back from the journal.
+const maxPendingRows = 1 << 14
 
 const (
 	queued int32 = iota
@@ -145,10 +186,11 @@ type result struct {
 }
 
 // Open opens (creating if needed) the store in stateDir: the directory is
-// created 0700, the file 0600, SQLite runs in WAL mode with synchronous=FULL.
-// The chain's tail is verified, so a store whose last rows were altered or
-// that is not a database at all is refused. Every error wraps
-// ErrUnavailable: the caller must not dispatch skills without a store.
+// created 0700, the files 0600. Rows the journal holds beyond the index are
+// applied, and the chain's tail is verified, so a store whose last rows were
+// altered, whose index and journal disagree, or that is not a database at
+// all is refused. Every error wraps ErrUnavailable: the caller must not
+// dispatch skills without a store.
 func Open(stateDir string, opts ...Option) (*Store, error) {
 	o := options{maxBatch: DefaultMaxBatch, queueSize: DefaultQueueSize, busyTimeout: DefaultBusyTimeout}
 	for _, opt := range opts {
@@ -195,23 +237,31 @@ func open(stateDir string, o options) (_ *Store, err error) {
 		path:    path,
 		opts:    o,
 		queue:   make(chan *request, o.queueSize),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		entropy: ulid.Monotonic(rand.Reader, 0),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		applyStop: make(chan struct{}),
+		applyDone: make(chan struct{}),
+		entropy:   ulid.Monotonic(rand.Reader, 0),
 	}
 	defer func() {
 		if err != nil {
 			s.closeDB()
 		}
 	}()
+	if s.j, err = openJournal(filepath.Join(dir, JournalName)); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
 
 	uri := (&url.URL{Scheme: "file", Path: path}).String()
-	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(FULL)&_pragma=foreign_keys(0)",
+	// synchronous=NORMAL: the index need not be durable commit by commit,
+	// the journal is; what a crash takes from the index is applied again.
+	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(0)",
 		o.busyTimeout.Milliseconds())
 	// The writer first: it sets WAL mode (persistent in the file) and
 	// creates the schema before any reader looks.
 	// wal_autocheckpoint: see checkpointPages.
-	if s.wdb, err = sql.Open("sqlite", uri+"?"+params+fmt.Sprintf("&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(%d)&_txlock=immediate", 4*checkpointPages)); err != nil {
+	if s.wdb, err = sql.Open("sqlite", uri+"?"+params+fmt.Sprintf("&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(%d)&_txlock=immediate", checkpointPages)); err != nil {
 		return nil, err
 	}
 	s.wdb.SetMaxOpenConns(1)
@@ -234,14 +284,17 @@ func open(stateDir string, o options) (_ *Store, err error) {
 			return nil, fmt.Errorf("prepare insert: %w", err)
 		}
 	}
-	if s.head, err = s.wconn.PrepareContext(ctx,
-		`SELECT seq, row_hash FROM audit_rows ORDER BY seq DESC LIMIT 1`); err != nil {
+	if s.head, err = s.wconn.PrepareContext(ctx, headQuery); err != nil {
 		return nil, fmt.Errorf("prepare head: %w", err)
+	}
+	if err := s.catchUp(ctx); err != nil {
+		return nil, err
 	}
 	if err := s.checkTail(ctx); err != nil {
 		return nil, err
 	}
 	go s.run()
+	go s.applier()
 	return s, nil
 }
 
@@ -254,8 +307,8 @@ func (s *Store) initSchema(ctx context.Context) error {
 		return fmt.Errorf("%s: journal_mode is %q, want wal", s.path, mode)
 	}
 	var syncMode int
-	if err := s.wconn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&syncMode); err != nil || syncMode != 2 {
-		return fmt.Errorf("%s: synchronous is %d (%v), want FULL (2)", s.path, syncMode, err)
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&syncMode); err != nil || syncMode != 1 {
+		return fmt.Errorf("%s: synchronous is %d (%v), want NORMAL (1)", s.path, syncMode, err)
 	}
 	var version int
 	if err := s.wconn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
@@ -303,6 +356,31 @@ func (s *Store) checkTail(ctx context.Context) error {
 	}
 	if reasons, _ := rowProblems(prev, last); len(reasons) > 0 {
 		return fmt.Errorf("%s: corrupt chain tail at seq %d (row %s): %s", s.path, last.Seq, last.RowID, strings.Join(reasons, "; "))
+	}
+	return s.checkJournalTail(last)
+}
+
+// checkJournalTail: the journal's last row (once applied) must be the
+// index's last row, or new rows would chain from a different head than the
+// index's. An empty journal continues the index.
+func (s *Store) checkJournalTail(head Row) error {
+	if err := flock(s.j.w, lockExclusive); err != nil {
+		return fmt.Errorf("%s: lock journal: %w", s.j.path, err)
+	}
+	defer flock(s.j.w, lockNone)
+	end, size, last, err := s.j.tail()
+	if err == nil {
+		err = s.j.clearAfter(end, size)
+	}
+	if err != nil || last == nil {
+		return err
+	}
+	j, err := decodeRow(last)
+	if err != nil {
+		return fmt.Errorf("%s: corrupt last line: %w", s.j.path, err)
+	}
+	if diff := rowDiff(head, j); diff != "" {
+		return fmt.Errorf("%s: the journal ends at seq %d, the index at seq %d (row %s): they disagree (%s)", s.j.path, j.Seq, head.Seq, head.RowID, diff)
 	}
 	return nil
 }
@@ -394,7 +472,6 @@ func (s *Store) run() {
 		}
 		batch = s.fill(append(batch[:0], first))
 		s.writeBatch(batch)
-		s.checkpointIfIdle()
 	}
 }
 
@@ -437,25 +514,34 @@ func (s *Store) writeBatch(batch []*request) {
 	clear(batch)
 }
 
+// commit appends live's rows to the journal as one write and one
+// fdatasync, under the journal's exclusive lock. The chain head is the
+// journal's last line, read under that lock, so writers in other processes
+// cannot fork the chain. A failed append is cut off again before the lock
+// is released: nothing of it remains for the next batch to chain from.
 func (s *Store) commit(live []*request) (_ []Row, err error) {
-	ctx := context.Background()
-	conn := s.wconn
-	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+	if err := flock(s.j.w, lockExclusive); err != nil {
+		return nil, fmt.Errorf("lock journal: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			// The transaction may already be gone (SQLite rolls back by
-			// itself on some I/O errors); this error is not the news.
-			_, _ = conn.ExecContext(ctx, `ROLLBACK`)
-		}
-	}()
+	defer flock(s.j.w, lockNone)
+	start, size, last, err := s.j.tail()
+	if err != nil {
+		return nil, fmt.Errorf("read journal tail: %w", err)
+	}
 	seq, prev := int64(0), GenesisHash
-	if err := s.head.QueryRowContext(ctx).Scan(&seq, &prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if last != nil {
+		head, err := decodeRow(last)
+		if err != nil {
+			return nil, fmt.Errorf("journal's last line: %w", err)
+		}
+		seq, prev = head.Seq, head.RowHash
+	} else if err := s.db.QueryRowContext(context.Background(), headQuery).Scan(&seq, &prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		// An empty journal continues the index (a store from before the
+		// journal existed).
 		return nil, fmt.Errorf("read chain head: %w", err)
 	}
 	rows := make([]Row, len(live))
-	args := make([]any, 0, 7*insertChunks[0])
+	var buf []byte
 	for i, r := range live {
 		now := time.Now().UTC()
 		id, err := ulid.New(ulid.Timestamp(now), s.entropy)
@@ -473,9 +559,135 @@ func (s *Store) commit(live []*request) (_ []Row, err error) {
 		row.RowHash = h
 		prev = row.RowHash
 		rows[i] = row
+		buf = appendRowJSON(buf, row)
 	}
-	// Few statements, each carrying many rows: per-statement overhead, not
-	// per-row work, is most of an insert's cost here.
+	if s.beforeCommit != nil {
+		if err := s.beforeCommit(); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.j.write(buf, start, size); err != nil {
+		return nil, fmt.Errorf("append seq %d..%d: %w", rows[0].Seq, seq, err)
+	}
+	s.commits.Add(1)
+	s.handOff(appended{start: start, end: start + int64(len(buf)), rows: rows})
+	return rows, nil
+}
+
+const headQuery = `SELECT seq, row_hash FROM audit_rows ORDER BY seq DESC LIMIT 1`
+
+// handOff gives a durable append to the applier.
+func (s *Store) handOff(a appended) {
+	s.pendMu.Lock()
+	s.pending = append(s.pending, a)
+	s.pendRows += len(a.rows)
+	for s.pendRows > maxPendingRows && len(s.pending) > 1 {
+		s.pendRows -= len(s.pending[0].rows)
+		s.pending[0] = appended{}
+		s.pending = s.pending[1:]
+	}
+	s.pendMu.Unlock()
+	s.written.Store(a.end)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// applyDelay is how long the applier lets appends gather before it applies
+// them: one index transaction then carries many rows, and the applier takes
+// little CPU from the emitters. Reads never see the lag (they catch up).
+const applyDelay = 10 * time.Millisecond
+
+// applier keeps the index close behind the journal: after appends it
+// applies what this process wrote (and whatever other processes wrote
+// before it), and checkpoints the index's WAL when it is idle.
+func (s *Store) applier() {
+	defer close(s.applyDone)
+	delay := time.NewTimer(0)
+	<-delay.C
+	for {
+		select {
+		case <-s.kick:
+			delay.Reset(applyDelay)
+			select {
+			case <-delay.C:
+			case <-s.applyStop:
+				delay.Stop()
+			}
+		case <-s.applyStop:
+			// The writer has exited: apply its last appends, so the index
+			// is complete when Close returns. A failure is left for the
+			// next Open, which applies the journal first.
+			_ = s.apply(context.Background(), s.written.Load())
+			return
+		}
+		// A failure leaves the rows in the journal; the next apply, or a
+		// reader's catch-up (which reports the error), tries again.
+		_ = s.apply(context.Background(), s.written.Load())
+	}
+}
+
+// catchUp applies every durable journal row the index lacks. Every read
+// calls it first.
+func (s *Store) catchUp(ctx context.Context) error {
+	end, err := s.j.durableEnd()
+	if err != nil {
+		return fmt.Errorf("%w: journal: %w", ErrUnavailable, err)
+	}
+	if err := s.apply(ctx, end); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// apply copies the journal's whole lines below upTo that the index lacks
+// into the index, in one transaction that also records how far the journal
+// is applied. Any process may apply any row; the recorded offset and the
+// index's chain head (the next row must continue it exactly) make that
+// safe.
+func (s *Store) apply(ctx context.Context, upTo int64) (err error) {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	if upTo <= s.appliedHint {
+		return nil
+	}
+	conn := s.wconn
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("index: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_, _ = conn.ExecContext(ctx, `ROLLBACK`)
+		}
+	}()
+	var from int64
+	if err := conn.QueryRowContext(ctx, `SELECT applied FROM journal_state`).Scan(&from); err != nil {
+		return fmt.Errorf("index: read applied offset: %w", err)
+	}
+	if from >= upTo {
+		if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+			return fmt.Errorf("index: commit: %w", err)
+		}
+		s.applied(from)
+		return nil
+	}
+	seq, prev := int64(0), GenesisHash
+	if err := s.head.QueryRowContext(ctx).Scan(&seq, &prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("index: read chain head: %w", err)
+	}
+	rows, to, err := s.journalRows(from, upTo)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Seq != seq+1 || r.PrevHash != prev {
+			return fmt.Errorf("journal and index disagree: journal row seq %d (row %s, prev_hash %.12s…) does not follow the index head seq %d (%.12s…)",
+				r.Seq, r.RowID, r.PrevHash, seq, prev)
+		}
+		seq, prev = r.Seq, r.RowHash
+	}
+	args := make([]any, 0, 7*insertChunks[0])
 	for i := 0; i < len(rows); {
 		n := chunk(len(rows) - i)
 		args = args[:0]
@@ -483,44 +695,78 @@ func (s *Store) commit(live []*request) (_ []Row, err error) {
 			args = append(args, row.Seq, row.RowID, string(row.Kind), row.TS, row.PrevHash, row.RowHash, string(row.Payload))
 		}
 		if _, err := s.insert[n].ExecContext(ctx, args...); err != nil {
-			return nil, fmt.Errorf("insert seq %d..%d: %w", rows[i].Seq, rows[i+n-1].Seq, err)
+			return fmt.Errorf("index: insert seq %d..%d: %w", rows[i].Seq, rows[i+n-1].Seq, err)
 		}
 		i += n
 	}
-	if s.beforeCommit != nil {
-		if err := s.beforeCommit(); err != nil {
-			return nil, err
-		}
+	if _, err := conn.ExecContext(ctx, `UPDATE journal_state SET applied = ?`, to); err != nil {
+		return fmt.Errorf("index: record applied offset: %w", err)
 	}
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("index: commit: %w", err)
 	}
-	s.commits.Add(1)
-	// Roughly the WAL pages this commit added: a few table and index pages
-	// per commit plus a page per few rows.
-	s.walPages += 3 + len(rows)/4
-	return rows, nil
+	s.applied(to)
+	return nil
 }
 
-// checkpointPages: once about this many pages (SQLite's own default
-// threshold) went to the WAL, the writer checkpoints the next time it finds
-// the queue empty, so no emitter waits behind the copy into the database
-// file. The checkpoint completes (nothing writes meanwhile), so the WAL
-// starts over from its beginning and commits overwrite it instead of
-// growing the file, which is what fsyncs fastest. Under load that never
-// leaves the queue empty, SQLite's own checkpoint at 4× the threshold keeps
-// the WAL bounded.
+// applied records that the journal is applied up to off and drops the
+// handed-off rows below it.
+func (s *Store) applied(off int64) {
+	s.appliedHint = max(s.appliedHint, off)
+	s.pendMu.Lock()
+	i := 0
+	for i < len(s.pending) && s.pending[i].end <= off {
+		s.pendRows -= len(s.pending[i].rows)
+		i++
+	}
+	clear(s.pending[:i])
+	s.pending = s.pending[i:]
+	s.pendMu.Unlock()
+}
+
+// journalRows returns the rows of the whole lines in [from, upTo) and the
+// offset after the last of them: handed-off rows where this process wrote
+// them, parsed from the file where another process did (or the hand-off
+// was dropped).
+func (s *Store) journalRows(from, upTo int64) ([]Row, int64, error) {
+	s.pendMu.Lock()
+	pend := slices.Clone(s.pending)
+	s.pendMu.Unlock()
+	var rows []Row
+	cur := from
+	for cur < upTo {
+		i := slices.IndexFunc(pend, func(a appended) bool { return a.end > cur })
+		if i >= 0 && pend[i].start == cur && pend[i].end <= upTo {
+			rows = append(rows, pend[i].rows...)
+			cur = pend[i].end
+			continue
+		}
+		stop := upTo
+		if i >= 0 && pend[i].start > cur {
+			stop = min(stop, pend[i].start)
+		}
+		data, end, err := s.j.readRange(cur, stop)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read journal: %w", err)
+		}
+		if end == cur {
+			break // no whole line yet
+		}
+		for line := range bytes.Lines(data) {
+			r, err := decodeRow(bytes.TrimSuffix(line, []byte("\n")))
+			if err != nil {
+				return nil, 0, fmt.Errorf("journal line at offset %d: %w", cur, err)
+			}
+			rows = append(rows, r)
+			cur += int64(len(line))
+		}
+	}
+	return rows, cur, nil
+}
+
+// checkpointPages is the index WAL's auto-checkpoint threshold (SQLite's
+// default). The checkpoint runs inside an apply, off the emitters' path.
 const checkpointPages = 1000
-
-// checkpointIfIdle runs a due checkpoint when no row is waiting. A failure
-// is left for the next round: the rows are durable in the WAL either way.
-func (s *Store) checkpointIfIdle() {
-	if s.walPages < checkpointPages || len(s.queue) > 0 {
-		return
-	}
-	s.walPages = 0
-	_, _ = s.wconn.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
-}
 
 // Close stops taking rows, writes every row already queued, and closes the
 // database. Emit after Close fails with ErrClosed.
@@ -534,6 +780,8 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
+	close(s.applyStop)
+	<-s.applyDone
 	return s.closeDB()
 }
 
@@ -552,6 +800,9 @@ func (s *Store) closeDB() error {
 		if db != nil {
 			errs = append(errs, db.Close())
 		}
+	}
+	if s.j != nil {
+		errs = append(errs, s.j.close())
 	}
 	return errors.Join(errs...)
 }
@@ -602,6 +853,9 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(Row) error) error {
 		q += ` LIMIT ?`
 		args = append(args, f.Limit)
 	}
+	if err := s.catchUp(ctx); err != nil {
+		return err
+	}
 	return s.each(ctx, s.db, q, args, fn)
 }
 
@@ -614,6 +868,9 @@ func (s *Store) Unterminated(ctx context.Context) ([]Row, error) {
 		WHERE s.kind = ? AND NOT EXISTS (
 			SELECT 1 FROM audit_rows c WHERE c.invocation_id = s.invocation_id AND c.kind = ?)
 		ORDER BY s.seq`
+	if err := s.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	var out []Row
 	err := s.each(ctx, s.db, q, []any{string(KindInvokedStarted), string(KindInvokedCompleted)}, func(r Row) error {
 		out = append(out, r)
@@ -623,18 +880,87 @@ func (s *Store) Unterminated(ctx context.Context) ([]Row, error) {
 }
 
 // Verify checks the whole store (see the package function Verify), reading
-// one snapshot. The error is for a store that cannot be read; what is wrong
-// with the rows is in the Report.
+// one snapshot of the index, and checks that the journal holds the same
+// rows, byte for byte: a row altered in either file is named. (Index rows
+// older than the journal's first row come from a store made before the
+// journal existed and have no journal line to compare.) The error is for a
+// store that cannot be read; what is wrong with the rows is in the Report.
 func (s *Store) Verify(ctx context.Context) (Report, error) {
+	if err := s.catchUp(ctx); err != nil {
+		return Report{}, err
+	}
+	end, err := s.j.durableEnd()
+	if err != nil {
+		return Report{}, fmt.Errorf("%w: journal: %w", ErrUnavailable, err)
+	}
+	sc := bufio.NewScanner(io.NewSectionReader(s.j.r, 0, end))
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	line := 0
+	next := func() (Row, error, bool) {
+		if !sc.Scan() {
+			return Row{}, nil, false
+		}
+		line++
+		r, err := decodeRow(sc.Bytes())
+		return r, err, true
+	}
+	first, firstErr, haveJournal := next()
+	pending := haveJournal // first holds the journal line not yet compared
 	v := NewVerifier()
-	err := s.each(ctx, s.db, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq`, nil, func(r Row) error {
+	err = s.each(ctx, s.db, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq`, nil, func(r Row) error {
 		v.Add(r)
+		if !haveJournal || (pending && firstErr == nil && r.Seq < first.Seq) {
+			return nil // older than the journal
+		}
+		var j Row
+		var jerr error
+		if pending {
+			j, jerr, pending = first, firstErr, false
+		} else {
+			var ok bool
+			if j, jerr, ok = next(); !ok {
+				v.problem(r, "missing from the journal (it ends before this row)")
+				return nil
+			}
+		}
+		switch {
+		case jerr != nil:
+			v.problem(r, fmt.Sprintf("journal line %d: %v", line, jerr))
+		default:
+			if diff := rowDiff(r, j); diff != "" {
+				v.problem(r, fmt.Sprintf("journal line %d differs from the index: %s", line, diff))
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		return Report{}, err
 	}
+	if err := sc.Err(); err != nil {
+		return Report{}, fmt.Errorf("%w: read journal: %w", ErrUnavailable, err)
+	}
 	return v.Report(), nil
+}
+
+// rowDiff names the first field in which two copies of a row differ.
+func rowDiff(a, b Row) string {
+	switch {
+	case a.Seq != b.Seq:
+		return fmt.Sprintf("seq %d vs %d", a.Seq, b.Seq)
+	case a.RowID != b.RowID:
+		return "row_id"
+	case a.Kind != b.Kind:
+		return "kind"
+	case a.TS != b.TS:
+		return "ts"
+	case a.PrevHash != b.PrevHash:
+		return "prev_hash"
+	case a.RowHash != b.RowHash:
+		return "row_hash"
+	case !bytes.Equal(a.Payload, b.Payload):
+		return "payload"
+	}
+	return ""
 }
 
 // query reads rows through the writer's connection (used by Open).

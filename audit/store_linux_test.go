@@ -97,8 +97,10 @@ func TestStateDirFull(t *testing.T) {
 		t.Fatalf("after %d rows: Emit = %v, want ErrUnavailable", len(acked), emitErr)
 	}
 	t.Logf("full after %d rows: %v", len(acked), emitErr)
-	// Still full: further emits fail the same way, none is half-written.
-	if _, err := s.Emit(context.Background(), NoConnect(common("more"), 1)); !errors.Is(err, ErrUnavailable) {
+	// Still full: a further row of that size fails the same way, and none
+	// is half-written (a smaller row may still fit).
+	if _, err := s.Emit(context.Background(), ToolDenied(common("more"), "Bash", msg, zeroHash(1))); !errors.Is(err, ErrUnavailable) {
+		s.Close()
 		t.Fatalf("Emit on a full disk = %v", err)
 	}
 	s.Close()

@@ -87,6 +87,12 @@ func (v *Verifier) Add(r Row) {
 	v.prev = &prev
 }
 
+// problem records a problem with r found by a check outside the chain (the
+// store's comparison of its two copies).
+func (v *Verifier) problem(r Row, reason string) {
+	v.problems = append(v.problems, Problem{Seq: r.Seq, RowID: r.RowID, Reason: reason})
+}
+
 // Report returns what the rows added so far show.
 func (v *Verifier) Report() Report {
 	rep := Report{Rows: v.rows, OK: len(v.problems) == 0, Problems: v.problems, InFlight: []string{}}

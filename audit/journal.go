@@ -1,0 +1,245 @@
+package audit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+)
+
+// JournalName is the store's append-only journal inside the state dir: the
+// rows as JSON lines (the `audit export` format), written and fsynced before
+// any Emit returns. It is the durable record; audit.db is the index built
+// from it (see Store).
+const JournalName = "audit.jsonl"
+
+// journal is the append-only JSON-lines file. Writers of every process
+// sharing the state dir take an exclusive flock on it for one append (read
+// the chain head from its last line, write a batch, fdatasync), so the chain
+// cannot fork however many `skill run` processes write at once. A reader
+// that must not see a batch before its fdatasync returned takes a shared
+// flock to learn the durable end.
+//
+// The file is preallocated with written zeros, journalChunk at a time: an
+// fdatasync after overwriting blocks that already exist flushes only data,
+// while one after an append that grows the file also commits the
+// filesystem's metadata journal, which cost 3–4× as much here. So the
+// journal's end is not its size but its first NUL byte (a JSON line never
+// holds one: control characters are escaped).
+type journal struct {
+	path string
+	w    *os.File // the writer's descriptor (flock LOCK_EX around an append)
+	r    *os.File // a second open file description for LOCK_SH and reads
+	rmu  sync.Mutex
+
+	whint, rhint int64  // an end seen before (a lower bound to search from)
+	wbuf, rbuf   []byte // scratch for findEnd
+}
+
+// journalChunk is how far the journal is extended at a time.
+const journalChunk = 4 << 20
+
+func openJournal(path string) (_ *journal, err error) {
+	j := &journal{path: path, wbuf: make([]byte, 64<<10), rbuf: make([]byte, 64<<10)}
+	if j.w, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return nil, err
+	}
+	if fi, err := j.w.Stat(); err != nil || !fi.Mode().IsRegular() {
+		j.w.Close()
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if j.r, err = os.Open(path); err != nil {
+		j.w.Close()
+		return nil, err
+	}
+	return j, nil
+}
+
+func (j *journal) close() error {
+	return errors.Join(j.w.Close(), j.r.Close())
+}
+
+// findEnd returns the journal's end (its first NUL byte, or its size) and
+// its size, searching from hint, an end seen earlier under a lock: ends
+// only move forward past whole lines, so hint is a lower bound when it still
+// follows a newline.
+func findEnd(f *os.File, hint int64, buf []byte) (end, size int64, err error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	size = fi.Size()
+	if hint > size || hint < 0 {
+		hint = 0
+	}
+	if hint > 0 {
+		if _, err := f.ReadAt(buf[:1], hint-1); err != nil || buf[0] != '\n' {
+			hint = 0
+		}
+	}
+	for off := hint; off < size; {
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
+			return off + int64(i), size, nil
+		}
+		off += int64(n)
+		if err != nil {
+			if err == io.EOF {
+				break
+			}
+			return 0, 0, err
+		}
+	}
+	return size, size, nil
+}
+
+// tail returns the journal's end, its size and its last line (nil when
+// empty). It must be called with the exclusive lock held. A batch torn by
+// a crash (bytes after the last newline: never acknowledged, since an
+// append is acknowledged only after its fdatasync) is zeroed first.
+func (j *journal) tail() (end, size int64, last []byte, err error) {
+	if end, size, err = findEnd(j.w, j.whint, j.wbuf); err != nil {
+		return 0, 0, nil, err
+	}
+	for chunk := int64(4096); end > 0; {
+		off := max(end-chunk, 0)
+		buf := make([]byte, end-off)
+		if _, err := j.w.ReadAt(buf, off); err != nil && err != io.EOF {
+			return 0, 0, nil, err
+		}
+		if buf[len(buf)-1] != '\n' {
+			cut := bytes.LastIndexByte(buf, '\n')
+			if cut < 0 && off > 0 {
+				chunk *= 4
+				continue
+			}
+			// Torn tail: zero it. The next fdatasync makes that durable.
+			newEnd := off + int64(cut+1)
+			if err := j.zero(newEnd, end); err != nil {
+				return 0, 0, nil, fmt.Errorf("cut torn journal tail: %w", err)
+			}
+			end = newEnd
+			continue
+		}
+		start := bytes.LastIndexByte(buf[:len(buf)-1], '\n')
+		if start < 0 && off > 0 {
+			if chunk >= MaxLineBytes {
+				return 0, 0, nil, fmt.Errorf("journal's last line is longer than %d bytes", MaxLineBytes)
+			}
+			chunk *= 4
+			continue
+		}
+		last = buf[start+1 : len(buf)-1]
+		break
+	}
+	j.whint = end
+	return end, size, last, nil
+}
+
+// zero overwrites [from, to) with NUL bytes.
+func (j *journal) zero(from, to int64) error {
+	zeros := make([]byte, min(to-from, 1<<20))
+	for off := from; off < to; {
+		n, err := j.w.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off)
+		if err != nil {
+			return err
+		}
+		off += int64(n)
+	}
+	return nil
+}
+
+// write puts data at start (the end tail returned), first extending the
+// file with written zeros when data would not fit in it, and fdatasyncs.
+// If that fails, the bytes are zeroed again (best effort: lines that stay
+// were never acknowledged, and a torn one is zeroed by the next tail).
+func (j *journal) write(data []byte, start, size int64) (err error) {
+	end := start + int64(len(data))
+	if end > size {
+		// Preallocate a chunk; on a nearly full disk, give the space back
+		// and grow by just this batch (a plain append).
+		if err := j.zero(size, (end/journalChunk+1)*journalChunk); err != nil {
+			_ = j.w.Truncate(size)
+		}
+	}
+	_, err = j.w.WriteAt(data, start)
+	if err == nil {
+		err = datasync(j.w)
+	}
+	if err != nil {
+		if end > size {
+			_ = j.w.Truncate(max(size, start))
+		}
+		_ = j.zero(start, min(end, max(size, start)))
+		_ = datasync(j.w)
+		return err
+	}
+	j.whint = end
+	return nil
+}
+
+// clearAfter zeros whatever a crash left beyond the end (must hold the
+// exclusive lock), so a later append cannot end up followed by stale bytes.
+func (j *journal) clearAfter(end, size int64) error {
+	dirty := false
+	for off := end; off < size && !dirty; {
+		n, err := j.w.ReadAt(j.wbuf[:min(int64(len(j.wbuf)), size-off)], off)
+		for _, c := range j.wbuf[:n] {
+			if c != 0 {
+				dirty = true
+				break
+			}
+		}
+		off += int64(n)
+		if err != nil {
+			break
+		}
+	}
+	if !dirty {
+		return nil
+	}
+	if err := j.zero(end, size); err != nil {
+		return err
+	}
+	return datasync(j.w)
+}
+
+// durableEnd returns the journal's end while no writer is inside an
+// append, so every byte below it was fdatasynced (or written by a writer
+// that died mid-append: only whole lines are ever applied, and a line is
+// only whole once its batch was written out).
+func (j *journal) durableEnd() (int64, error) {
+	j.rmu.Lock()
+	defer j.rmu.Unlock()
+	if err := flock(j.r, lockShared); err != nil {
+		return 0, err
+	}
+	defer flock(j.r, lockNone)
+	end, _, err := findEnd(j.r, j.rhint, j.rbuf)
+	if err != nil {
+		return 0, err
+	}
+	j.rhint = end
+	return end, nil
+}
+
+// readRange reads [from, to) and returns the whole lines in it and the
+// offset just past the last one.
+func (j *journal) readRange(from, to int64) ([]byte, int64, error) {
+	if to <= from {
+		return nil, from, nil
+	}
+	buf := make([]byte, to-from)
+	n, err := j.r.ReadAt(buf, from)
+	if err != nil && err != io.EOF {
+		return nil, from, err
+	}
+	buf = buf[:n]
+	cut := bytes.LastIndexByte(buf, '\n')
+	if cut < 0 {
+		return nil, from, nil
+	}
+	return buf[:cut+1], from + int64(cut+1), nil
+}

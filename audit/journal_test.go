@@ -1,0 +1,157 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestJournalIsTheDurableCopy: every acknowledged row is a line of the
+// journal, in the export format, before any read touched the index.
+func TestJournalIsTheDurableCopy(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	acked := emitAll(t, s, invocation("inv")...)
+	data, err := os.ReadFile(filepath.Join(dir, JournalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := bytes.IndexByte(data, 0)
+	if end < 0 {
+		end = len(data)
+	}
+	if len(data)%journalChunk != 0 {
+		t.Errorf("journal is %d bytes, want whole %d-byte chunks (preallocated)", len(data), journalChunk)
+	}
+	got, err := ReadJSONL(bytes.NewReader(data[:end]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(got, acked, rowsEqual) {
+		t.Fatalf("journal rows %v\nwant %v", got, acked)
+	}
+	if rest := bytes.Trim(data[end:], "\x00"); len(rest) != 0 {
+		t.Fatalf("%d non-NUL bytes after the journal's end", len(rest))
+	}
+}
+
+// TestVerifyNamesRowAlteredInJournal: one byte changed in a journal line
+// (the index untouched) fails Verify naming that row.
+func TestVerifyNamesRowAlteredInJournal(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	rows := emitAll(t, s, invocation("inv")...)
+	if rep, err := s.Verify(context.Background()); err != nil || !rep.OK {
+		t.Fatalf("before: %+v %v", rep, err)
+	}
+	victim := rows[1]
+	path := filepath.Join(dir, JournalName)
+	data, _ := os.ReadFile(path)
+	i := bytes.Index(data, []byte(victim.RowID))
+	if i < 0 {
+		t.Fatal("row id not in the journal")
+	}
+	data[i+3] ^= 1
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || len(problemsFor(rep, victim.Seq, victim.RowID)) == 0 {
+		t.Fatalf("tampered journal line of seq %d not named: %+v", victim.Seq, rep.Problems)
+	}
+	t.Log(rep.Problems)
+}
+
+// TestOpenRefusesJournalBehindIndex: a journal cut short (its last rows
+// gone) while the index has them would make new rows chain from an old
+// head; Open refuses that store.
+func TestOpenRefusesJournalBehindIndex(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	emitAll(t, s, invocation("a")...)
+	emitAll(t, s, invocation("b")...)
+	allRows(t, s) // everything applied to the index
+	s.Close()
+	path := filepath.Join(dir, JournalName)
+	data, _ := os.ReadFile(path)
+	end := bytes.IndexByte(data, 0)
+	cut := bytes.LastIndexByte(data[:end-1], '\n') + 1 // drop the last line
+	clear(data[cut:end])
+	os.WriteFile(path, data, 0o600)
+	s2, err := Open(dir)
+	if err == nil {
+		s2.Close()
+		t.Fatal("Open accepted a journal that ends before the index")
+	}
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "journal ends at seq") {
+		t.Fatalf("Open = %v", err)
+	}
+}
+
+// TestTornJournalTailIsCut: bytes of a batch whose writer died before
+// finishing its line are zeroed by the next writer, and the chain goes on
+// from the last whole line.
+func TestTornJournalTailIsCut(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	good := emitAll(t, s, invocation("a")...)
+	s.Close()
+	path := filepath.Join(dir, JournalName)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(path)
+	end := bytes.IndexByte(data, 0)
+	f.WriteAt([]byte(`{"seq":99,"row_id":"01J`), int64(end))
+	f.Close()
+	s = openStore(t, dir)
+	next := emitAll(t, s, NoConnect(common("after"), 1))[0]
+	last := good[len(good)-1]
+	if next.Seq != last.Seq+1 || next.PrevHash != last.RowHash {
+		t.Fatalf("next row seq %d prev %.12s: did not chain from the last whole line", next.Seq, next.PrevHash)
+	}
+	if rep, err := s.Verify(context.Background()); err != nil || !rep.OK || rep.Rows != len(good)+1 {
+		t.Fatalf("%+v %v", rep, err)
+	}
+}
+
+// TestTwoStoresShareOneStateDir: two stores on one state dir (as two
+// `skill run` processes have: separate descriptors, so the journal's flock
+// is what orders them) emit concurrently; one chain holds every row and
+// each store reads the other's rows.
+func TestTwoStoresShareOneStateDir(t *testing.T) {
+	dir := t.TempDir()
+	a, b := openStore(t, dir), openStore(t, dir)
+	var wg sync.WaitGroup
+	const each = 300
+	for _, s := range []*Store{a, b} {
+		for w := range 5 {
+			wg.Go(func() {
+				for i := range each / 5 {
+					if _, err := s.Emit(context.Background(), NoConnect(common(fmt.Sprintf("%p-%d-%d", s, w, i)), 1)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for name, s := range map[string]*Store{"a": a, "b": b} {
+		rep, err := s.Verify(context.Background())
+		if err != nil || !rep.OK || rep.Rows != 2*each {
+			t.Fatalf("store %s: %d rows, ok %v, %v %v", name, rep.Rows, rep.OK, rep.Problems[:min(3, len(rep.Problems))], err)
+		}
+	}
+}
