@@ -94,7 +94,7 @@ type options struct {
 // Option tunes Open.
 type Option func(*options)
 
-// WithMaxBatch bounds how many rows one transaction (one fsync) carries.
+// WithMaxBatch bounds how many rows one append (one fdatasync) carries.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = max(n, 1) } }
 
 // WithQueueSize bounds how many rows may wait for the writer; Emit blocks
@@ -287,7 +287,7 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	if s.head, err = s.wconn.PrepareContext(ctx, headQuery); err != nil {
 		return nil, fmt.Errorf("prepare head: %w", err)
 	}
-	if err := s.catchUp(ctx); err != nil {
+	if err := s.openJournalTail(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.checkTail(ctx); err != nil {
@@ -357,13 +357,16 @@ func (s *Store) checkTail(ctx context.Context) error {
 	if reasons, _ := rowProblems(prev, last); len(reasons) > 0 {
 		return fmt.Errorf("%s: corrupt chain tail at seq %d (row %s): %s", s.path, last.Seq, last.RowID, strings.Join(reasons, "; "))
 	}
-	return s.checkJournalTail(last)
+	return nil
 }
 
-// checkJournalTail: the journal's last row (once applied) must be the
-// index's last row, or new rows would chain from a different head than the
-// index's. An empty journal continues the index.
-func (s *Store) checkJournalTail(head Row) error {
+// openJournalTail, with the journal locked (no process appends meanwhile):
+// cuts a torn tail, zeroes what a crash left past the end, applies every
+// row the index lacks, and checks that the journal's last row is the
+// index's last row; otherwise new rows would chain from a different head
+// than the index's. An empty journal continues the index (a store from
+// before the journal).
+func (s *Store) openJournalTail(ctx context.Context) error {
 	if err := flock(s.j.w, lockExclusive); err != nil {
 		return fmt.Errorf("%s: lock journal: %w", s.j.path, err)
 	}
@@ -372,21 +375,34 @@ func (s *Store) checkJournalTail(head Row) error {
 	if err == nil {
 		err = s.j.clearAfter(end, size)
 	}
-	if err != nil || last == nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.j.path, err)
+	}
+	if err := s.apply(ctx, end); err != nil {
+		return fmt.Errorf("%s: %w", s.j.path, err)
+	}
+	if last == nil {
+		return nil
 	}
 	j, err := decodeRow(last)
 	if err != nil {
 		return fmt.Errorf("%s: corrupt last line: %w", s.j.path, err)
 	}
-	if diff := rowDiff(head, j); diff != "" {
-		return fmt.Errorf("%s: the journal ends at seq %d, the index at seq %d (row %s): they disagree (%s)", s.j.path, j.Seq, head.Seq, head.RowID, diff)
+	heads, err := s.query(ctx, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq DESC LIMIT 1`)
+	if err != nil {
+		return fmt.Errorf("%s: read tail: %w", s.path, err)
+	}
+	if len(heads) == 0 {
+		return fmt.Errorf("%s: the journal ends at seq %d, the index is empty", s.j.path, j.Seq)
+	}
+	if diff := rowDiff(heads[0], j); diff != "" {
+		return fmt.Errorf("%s: the journal ends at seq %d, the index at seq %d (row %s): they disagree (%s)", s.j.path, j.Seq, heads[0].Seq, heads[0].RowID, diff)
 	}
 	return nil
 }
 
 // Emit validates d, queues it for the writer and returns the stored row once
-// it is durable (committed, WAL fsynced). An invalid draft fails with
+// it is durable (in the journal, fdatasynced). An invalid draft fails with
 // ErrInvalidRow and nothing is written. If ctx ends while the row is still
 // queued, Emit returns ctx.Err() and the row is never written; once the
 // writer has taken it, Emit waits for the commit's outcome whatever ctx does,
@@ -449,10 +465,10 @@ func (s *Store) enqueue(ctx context.Context, d Draft) (func(context.Context) (Ro
 }
 
 // run is the single writer. Group commit: it blocks for one request, then
-// takes whatever else is already queued (up to maxBatch), writes them all in
-// one transaction and commits once, so N concurrent emitters cost one fsync,
-// not N fsyncs queued behind a lock. While a batch is being fsynced, the
-// next one gathers in the queue.
+// takes whatever else is already queued (up to maxBatch), appends them all
+// to the journal in one write and one fdatasync, so N concurrent emitters
+// cost one fdatasync, not N queued behind a lock. While a batch is being
+// synced, the next one gathers in the queue.
 func (s *Store) run() {
 	defer close(s.done)
 	batch := make([]*request, 0, s.opts.maxBatch)
@@ -489,10 +505,7 @@ func (s *Store) fill(batch []*request) []*request {
 }
 
 // writeBatch commits the batch's live requests (canceled ones are dropped)
-// and tells every emitter the outcome. The chain head is read inside the
-// transaction, so a failed commit leaves nothing for the next batch to chain
-// from but the last durable row, and another process writing the same file
-// (it should not) cannot fork the chain.
+// and tells every emitter the outcome (see commit).
 func (s *Store) writeBatch(batch []*request) {
 	live := batch[:0]
 	for _, r := range batch {
