@@ -234,9 +234,9 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	f.Close()
 
 	s := &Store{
-		path:    path,
-		opts:    o,
-		queue:   make(chan *request, o.queueSize),
+		path:      path,
+		opts:      o,
+		queue:     make(chan *request, o.queueSize),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		kick:      make(chan struct{}, 1),
