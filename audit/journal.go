@@ -79,8 +79,9 @@ func findEnd(f *os.File, hint int64, buf []byte) (end, size int64, err error) {
 			hint = 0
 		}
 	}
-	for off := hint; off < size; {
-		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+	// Start small: usually the end is right at hint.
+	for off, want := hint, int64(512); off < size; want = int64(len(buf)) {
+		n, err := f.ReadAt(buf[:min(want, size-off)], off)
 		if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
 			return off + int64(i), size, nil
 		}

@@ -155,3 +155,17 @@ func TestTwoStoresShareOneStateDir(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalLineIsExportLine: the writer's fast line encoder writes what
+// the export encoder writes, escaping included.
+func TestJournalLineIsExportLine(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	rows := emitAll(t, s, invocation("inv")...)
+	odd := rows[0]
+	odd.TS, odd.RowID = "<a&b>\"\\\n\u00e9", "x\x01y"
+	for _, r := range append(rows, odd) {
+		if got, want := appendJournalLine(nil, r), appendRowJSON(nil, r); !bytes.Equal(got, want) {
+			t.Errorf("seq %d:\n got %s\nwant %s", r.Seq, got, want)
+		}
+	}
+}

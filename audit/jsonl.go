@@ -49,6 +49,42 @@ func appendRowJSON(b []byte, r Row) []byte {
 	return append(b, "}\n"...)
 }
 
+// appendJournalLine is appendRowJSON for a row the writer just built: its
+// payload is canonical JSON (valid, one line) and its other strings are
+// ASCII that needs no escaping, so nothing is checked or escaped twice.
+// A string that does need escaping still gets it.
+func appendJournalLine(b []byte, r Row) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendInt(b, r.Seq, 10)
+	for _, kv := range [...][2]string{{"row_id", r.RowID}, {"kind", string(r.Kind)}, {"ts", r.TS}, {"prev_hash", r.PrevHash}, {"row_hash", r.RowHash}} {
+		b = append(b, ',', '"')
+		b = append(b, kv[0]...)
+		b = append(b, '"', ':')
+		if plainASCII(kv[1]) {
+			b = append(b, '"')
+			b = append(b, kv[1]...)
+			b = append(b, '"')
+		} else {
+			b = appendString(b, kv[1])
+		}
+	}
+	b = append(b, `,"payload":`...)
+	b = append(b, r.Payload...)
+	return append(b, "}\n"...)
+}
+
+// plainASCII: s is printable ASCII that JSON (and json.Marshal's HTML
+// escaping) leaves as is.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
 func appendKey(b []byte, key, val string) []byte {
 	b = append(b, ',', '"')
 	b = append(b, key...)

@@ -149,6 +149,13 @@ type Store struct {
 
 	entropy *ulid.MonotonicEntropy // writer goroutine only
 
+	// The chain head after this writer's last append, and the journal end
+	// it left (writer goroutine only): while the journal still ends there,
+	// no other process appended and the head need not be read back.
+	headEnd  int64
+	headSeq  int64
+	headHash string
+
 	commits atomic.Int64 // durable appends (tests prove group commit with it)
 
 	// beforeCommit, when set (tests only), runs for each batch with the
@@ -537,21 +544,17 @@ func (s *Store) commit(live []*request) (_ []Row, err error) {
 		return nil, fmt.Errorf("lock journal: %w", err)
 	}
 	defer flock(s.j.w, lockNone)
-	start, size, last, err := s.j.tail()
+	start, size, err := findEnd(s.j.w, s.j.whint, s.j.wbuf)
 	if err != nil {
-		return nil, fmt.Errorf("read journal tail: %w", err)
+		return nil, fmt.Errorf("read journal end: %w", err)
 	}
-	seq, prev := int64(0), GenesisHash
-	if last != nil {
-		head, err := decodeRow(last)
-		if err != nil {
-			return nil, fmt.Errorf("journal's last line: %w", err)
+	seq, prev := s.headSeq, s.headHash
+	if start == 0 || start != s.headEnd {
+		// Another process appended since this writer's last batch (or
+		// there was none yet): read the head back.
+		if seq, prev, start, size, err = s.readHead(); err != nil {
+			return nil, err
 		}
-		seq, prev = head.Seq, head.RowHash
-	} else if err := s.db.QueryRowContext(context.Background(), headQuery).Scan(&seq, &prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		// An empty journal continues the index (a store from before the
-		// journal existed).
-		return nil, fmt.Errorf("read chain head: %w", err)
 	}
 	rows := make([]Row, len(live))
 	var buf []byte
@@ -572,7 +575,7 @@ func (s *Store) commit(live []*request) (_ []Row, err error) {
 		row.RowHash = h
 		prev = row.RowHash
 		rows[i] = row
-		buf = appendRowJSON(buf, row)
+		buf = appendJournalLine(buf, row)
 	}
 	if s.beforeCommit != nil {
 		if err := s.beforeCommit(); err != nil {
@@ -582,9 +585,33 @@ func (s *Store) commit(live []*request) (_ []Row, err error) {
 	if err := s.j.write(buf, start, size); err != nil {
 		return nil, fmt.Errorf("append seq %d..%d: %w", rows[0].Seq, seq, err)
 	}
+	s.headEnd, s.headSeq, s.headHash = start+int64(len(buf)), seq, prev
 	s.commits.Add(1)
 	s.handOff(appended{start: start, end: start + int64(len(buf)), rows: rows})
 	return rows, nil
+}
+
+// readHead returns the chain head from the journal's last line (cutting a
+// torn tail first), or from the index when the journal is empty (a store
+// from before the journal existed), and the journal's end and size. The
+// journal must be locked.
+func (s *Store) readHead() (seq int64, prev string, end, size int64, err error) {
+	end, size, last, err := s.j.tail()
+	if err != nil {
+		return 0, "", 0, 0, fmt.Errorf("read journal tail: %w", err)
+	}
+	if last != nil {
+		head, err := decodeRow(last)
+		if err != nil {
+			return 0, "", 0, 0, fmt.Errorf("journal's last line: %w", err)
+		}
+		return head.Seq, head.RowHash, end, size, nil
+	}
+	seq, prev = 0, GenesisHash
+	if err := s.db.QueryRowContext(context.Background(), headQuery).Scan(&seq, &prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, "", 0, 0, fmt.Errorf("read chain head: %w", err)
+	}
+	return seq, prev, end, size, nil
 }
 
 const headQuery = `SELECT seq, row_hash FROM audit_rows ORDER BY seq DESC LIMIT 1`
