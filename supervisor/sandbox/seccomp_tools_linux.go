@@ -571,7 +571,9 @@ func FormatProfile(p *specs.LinuxSeccomp) ([]byte, error) {
 			ErrnoRet *uint                    `json:"errnoRet,omitempty"`
 			Args     []specs.LinuxSeccompArg  `json:"args,omitempty"`
 		}{r.Action, r.ErrnoRet, r.Args}
+		// Actions, errnos and numbers hold no '":' or ',"' of their own.
 		tail := strings.TrimPrefix(enc(rest), "{")
+		tail = strings.ReplaceAll(strings.ReplaceAll(tail, `":`, `": `), `,"`, `, "`)
 		if len(r.Names) <= 6 {
 			fmt.Fprintf(&b, "{\"names\": %s, %s", enc(r.Names), tail)
 			continue
