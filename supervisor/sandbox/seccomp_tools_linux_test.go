@@ -517,3 +517,35 @@ func TestRecordProfile(t *testing.T) {
 		t.Errorf("recorded profile allows mount, which the base refuses:\n%s", b)
 	}
 }
+
+// BenchmarkCompileProfiles: the host-side part of the start cost per
+// profile (check + convert + build the libseccomp filter + export BPF),
+// without the noise of a container start.
+// go test -tags seccomp -run '^$' -bench CompileProfiles ./supervisor/sandbox/
+func BenchmarkCompileProfiles(b *testing.B) {
+	imp, err := ImportDockerProfile(dockerDefaultJSON(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "docker.json"), imp.Profile, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(profilesDir, "default.json"), filepath.Join(profilesDir, "strict.json"), filepath.Join(dir, "docker.json")} {
+		b.Run(strings.TrimSuffix(filepath.Base(p), ".json"), func(b *testing.B) {
+			var n int
+			for b.Loop() {
+				_, cfg, err := LoadProfileFile(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				prog, err := CompileFilter(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(prog)
+			}
+			b.ReportMetric(float64(n), "bpf-insns")
+		})
+	}
+}
