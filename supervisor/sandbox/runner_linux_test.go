@@ -353,3 +353,52 @@ func writeJSON(path string, v any) error {
 	}
 	return os.WriteFile(path, b, 0o644)
 }
+
+// TestRecorderSeesSyscalls: a sandbox started with a Recorder runs under
+// the notify form of its profile; the listener sees the calls of runc's
+// init after the filter, of cyberos-init (pid 1) and of the skill, the
+// skill still succeeds, and the listener's socket is gone after Close.
+func TestRecorderSeesSyscalls(t *testing.T) {
+	w := newWorld(t)
+	rec := NewSyscallRecorder()
+	id := fmt.Sprintf("rec-%d", os.Getpid())
+	spec := w.spec(id, io.Discard)
+	spec.Recorder = rec
+	p, err := w.runner.Start(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.Containment().Seccomp, "RECORDING") {
+		t.Errorf("containment.seccomp %q does not say it is recording", p.Containment().Seccomp)
+	}
+	ex, err := p.Wait()
+	if err != nil || ex.Code != 0 || ex.Signal != nil {
+		t.Fatalf("skill ended %+v, %v", ex, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Err(); err != nil {
+		t.Fatalf("recording: %v", err)
+	}
+	got := rec.Syscalls()
+	// execve: runc's init execs cyberos-init, which execs the skill;
+	// rt_sigtimedwait and wait4: cyberos-init's signal loop and reaping;
+	// recvfrom: runc's init reading its sync socket after the filter.
+	for _, want := range []string{"execve", "rt_sigtimedwait", "wait4", "recvfrom", "close"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("%s not recorded; got %v", want, got)
+		}
+	}
+	for _, never := range recordBaseline {
+		if slices.Contains(got, never) {
+			t.Errorf("%s recorded although it is not notified while recording", never)
+		}
+	}
+	if rec.Counts()["execve"] < 2 {
+		t.Errorf("execve seen %d times, want 2 (cyberos-init, then the skill)", rec.Counts()["execve"])
+	}
+	if left, _ := filepath.Glob(filepath.Join(w.runDir, "locks", "*.notify.sock")); len(left) > 0 {
+		t.Errorf("listener sockets left: %v", left)
+	}
+}
