@@ -195,7 +195,7 @@ func retPermits(ret uint32) bool {
 	return false
 }
 
-// RetString names a SECCOMP_RET_ value: ALLOW, ERRNO(EPERM), KILL_THREAD…
+// retString names a SECCOMP_RET_ value: ALLOW, ERRNO(EPERM), KILL_THREAD…
 func retString(ret uint32) string {
 	switch ret & seccompRetActionMask {
 	case seccompRetAllow:

@@ -232,8 +232,7 @@ func unconditionalPermit(p *specs.LinuxSeccomp, name string) bool {
 	return false
 }
 
-// rulesFor names the rules that list name: "syscalls[3]", "syscalls[4..9]"
-// style is not worth it; the first and a count.
+// rulesFor names the rules that list name: the first, and how many more.
 func rulesFor(p *specs.LinuxSeccomp, name string) string {
 	var idx []string
 	for i, r := range p.Syscalls {
