@@ -249,35 +249,6 @@ func TestOutcomes(t *testing.T) {
 	})
 }
 
-// TestDefaultProfileRefusesSyscalls runs the try-syscall probe in the real
-// sandbox under the default profile: every syscall of the list is
-// refused (clone3 with ENOSYS so libc falls back to clone).
-func TestDefaultProfileRefusesSyscalls(t *testing.T) {
-	e := newEnv(t)
-	r := e.run(e.skill("trysyscall", "", "probe:trysyscall"))
-	r.mustOutcome(t, "success")
-	var got map[string]string
-	if err := json.Unmarshal(r.env.Result, &got); err != nil {
-		t.Fatal(err)
-	}
-	if got["control_getpid"] != "ok" {
-		t.Errorf("getpid refused (%s): the probe is broken", got["control_getpid"])
-	}
-	delete(got, "control_getpid")
-	if len(got) < 30 {
-		t.Fatalf("only %d syscalls tried: %v", len(got), got)
-	}
-	for name, res := range got {
-		want := "EPERM"
-		if name == "clone3" {
-			want = "ENOSYS"
-		}
-		if res != want {
-			t.Errorf("%s: %s, want %s", name, res, want)
-		}
-	}
-}
-
 // TestConcurrentInvocationsLeaveNothing: 100 invocations at once all
 // succeed, and no cgroup, container state, lock or mount is left.
 func TestConcurrentInvocationsLeaveNothing(t *testing.T) {

@@ -12,8 +12,12 @@ for pkg in bubblewrap runc; do
 done
 n=${BENCH_N:-50}
 echo "== in-process runner, as the daemon runs it: Start→Wait→Close of a /bin/true skill, full default policy, $n rounds interleaved with the references"
-go test -tags seccomp -run '^$' -bench BenchmarkColdStart -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
+go test -tags seccomp -run '^$' -bench 'BenchmarkColdStart$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
   grep -E 'BenchmarkColdStart' | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
+echo
+echo "== the same cold start per seccomp profile: default, strict, Docker's default imported (native arch), $n rounds interleaved"
+go test -tags seccomp -run '^$' -bench 'BenchmarkColdStartProfiles$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
+  grep -E 'BenchmarkColdStartProfiles' | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 echo
 echo "== whole CLI: \`cyberos skill run\` of the same skill (process start, policy, sandbox, cleanup), 20 runs"
 tmp=$(mktemp -d); chmod 711 "$tmp"; trap 'rm -rf "$tmp"' EXIT

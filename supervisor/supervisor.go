@@ -88,6 +88,9 @@ type Request struct {
 	Deadline time.Duration
 	// RequestID is the caller's id for the request; generated when empty.
 	RequestID string
+	// SeccompRecorder, when set, runs the skill under the recording form
+	// of its seccomp profile (`cyberos seccomp record`).
+	SeccompRecorder *sandbox.SyscallRecorder
 }
 
 // Envelope is what the caller gets back (the --json output).
@@ -297,6 +300,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 		ProfilesDir:    s.ProfilesDir,
 		SeccompProfile: pol.SeccompProfile,
 		AllowDegraded:  s.AllowDegraded,
+		Recorder:       req.SeccompRecorder,
 	}
 	if inv.containment, err = s.Runner.Check(inv.spec); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)

@@ -61,6 +61,6 @@ func newRootCmd() *cobra.Command {
 	}
 	skill := &cobra.Command{Use: "skill", Short: "Run and check skills"}
 	skill.AddCommand(newRunCmd(), newValidateCmd())
-	root.AddCommand(skill, newAuditCmd(), newDoctorCmd())
+	root.AddCommand(skill, newAuditCmd(), newDoctorCmd(), newSeccompCmd())
 	return root
 }

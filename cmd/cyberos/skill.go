@@ -32,6 +32,7 @@ type runFlags struct {
 	stateDir, profilesDir, runDir, logLevel      string
 	socketDir                                    string
 	json, allowDegraded, allowLoopbackHTTP       bool
+	recorder                                     *sandbox.SyscallRecorder // seccomp record
 }
 
 func newRunCmd() *cobra.Command {
@@ -126,6 +127,8 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		Persona:     f.persona,
 		Traceparent: f.traceparent,
 		Deadline:    f.deadline,
+
+		SeccompRecorder: f.recorder,
 	})
 	switch {
 	case errors.Is(err, supervisor.ErrInvalidSkill):

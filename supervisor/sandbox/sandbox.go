@@ -7,7 +7,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
+	"sort"
+	"sync"
 	"time"
 
 	"github.com/cyberos/supervisor/cgroups"
@@ -80,6 +83,60 @@ type Spec struct {
 	// AllowDegraded lets a platform that cannot enforce every control run
 	// anyway, saying in Containment what was not enforced.
 	AllowDegraded bool
+
+	// Recorder, when set, runs the sandbox under the recording form of its
+	// profile (`cyberos seccomp record`): every call the profile allows is
+	// reported to Recorder and let through, every refusal stays. Linux only.
+	Recorder *SyscallRecorder
+}
+
+// SyscallRecorder collects the system calls a sandbox made.
+type SyscallRecorder struct {
+	mu   sync.Mutex
+	seen map[string]int
+	errs []error
+}
+
+// NewSyscallRecorder returns an empty recorder.
+func NewSyscallRecorder() *SyscallRecorder { return &SyscallRecorder{seen: map[string]int{}} }
+
+func (r *SyscallRecorder) add(name string) {
+	r.mu.Lock()
+	r.seen[name]++
+	r.mu.Unlock()
+}
+
+func (r *SyscallRecorder) fail(err error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, err)
+	r.mu.Unlock()
+}
+
+// Syscalls are the names seen, sorted.
+func (r *SyscallRecorder) Syscalls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.seen))
+	for n := range r.seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Counts is how often each name was seen.
+func (r *SyscallRecorder) Counts() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.seen)
+}
+
+// Err reports what went wrong while recording (a recording with errors may
+// be incomplete).
+func (r *SyscallRecorder) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return errors.Join(r.errs...)
 }
 
 // Exit is how the skill's process ended.

@@ -57,6 +57,9 @@ func (r *darwinRunner) Owns(id string, pid int32) bool {
 func (*darwinRunner) SkillIDs() (int, int) { return os.Getuid(), os.Getgid() }
 
 func (*darwinRunner) Check(spec Spec) (Containment, error) {
+	if spec.Recorder != nil {
+		return Containment{}, fmt.Errorf("%w: recording system calls needs seccomp (Linux)", ErrUnsupported)
+	}
 	if !spec.AllowDegraded {
 		return Containment{}, fmt.Errorf("%w: macOS can only apply rlimits; not enforceable: %s (rerun with --allow-degraded to accept)", ErrDegraded, strings.Join(notEnforcedDarwin, "; "))
 	}

@@ -344,8 +344,14 @@ func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
 	}
 	_, cont := r.config(spec)
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
+	if spec.Recorder != nil {
+		cont.Seccomp += recordingNote
+	}
 	return cont, nil
 }
+
+// recordingNote marks the containment of a recording run.
+const recordingNote = "; RECORDING: allowed calls are reported, then let through"
 
 func seccompSummary(profile string) string {
 	return fmt.Sprintf("%s (allowlist, native architecture only)", profile)
@@ -370,6 +376,14 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 		return nil, fmt.Errorf("sandbox %s: already running", spec.ID)
 	}
 	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, cont: cont, started: start}
+	if spec.Recorder != nil {
+		if p.notify, err = startNotifyListener(filepath.Join(r.lockDir(), spec.ID+".notify.sock"), spec.Recorder); err != nil {
+			p.cleanup()
+			return nil, err
+		}
+		cfg.Seccomp = recordingConfig(sc, p.notify.path)
+		p.cont.Seccomp += recordingNote
+	}
 	c, err := libcontainer.Create(r.stateRoot(), spec.ID, cfg)
 	if err != nil {
 		p.cleanup()
@@ -512,6 +526,7 @@ type linuxProcess struct {
 	proc    *libcontainer.Process
 	lock    *os.File
 	status  *os.File // read end of cyberos-init's status pipe
+	notify  *notifyListener
 	cont    Containment
 	started time.Time
 	latency time.Duration
@@ -609,6 +624,9 @@ func (p *linuxProcess) cleanup() error {
 	}
 	if p.status != nil {
 		p.status.Close()
+	}
+	if p.notify != nil {
+		p.notify.Close()
 	}
 	return errors.Join(errs...)
 }

@@ -70,28 +70,41 @@ func LoadProfile(dir, name string) (*configs.Seccomp, error) {
 	if !profileNameRE.MatchString(name) {
 		return nil, fmt.Errorf("%w: profile name %q: must match %s", ErrProfile, name, profileNameRE)
 	}
-	path := filepath.Join(dir, name+".json")
+	_, cfg, err := LoadProfileFile(filepath.Join(dir, name+".json"))
+	return cfg, err
+}
+
+// LoadProfileFile is LoadProfile for a file named by its path (the operator
+// tools: lint, diff, explain). It returns the checked profile as written
+// and the libcontainer config converted from it.
+func LoadProfileFile(path string) (*specs.LinuxSeccomp, *configs.Seccomp, error) {
 	data, err := readProfileFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return checkProfileBytes(path, data)
+}
+
+// checkProfileBytes decodes and checks one profile's bytes; path only
+// names it in errors.
+func checkProfileBytes(path string, data []byte) (*specs.LinuxSeccomp, *configs.Seccomp, error) {
 	spec, err := decodeProfile(path, data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, check := range profileChecks {
 		if err := check(path, spec); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	cfg, err := specconv.SetupSeccomp(spec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrProfile, path, err)
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrProfile, path, err)
 	}
 	if cfg == nil {
-		return nil, profileErr(path, "defaultAction", "missing")
+		return nil, nil, profileErr(path, "defaultAction", "missing")
 	}
-	return cfg, nil
+	return spec, cfg, nil
 }
 
 func profileErr(path, field, format string, args ...any) error {

@@ -3,11 +3,9 @@ package sandbox
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -296,7 +294,7 @@ func TestProfileInvariants(t *testing.T) {
 					t.Fatalf("%s: %v", name, err)
 				}
 				for _, arg := range []uint64{0, ^uint64(0)} {
-					if ret := evalFilter(t, prog, nativeAuditArch(t), int32(nr), arg, arg, arg, arg, arg, arg); !denies(ret) {
+					if ret := evalFilter(t, prog, testAuditArch(t), int32(nr), arg, arg, arg, arg, arg, arg); !denies(ret) {
 						t.Errorf("%s(%#x, …) → %s", name, arg, retString(ret))
 					}
 				}
@@ -332,7 +330,7 @@ func contains(list []string, s string) bool {
 func TestSeccompDefaultProfileIoctl(t *testing.T) {
 	prog := compileFilter(t, loadDefault(t))
 	ioctl := sysno(t, "ioctl")
-	arch := nativeAuditArch(t)
+	arch := testAuditArch(t)
 	// The kernel truncates the request to 32 bits, so the filter must look
 	// at the low 32 bits only: 0x1_00005412 is TIOCSTI too.
 	for _, high := range []uint64{0, 1, 0xFFFFFFFF} {
@@ -358,7 +356,7 @@ func TestSeccompDefaultProfileIoctl(t *testing.T) {
 
 func TestSeccompDefaultProfileArgFilters(t *testing.T) {
 	prog := compileFilter(t, loadDefault(t))
-	arch := nativeAuditArch(t)
+	arch := testAuditArch(t)
 	clone, clone3 := sysno(t, "clone"), sysno(t, "clone3")
 	eperm := retErrno | uint32(unix.EPERM)
 
@@ -413,7 +411,7 @@ func TestSeccompForeignArch(t *testing.T) {
 		t.Fatalf("default.json lists architectures %v; it must compile for the native one only", cfg.Architectures)
 	}
 	prog := compileFilter(t, cfg)
-	native := nativeAuditArch(t)
+	native := testAuditArch(t)
 	getpid := sysno(t, "getpid")
 	if ret := evalFilter(t, prog, native, getpid); ret != retAllow {
 		t.Fatalf("native getpid → %s", retString(ret))
@@ -987,18 +985,6 @@ func denies(ret uint32) bool {
 	return false
 }
 
-func retString(ret uint32) string {
-	switch ret & retActionMask {
-	case retAllow:
-		return "ALLOW"
-	case retErrno:
-		return "ERRNO(" + errnoName(syscall.Errno(ret&0xffff)) + ")"
-	case retKillThread:
-		return "KILL_THREAD"
-	}
-	return fmt.Sprintf("%#x", ret)
-}
-
 func loadDefault(t testing.TB) *configs.Seccomp {
 	t.Helper()
 	cfg, err := LoadProfile(profilesDir, "default")
@@ -1017,16 +1003,13 @@ func sysno(t testing.TB, name string) int32 {
 	return int32(nr)
 }
 
-func nativeAuditArch(t testing.TB) uint32 {
+func testAuditArch(t testing.TB) uint32 {
 	t.Helper()
-	switch runtime.GOARCH {
-	case "amd64":
-		return unix.AUDIT_ARCH_X86_64
-	case "arm64":
-		return unix.AUDIT_ARCH_AARCH64
+	arch, err := nativeAuditArch()
+	if err != nil {
+		t.Skip(err)
 	}
-	t.Skipf("no audit arch for %s in this test", runtime.GOARCH)
-	return 0
+	return arch
 }
 
 // compileFilter builds the libseccomp filter for cfg the way libcontainer's
@@ -1037,7 +1020,7 @@ func nativeAuditArch(t testing.TB) uint32 {
 // The real-kernel tests check the filter libcontainer itself loads.
 func compileFilter(t testing.TB, cfg *configs.Seccomp) *bpf.VM {
 	t.Helper()
-	prog, err := compileFilterErr(cfg)
+	prog, err := CompileFilter(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1048,142 +1031,14 @@ func compileFilter(t testing.TB, cfg *configs.Seccomp) *bpf.VM {
 	return vm
 }
 
-func compileFilterErr(cfg *configs.Seccomp) ([]bpf.Instruction, error) {
-	def, err := scmpAction(cfg.DefaultAction, cfg.DefaultErrnoRet)
-	if err != nil {
-		return nil, err
-	}
-	f, err := libseccomp.NewFilter(def)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Release()
-	for _, a := range cfg.Architectures {
-		arch, err := libseccomp.GetArchFromString(a)
-		if err != nil {
-			return nil, err
-		}
-		if err := f.AddArch(arch); err != nil {
-			return nil, err
-		}
-	}
-	if len(cfg.Syscalls) > 32 {
-		if err := f.SetOptimize(2); err != nil {
-			return nil, err
-		}
-	}
-	for _, call := range cfg.Syscalls {
-		act, err := scmpAction(call.Action, call.ErrnoRet)
-		if err != nil {
-			return nil, err
-		}
-		if act == def {
-			continue
-		}
-		nr, err := libseccomp.GetSyscallFromName(call.Name)
-		if err != nil {
-			continue // not on this architecture; libcontainer skips it too
-		}
-		if len(call.Args) == 0 {
-			err = f.AddRule(nr, act)
-		} else {
-			var conds []libseccomp.ScmpCondition
-			for _, a := range call.Args {
-				c, err := libseccomp.MakeCondition(a.Index, scmpOp(a.Op), a.Value, a.ValueTwo)
-				if err != nil {
-					return nil, err
-				}
-				conds = append(conds, c)
-			}
-			err = f.AddRuleConditional(nr, act, conds)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", call.Name, err)
-		}
-	}
-
-	fd, err := unix.MemfdCreate("seccomp-bpf", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, err
-	}
-	mem := os.NewFile(uintptr(fd), "seccomp-bpf")
-	defer mem.Close()
-	if err := f.ExportBPF(mem); err != nil {
-		return nil, err
-	}
-	raw, err := io.ReadAll(io.NewSectionReader(mem, 0, 1<<30))
-	if err != nil {
-		return nil, err
-	}
-	var insns []bpf.RawInstruction
-	for ; len(raw) >= 8; raw = raw[8:] {
-		insns = append(insns, bpf.RawInstruction{
-			Op: binary.NativeEndian.Uint16(raw[0:]), Jt: raw[2], Jf: raw[3], K: binary.NativeEndian.Uint32(raw[4:]),
-		})
-	}
-	prog, ok := bpf.Disassemble(insns)
-	if !ok {
-		return nil, errors.New("cannot disassemble the exported filter")
-	}
-	return prog, nil
-}
-
-func scmpAction(a configs.Action, errnoRet *uint) (libseccomp.ScmpAction, error) {
-	switch a {
-	case configs.Allow:
-		return libseccomp.ActAllow, nil
-	case configs.Errno:
-		ret := int16(unix.EPERM)
-		if errnoRet != nil {
-			ret = int16(*errnoRet)
-		}
-		return libseccomp.ActErrno.SetReturnCode(ret), nil
-	case configs.Kill, configs.KillThread:
-		return libseccomp.ActKillThread, nil
-	case configs.KillProcess:
-		return libseccomp.ActKillProcess, nil
-	case configs.Trap:
-		return libseccomp.ActTrap, nil
-	case configs.Log:
-		return libseccomp.ActLog, nil
-	}
-	return libseccomp.ActInvalid, fmt.Errorf("action %v not handled by this test", a)
-}
-
-func scmpOp(op configs.Operator) libseccomp.ScmpCompareOp {
-	return map[configs.Operator]libseccomp.ScmpCompareOp{
-		configs.EqualTo: libseccomp.CompareEqual, configs.NotEqualTo: libseccomp.CompareNotEqual,
-		configs.GreaterThan: libseccomp.CompareGreater, configs.GreaterThanOrEqualTo: libseccomp.CompareGreaterEqual,
-		configs.LessThan: libseccomp.CompareLess, configs.LessThanOrEqualTo: libseccomp.CompareLessOrEqual,
-		configs.MaskEqualTo: libseccomp.CompareMaskedEqual,
-	}[op]
-}
-
-// evalFilter runs the filter on a struct seccomp_data in x/net/bpf's
-// interpreter.
-// The interpreter loads 32-bit words big-endian; the kernel loads them in
-// host order, so each word is stored big-endian at the offset where the
-// kernel would find it (the low half of a 64-bit argument first on a
-// little-endian host).
+// evalFilter runs the filter in x/net/bpf's interpreter (runFilter).
 func evalFilter(t testing.TB, vm *bpf.VM, arch uint32, nr int32, args ...uint64) uint32 {
 	t.Helper()
-	var data [64]byte
-	binary.BigEndian.PutUint32(data[0:], uint32(nr))
-	binary.BigEndian.PutUint32(data[4:], arch)
-	littleEndian := binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-	for i, a := range args {
-		lo, hi := uint32(a), uint32(a>>32)
-		if !littleEndian {
-			lo, hi = hi, lo
-		}
-		binary.BigEndian.PutUint32(data[16+8*i:], lo)
-		binary.BigEndian.PutUint32(data[16+8*i+4:], hi)
-	}
-	ret, err := vm.Run(data[:])
+	ret, err := runFilter(vm, arch, nr, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return uint32(ret)
+	return ret
 }
 
 // BenchmarkCompileDefaultProfile is the per-start cost on the host side:
@@ -1196,7 +1051,7 @@ func BenchmarkCompileDefaultProfile(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := compileFilterErr(cfg); err != nil {
+			if _, err := CompileFilter(cfg); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -1212,7 +1067,7 @@ func BenchmarkCompileDefaultProfile(b *testing.B) {
 		cfg := loadDefault(b)
 		var n int
 		for b.Loop() {
-			prog, err := compileFilterErr(cfg)
+			prog, err := CompileFilter(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,5 +1,6 @@
-// Command trysyscall calls each syscall the default profile must refuse,
-// with harmless arguments, and prints {"name": "errno name or ok"} as JSON.
+// Command trysyscall calls each syscall every shipped profile must refuse,
+// and a few that tell the profiles apart (x_…), with harmless arguments, and
+// prints {"name": "errno name or ok"} as JSON.
 // All attempts run on one locked thread.
 package main
 
@@ -7,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"runtime"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -83,5 +85,39 @@ func main() {
 	// Controls: allowed calls must not be refused.
 	_, _, e := unix.RawSyscall(unix.SYS_GETPID, 0, 0, 0)
 	out["control_getpid"] = errnoName(e)
+
+	// x_ calls tell the shipped profiles apart (integration/seccomp_test.go
+	// has each profile's expectation). Arguments make each fail early or do
+	// nothing when allowed; an fd it gets is closed.
+	var zero byte
+	extra := []struct {
+		name string
+		nr   uintptr
+		args [6]uintptr
+	}{
+		{"x_socket_unix", unix.SYS_SOCKET, [6]uintptr{unix.AF_UNIX, unix.SOCK_STREAM | unix.SOCK_CLOEXEC}},
+		{"x_socket_inet", unix.SYS_SOCKET, [6]uintptr{unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_CLOEXEC}},
+		{"x_socket_netlink", unix.SYS_SOCKET, [6]uintptr{unix.AF_NETLINK, unix.SOCK_RAW | unix.SOCK_CLOEXEC}},
+		{"x_bind", unix.SYS_BIND, [6]uintptr{^uintptr(0)}},
+		{"x_ioctl_tcgets", unix.SYS_IOCTL, [6]uintptr{0, unix.TCGETS, uintptr(unsafe.Pointer(&zero))}},
+		{"x_ioctl_tiocsti", unix.SYS_IOCTL, [6]uintptr{0, unix.TIOCSTI, uintptr(unsafe.Pointer(&zero))}},
+		{"x_ioctl_tiocswinsz", unix.SYS_IOCTL, [6]uintptr{^uintptr(0), unix.TIOCSWINSZ}},
+		{"x_personality_query", unix.SYS_PERSONALITY, [6]uintptr{0xFFFFFFFF}},
+		{"x_setresuid_noop", unix.SYS_SETRESUID, [6]uintptr{^uintptr(0), ^uintptr(0), ^uintptr(0)}},
+		{"x_memfd_create", unix.SYS_MEMFD_CREATE, [6]uintptr{}},
+		{"x_inotify_init1", unix.SYS_INOTIFY_INIT1, [6]uintptr{unix.IN_CLOEXEC}},
+		{"x_linkat", unix.SYS_LINKAT, [6]uintptr{^uintptr(0), 0, ^uintptr(0), 0}},
+		{"x_mknodat", unix.SYS_MKNODAT, [6]uintptr{^uintptr(0)}},
+		{"x_io_setup", unix.SYS_IO_SETUP, [6]uintptr{}},
+		{"x_shmget", unix.SYS_SHMGET, [6]uintptr{0, 0, 0}},
+		{"x_getppid", unix.SYS_GETPPID, [6]uintptr{}},
+	}
+	for _, c := range extra {
+		r, _, e := unix.RawSyscall6(c.nr, c.args[0], c.args[1], c.args[2], c.args[3], c.args[4], c.args[5])
+		out[c.name] = errnoName(e)
+		if e == 0 && (c.nr == unix.SYS_SOCKET || c.nr == unix.SYS_INOTIFY_INIT1) {
+			unix.Close(int(r))
+		}
+	}
 	json.NewEncoder(os.Stdout).Encode(out)
 }
