@@ -108,6 +108,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		ProfilesDir:       profiles,
 		StateDir:          f.stateDir,
+		ReservedDirs:      reservedDirs(f.runDir),
 		Log:               log,
 		AllowDegraded:     f.allowDegraded,
 	}
@@ -238,4 +239,17 @@ func privateDir(flag, def string) (string, error) {
 		return "", fmt.Errorf("socket dir: %w", err)
 	}
 	return filepath.Abs(dir)
+}
+
+// reservedDirs are the directories besides the state, socket and profile
+// dirs that no skill's file tools may touch: the run dir (container state
+// and the rootfs skeleton every sandbox shares) and the directory of this
+// binary, which holds cyberos-init and cyberos-tool, mounted into every
+// sandbox.
+func reservedDirs(runDir string) []string {
+	dirs := []string{runDir}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	return dirs
 }

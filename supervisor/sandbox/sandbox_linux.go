@@ -459,7 +459,9 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 		}
 	}
 	if spec.BrokerSocket != "" {
-		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
+		// Read-only: connecting still works, but the skill (which owns the
+		// socket inode) cannot chmod or chown it (TestHostileSupervisorState).
+		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
 	}
 	mounts = append(mounts, &configs.Mount{Source: r.cfg.ToolBinary, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
 	example := specconv.Example().Linux
