@@ -551,7 +551,7 @@ func TestHostileForkBomb(t *testing.T) {
 // TestHostileCPUSpin: two threads spinning for 3 s under x-cpu 0.5 get at
 // most about half a CPU: the cgroup's own CPU accounting, sampled from the
 // host while the skill runs, grows at most ~0.5 s per second (unbounded it
-// would be ~2 on two cores), and the cgroup was throttled.
+// would be ~2 on two idle cores), and so does the probe's own CPU time.
 func TestHostileCPUSpin(t *testing.T) {
 	e := newEnv(t)
 	dir := e.skill("spinner", "x-cpu: 0.5\n", "probe:hostile")
@@ -589,9 +589,8 @@ func TestHostileCPUSpin(t *testing.T) {
 	if rate > 0.6 {
 		t.Errorf("%s: the cgroup used %.2f CPUs, quota 0.5", p, rate)
 	}
-	if throttled == 0 {
-		t.Errorf("%s: the cgroup was never throttled", p)
-	}
+	// Throttling is logged, not asserted: on a machine busy with other
+	// work the spin may get less than its quota and never be throttled.
 	var out struct {
 		CPU  float64 `json:"cpu_s"`
 		Wall float64 `json:"wall_s"`
