@@ -1,10 +1,16 @@
 package sandbox
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 )
@@ -55,4 +61,64 @@ func TestPlanLandlock(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkLandlockStart: cold start (create, start, wait, destroy) of
+// /bin/true under the default profile, with Landlock applied by
+// cyberos-init and without (the same profile minus the landlock_*
+// syscalls), interleaved in one run; medians and the ratio.
+func BenchmarkLandlockStart(b *testing.B) {
+	w := newWorld(b)
+	dir := filepath.Join(w.base, "profiles")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(w.profiles, "default.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var prof map[string]any
+	if err := json.Unmarshal(src, &prof); err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range prof["syscalls"].([]any) {
+		rule := s.(map[string]any)
+		rule["names"] = slices.DeleteFunc(rule["names"].([]any), func(n any) bool { return slices.Contains(landlockSyscalls, n.(string)) })
+	}
+	stripped, _ := json.Marshal(prof)
+	for name, body := range map[string][]byte{"default.json": src, "nolandlock.json": stripped} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run := func(profile, id string) time.Duration {
+		spec := w.spec(id, io.Discard)
+		spec.ProfilesDir, spec.SeccompProfile = dir, profile
+		t0 := time.Now()
+		p, err := w.runner.Start(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ex, err := p.Wait(); err != nil || ex.Code != 0 {
+			b.Fatalf("%s: %+v %v", profile, ex, err)
+		}
+		if (profile == "default") != strings.HasPrefix(p.Containment().Landlock, "ABI ") {
+			b.Fatalf("%s: landlock %q", profile, p.Containment().Landlock)
+		}
+		p.Close()
+		return time.Since(t0)
+	}
+	run("default", fmt.Sprintf("ll-warm-%d", os.Getpid()))
+	samples := map[string][]time.Duration{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, prof := range []string{"default", "nolandlock"} {
+			samples[prof] = append(samples[prof], run(prof, fmt.Sprintf("ll-%s-%d-%d", prof, os.Getpid(), i)))
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(median(samples["default"])), "landlock-median-ms")
+	b.ReportMetric(ms(median(samples["nolandlock"])), "no-landlock-median-ms")
+	b.ReportMetric(float64(median(samples["default"]))/float64(median(samples["nolandlock"])), "landlock/no-landlock")
+	b.ReportMetric(0, "ns/op")
 }
