@@ -19,18 +19,23 @@ package integration
 //	Landlock: only the sandbox's own view           TestLandlockConfinesSkill
 //	protocol abuse (frames, JSON, batches, depth)   TestBrokerSurvivesAbuse
 //	SSRF (redirects, userinfo, loopback names)      TestBrokerHTTP
+//	SSRF (metadata, private, loopback spellings)    TestHostileSSRF
 //	refused syscalls                                TestDefaultProfileRefusesSyscalls
 //	deadline escape (setsid, double fork)           TestDeadlineKillsEverything
 
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,6 +322,7 @@ func TestHostileSetuid(t *testing.T) {
 			var out struct {
 				Exec     string         `json:"exec"`
 				Child    map[string]any `json:"child"`
+				Self     map[string]any `json:"self"`
 				FileMode string         `json:"file_mode"`
 			}
 			json.Unmarshal(r.env.Result, &out)
@@ -324,8 +330,11 @@ func TestHostileSetuid(t *testing.T) {
 				t.Fatalf("the setuid file did not run as set up: %+v", out)
 			}
 			const p = "a setuid binary does not raise privilege"
+			if fmt.Sprint(out.Self["euid"]) == "0" {
+				t.Fatalf("the skill itself runs as root: %v", out.Self)
+			}
 			for _, k := range []string{"ruid", "euid", "suid", "rgid", "egid", "sgid"} {
-				want(t, p, out.Child, k, sandbox.SkillUID)
+				want(t, p, out.Child, k, out.Self[k])
 			}
 			want(t, p, out.Child, "CapEff", "0000000000000000")
 			want(t, p, out.Child, "CapPrm", "0000000000000000")
@@ -650,5 +659,46 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHostileSSRF: even with the addresses listed in x-allowed-domains, the
+// Http tools never reach link-local (cloud metadata), unspecified, private
+// or loopback addresses, in any spelling (IPv4-mapped IPv6, decimal, hex),
+// and a listener on this host sees no request. (Decimal and hex spellings
+// cannot even be listed: the frontmatter refuses them. Redirects, userinfo and
+// names resolving to loopback: TestBrokerHTTP.)
+func TestHostileSSRF(t *testing.T) {
+	e := newEnv(t)
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	fm := "allowed_tools: [HttpFetch, HttpPost]\nx-allowed-domains: [\"169.254.169.254\", \"0.0.0.0\", \"127.0.0.1\", \"10.0.0.1\", \"::1\", \"::ffff:127.0.0.1\", \"localhost\"]\n"
+	var cs [][3]string
+	for i, u := range []string{
+		"http://169.254.169.254/latest/meta-data/",
+		"http://0.0.0.0:" + port + "/",
+		"http://127.0.0.1:" + port + "/",
+		"http://10.0.0.1:" + port + "/",
+		"http://[::1]:" + port + "/",
+		"http://[::ffff:127.0.0.1]:" + port + "/",
+		"http://2130706433:" + port + "/",
+		"http://0x7f.1:" + port + "/",
+		"http://localhost:" + port + "/",
+	} {
+		cs = append(cs, [3]string{fmt.Sprintf("fetch%d", i), "HttpFetch", fmt.Sprintf(`{"url":"%s"}`, u)})
+		cs = append(cs, [3]string{fmt.Sprintf("post%d", i), "HttpPost", fmt.Sprintf(`{"url":"%s","body":"x"}`, u)})
+	}
+	r := e.run(e.skill("ssrf", fm, callScript(cs...)))
+	if r.env.Outcome != "success" && strings.Contains(r.stderr, "x-allowed-domains") {
+		t.Fatalf("the policy was refused: %s", r.stderr)
+	}
+	m := calls(t, r)
+	for _, c := range cs {
+		mustRefuse(t, m, c[0], "domain_violation")
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the Http tools never reach this host: the listener saw %d requests", n)
 	}
 }

@@ -150,6 +150,9 @@ func execIDs(out map[string]any, path string) {
 	var got map[string]any
 	json.Unmarshal(b, &got)
 	out["child"] = got
+	self := map[string]any{}
+	ids(self)
+	out["self"] = self
 	var st unix.Stat_t
 	unix.Stat(path, &st)
 	out["file_mode"] = fmt.Sprintf("%o", st.Mode&0o7777)
