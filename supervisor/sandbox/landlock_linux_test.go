@@ -122,3 +122,21 @@ func BenchmarkLandlockStart(b *testing.B) {
 	b.ReportMetric(float64(median(samples["default"]))/float64(median(samples["nolandlock"])), "landlock/no-landlock")
 	b.ReportMetric(0, "ns/op")
 }
+
+// TestInitReportsLandlockFailure: cyberos-init's "landlock ERRNO" line (it
+// could not apply the rules it was asked for, and did not start the skill)
+// becomes an ExecError naming Landlock, so the outcome is an error, never a
+// success without the recorded Landlock.
+func TestInitReportsLandlockFailure(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(w, "landlock %d\n", int(syscall.EPERM))
+	w.Close()
+	ex, ok := readInitStatus(r)
+	r.Close()
+	if !ok || ex.Code != 127 || !strings.Contains(ex.ExecError, "Landlock") || !strings.Contains(ex.ExecError, syscall.EPERM.Error()) {
+		t.Errorf("readInitStatus = %+v, %v; want an ExecError naming Landlock and the errno", ex, ok)
+	}
+}
