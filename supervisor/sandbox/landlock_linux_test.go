@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
+
+	"github.com/cyberos/supervisor/internal/testutil"
 )
 
 // TestPlanLandlock: the ABI is the kernel's capped at what cyberos-init
@@ -138,5 +141,47 @@ func TestInitReportsLandlockFailure(t *testing.T) {
 	r.Close()
 	if !ok || ex.Code != 127 || !strings.Contains(ex.ExecError, "Landlock") || !strings.Contains(ex.ExecError, syscall.EPERM.Error()) {
 		t.Errorf("readInitStatus = %+v, %v; want an ExecError naming Landlock and the errno", ex, ok)
+	}
+}
+
+// TestInitFailsClosedWithoutLandlock runs the real cyberos-init outside a
+// sandbox as an unprivileged user without no_new_privs, where the kernel
+// refuses landlock_restrict_self (EPERM): init reports "landlock 1" on fd 3,
+// exits 127, and the program it was to start never runs.
+func TestInitFailsClosedWithoutLandlock(t *testing.T) {
+	testutil.RequiresRoot(t)
+	if _, err := kernelLandlockABI(); err != nil {
+		t.Fatalf("this kernel has no Landlock (%v); the test needs it", err)
+	}
+	// t.TempDir's parent is private; the unprivileged user must reach init.
+	dir, err := os.MkdirTemp("", "cyberos-init-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	initBin := filepath.Join(dir, "cyberos-init")
+	if out, err := exec.Command("gcc", "-static", "-O2", "-o", initBin, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build cyberos-init: %v\n%s", err, out)
+	}
+	marker := filepath.Join(dir, "ran")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(initBin, "--landlock", "1", "--", "/bin/sh", "-c", "touch "+marker)
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	runErr := cmd.Run()
+	w.Close()
+	status, _ := io.ReadAll(r)
+	r.Close()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 127 || string(status) != fmt.Sprintf("landlock %d\n", int(syscall.EPERM)) {
+		t.Errorf("init: %v, status %q; want exit 127 and \"landlock 1\"", runErr, status)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the program ran although Landlock could not be applied")
 	}
 }
