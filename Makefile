@@ -7,7 +7,7 @@ BIN      := bin/cyberos
 CC       ?= gcc
 DEMO_STATE ?= /tmp/cyberos-demo-state
 
-.PHONY: help deps build demo test unit integration darwin bench lint clean
+.PHONY: help deps build demo test unit integration darwin bench lint clean fuzz
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ test: deps lint ## unit + root integration tests, and the macOS build
 	CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
 	@echo "macOS build: ok"
+
+fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC) for FUZZTIME each (default 20s)
+	@bash scripts/fuzz.sh
 
 bench: build ## cold start vs unshare/bwrap/runc, audit emit latency, audit vs no-op, broker vs MCP SDK (as root)
 	@bash scripts/bench.sh $(BIN)

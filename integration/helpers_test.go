@@ -151,6 +151,7 @@ type envelope struct {
 		Namespaces    []string `json:"namespaces"`
 		UserNamespace string   `json:"user_namespace"`
 		Seccomp       string   `json:"seccomp"`
+		Landlock      string   `json:"landlock"`
 		NotEnforced   []string `json:"not_enforced"`
 	} `json:"containment"`
 	Stats struct {

@@ -57,6 +57,14 @@ type EnforcerOptions struct {
 	// AllowLoopback lets Http tools reach loopback addresses (127.0.0.0/8,
 	// ::1). Set only by the runner's config for tests; never from frontmatter.
 	AllowLoopback bool
+	// ReservedDirs are host directories no file tool may touch, whatever
+	// x-allowed-files says: the supervisor's own state (audit and memory
+	// stores, seccomp profiles, broker sockets, the sandboxes' shared root
+	// skeleton). Absolute, clean paths; a path equal to or below one is a
+	// file_violation. Matching is lexical; the file tools never follow a
+	// symlink, so a reserved directory is reached only by its own name
+	// (give symlinked directories by their target too).
+	ReservedDirs []string
 }
 
 // Enforcer holds one Policy's rules, compiled once; its checks are safe for
@@ -522,6 +530,11 @@ func (e *Enforcer) CheckFile(t Tool, p string) (string, error) {
 	}
 	// Paths inside the sandbox are slash-separated whatever the host OS.
 	c := path.Clean(p)
+	for _, d := range e.o.ReservedDirs {
+		if c == d || d == "/" || strings.HasPrefix(c, d+"/") {
+			return "", &Denial{Reason: ReasonFile, Tool: t, Detail: fmt.Sprintf("path %q is reserved to the supervisor", c)}
+		}
+	}
 	if matchGlobs(r.denyGlobs, c) {
 		return "", &Denial{Reason: ReasonToolDenied, Tool: t, Detail: fmt.Sprintf("path %q matches a disallowed_tools rule", c)}
 	}

@@ -4,8 +4,9 @@
  * It starts the skill as its only child, forwards termination signals (the
  * deadline's SIGTERM among them) to it, reaps every orphan, and when the
  * skill ends writes how it ended to fd 3 for the supervisor:
- *   "exit N\n", "signal N\n", or "exec ERRNO\n" when the entrypoint could
- *   not be executed.
+ *   "exit N\n", "signal N\n", "exec ERRNO\n" when the entrypoint could
+ *   not be executed, or "landlock ERRNO\n" when Landlock could not be
+ *   applied (the skill was not started).
  *
  * Why the skill is not pid 1 itself: the kernel drops every signal sent to
  * a pid namespace's init for which it has no handler, even signals it sends
@@ -16,18 +17,203 @@
  * Why C: it is single-threaded, so it takes one pid of the skill's
  * pids.max; a Go init took nine (runtime threads). Built static, it is
  * bind-mounted read-only at /run/cyberos/bin/cyberos-init.
+ *
+ * Landlock (defense in depth under the mount namespace and seccomp): with
+ * "--landlock ABI" it restricts itself, before forking the skill, to the
+ * sandbox's own view (rules in landlock_rules below), so the skill and
+ * everything it starts inherit the domain. It is applied here, not with
+ * go-landlock, because this is the last code that runs before the skill's
+ * execve and it must stay a single-threaded C process (see above): the
+ * rules can only be made after libcontainer's pivot_root, which happens
+ * inside its Go init, and the only program between that and the skill is
+ * this one. The supervisor decides the ABI (the kernel's, capped at the
+ * newest this file knows, 0 when unavailable) and records it in the
+ * invocation's containment; if the kernel then refuses what was asked,
+ * this reports "landlock ERRNO" on fd 3 and the skill never runs (fail
+ * closed: the record never claims more than what ran).
+ *
+ * "--exec" is the mode of the Bash tool's processes, which libcontainer
+ * starts in the running sandbox outside this init: apply Landlock, then
+ * execvp the program in place (no fork, no status fd), because a Landlock
+ * domain only covers the process that made it and its descendants.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define STATUS_FD 3
+
+/*
+ * Landlock UAPI (linux/landlock.h), spelled out here because the build
+ * host's kernel headers may predate the ABI the running kernel offers.
+ * The values are fixed by the kernel's ABI.
+ */
+#ifndef __NR_landlock_create_ruleset
+#define __NR_landlock_create_ruleset 444
+#endif
+#ifndef __NR_landlock_add_rule
+#define __NR_landlock_add_rule 445
+#endif
+#ifndef __NR_landlock_restrict_self
+#define __NR_landlock_restrict_self 446
+#endif
+
+#define LL_CREATE_RULESET_VERSION (1U << 0)
+#define LL_RULE_PATH_BENEATH 1
+
+#define LL_EXECUTE (1ULL << 0)
+#define LL_WRITE_FILE (1ULL << 1)
+#define LL_READ_FILE (1ULL << 2)
+#define LL_READ_DIR (1ULL << 3)
+#define LL_REMOVE_DIR (1ULL << 4)
+#define LL_REMOVE_FILE (1ULL << 5)
+#define LL_MAKE_CHAR (1ULL << 6)
+#define LL_MAKE_DIR (1ULL << 7)
+#define LL_MAKE_REG (1ULL << 8)
+#define LL_MAKE_SOCK (1ULL << 9)
+#define LL_MAKE_FIFO (1ULL << 10)
+#define LL_MAKE_BLOCK (1ULL << 11)
+#define LL_MAKE_SYM (1ULL << 12)
+#define LL_REFER (1ULL << 13)    /* ABI 2 */
+#define LL_TRUNCATE (1ULL << 14) /* ABI 3 */
+#define LL_IOCTL_DEV (1ULL << 15) /* ABI 5 */
+
+#define LL_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0) /* ABI 6 */
+#define LL_SCOPE_SIGNAL (1ULL << 1)               /* ABI 6 */
+
+/* The newest ABI whose access rights this file knows (ABI 7 added only
+ * logging flags). Keep in step with landlockMaxABI in the supervisor. */
+#define LL_MAX_ABI 7
+
+struct ll_ruleset_attr {
+	uint64_t handled_access_fs;
+	uint64_t handled_access_net; /* ABI 4 */
+	uint64_t scoped;             /* ABI 6 */
+};
+
+struct ll_path_beneath_attr {
+	uint64_t allowed_access;
+	int32_t parent_fd;
+} __attribute__((packed));
+
+/* Rights that apply to a file (the rest only make sense on directories). */
+#define LL_FILE_RIGHTS (LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_TRUNCATE | LL_IOCTL_DEV)
+
+#define LL_R (LL_READ_FILE | LL_READ_DIR)
+#define LL_RX (LL_R | LL_EXECUTE)
+/* Read-write in a scratch tmpfs: everything but device nodes (which the
+ * skill, without CAP_MKNOD, could not make anyway). */
+#define LL_RW (LL_R | LL_WRITE_FILE | LL_REMOVE_DIR | LL_REMOVE_FILE | LL_MAKE_DIR | LL_MAKE_REG | \
+	       LL_MAKE_SOCK | LL_MAKE_FIFO | LL_MAKE_SYM | LL_REFER | LL_TRUNCATE)
+#define LL_DEV (LL_READ_FILE | LL_WRITE_FILE | LL_TRUNCATE)
+
+/*
+ * The sandbox's own view, and nothing else: the read-only system binds and
+ * the skill (read, execute), the tiny /etc and /proc (read), the scratch
+ * tmpfs /tmp (read-write, execute: its mount allows it and skills run what
+ * they write there) and /dev/shm (read-write), and the harmless device
+ * nodes (read-write, no ioctl). Not listed, so refused whatever the file
+ * modes say: the root directory itself and the skeleton's files in it,
+ * /run/cyberos apart from the tool client, and every device ioctl.
+ * Paths missing in this sandbox are skipped. The broker socket needs no
+ * rule: connecting to a socket is not a filesystem access Landlock
+ * handles. TCP is not handled either: the network namespace has only
+ * loopback, and skills may serve themselves on it.
+ */
+static const struct {
+	const char *path;
+	uint64_t access;
+} landlock_rules[] = {
+	{"/usr", LL_RX},	 {"/bin", LL_RX},     {"/sbin", LL_RX},	  {"/lib", LL_RX},
+	{"/lib32", LL_RX},	 {"/lib64", LL_RX},   {"/libx32", LL_RX},  {"/skill", LL_RX},
+	{"/run/cyberos/bin", LL_RX},
+	{"/etc", LL_R},		 {"/proc", LL_R},
+	{"/tmp", LL_RW | LL_EXECUTE}, {"/dev/shm", LL_RW},
+	{"/dev/null", LL_DEV},	 {"/dev/zero", LL_DEV}, {"/dev/full", LL_DEV}, {"/dev/random", LL_DEV},
+	{"/dev/urandom", LL_DEV}, {"/dev/tty", LL_DEV},
+};
+
+/* handled_fs is every filesystem right the given ABI knows. */
+static uint64_t handled_fs(int abi) {
+	uint64_t h = LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_READ_DIR | LL_REMOVE_DIR | LL_REMOVE_FILE |
+		     LL_MAKE_CHAR | LL_MAKE_DIR | LL_MAKE_REG | LL_MAKE_SOCK | LL_MAKE_FIFO | LL_MAKE_BLOCK | LL_MAKE_SYM;
+	if (abi >= 2)
+		h |= LL_REFER;
+	if (abi >= 3)
+		h |= LL_TRUNCATE;
+	if (abi >= 5)
+		h |= LL_IOCTL_DEV;
+	return h;
+}
+
+/*
+ * apply_landlock restricts this process (and what it forks or execs) to
+ * landlock_rules at exactly the given ABI. It returns 0 or an errno; what
+ * failed is said on stderr.
+ */
+static int apply_landlock(int abi) {
+	long have = syscall(__NR_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
+	if (have < 0) {
+		int e = errno;
+		fprintf(stderr, "cyberos-init: landlock unavailable: %s\n", strerror(e));
+		return e;
+	}
+	if (have < abi) {
+		fprintf(stderr, "cyberos-init: landlock ABI %ld, %d was asked for\n", have, abi);
+		return EOPNOTSUPP;
+	}
+	struct ll_ruleset_attr attr = {.handled_access_fs = handled_fs(abi)};
+	if (abi >= 6)
+		attr.scoped = LL_SCOPE_ABSTRACT_UNIX_SOCKET | LL_SCOPE_SIGNAL;
+	int rs = (int)syscall(__NR_landlock_create_ruleset, &attr, sizeof attr, 0);
+	if (rs < 0) {
+		int e = errno;
+		fprintf(stderr, "cyberos-init: landlock_create_ruleset: %s\n", strerror(e));
+		return e;
+	}
+	for (size_t i = 0; i < sizeof landlock_rules / sizeof landlock_rules[0]; i++) {
+		int fd = open(landlock_rules[i].path, O_PATH | O_CLOEXEC);
+		if (fd < 0) {
+			if (errno == ENOENT)
+				continue;
+			int e = errno;
+			fprintf(stderr, "cyberos-init: landlock rule %s: %s\n", landlock_rules[i].path, strerror(e));
+			close(rs);
+			return e;
+		}
+		struct stat st;
+		uint64_t access = landlock_rules[i].access & attr.handled_access_fs;
+		if (fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode))
+			access &= LL_FILE_RIGHTS;
+		struct ll_path_beneath_attr pb = {.allowed_access = access, .parent_fd = fd};
+		if (syscall(__NR_landlock_add_rule, rs, LL_RULE_PATH_BENEATH, &pb, 0) < 0) {
+			int e = errno;
+			fprintf(stderr, "cyberos-init: landlock rule %s: %s\n", landlock_rules[i].path, strerror(e));
+			close(fd);
+			close(rs);
+			return e;
+		}
+		close(fd);
+	}
+	if (syscall(__NR_landlock_restrict_self, rs, 0) < 0) {
+		int e = errno;
+		fprintf(stderr, "cyberos-init: landlock_restrict_self: %s\n", strerror(e));
+		close(rs);
+		return e;
+	}
+	close(rs);
+	return 0;
+}
 
 static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
@@ -35,15 +221,50 @@ static void report(const char *what, int n) {
 	dprintf(STATUS_FD, "%s %d\n", what, n);
 }
 
+static int usage(void) {
+	fprintf(stderr, "usage: cyberos-init [--landlock ABI] [--exec] -- PROGRAM [ARGS...]\n");
+	return 127;
+}
+
 int main(int argc, char **argv) {
-	if (argc < 3 || strcmp(argv[1], "--") != 0) {
-		fprintf(stderr, "usage: cyberos-init -- PROGRAM [ARGS...]\n");
+	int abi = 0, exec_mode = 0, i = 1;
+	for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		if (strcmp(argv[i], "--landlock") == 0 && i + 1 < argc) {
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+			if (*end != '\0' || v < 0 || v > LL_MAX_ABI)
+				return usage();
+			abi = (int)v;
+		} else if (strcmp(argv[i], "--exec") == 0) {
+			exec_mode = 1;
+		} else {
+			return usage();
+		}
+	}
+	if (i + 1 >= argc)
+		return usage();
+	char **prog = &argv[i + 1];
+
+	if (exec_mode) {
+		if (abi > 0 && apply_landlock(abi) != 0)
+			return 127;
+		execvp(prog[0], prog);
+		fprintf(stderr, "cyberos-init: exec %s: %s\n", prog[0], strerror(errno));
 		return 127;
 	}
+
 	/* The skill must see only fds 0, 1 and 2. */
 	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0) {
 		perror("cyberos-init: status fd");
 		return 127;
+	}
+
+	if (abi > 0) {
+		int e = apply_landlock(abi);
+		if (e != 0) {
+			report("landlock", e);
+			return 127;
+		}
 	}
 
 	sigset_t all, old;
@@ -65,7 +286,7 @@ int main(int argc, char **argv) {
 	if (child == 0) {
 		close(ep[0]);
 		sigprocmask(SIG_SETMASK, &old, NULL);
-		execv(argv[2], &argv[2]);
+		execv(prog[0], prog);
 		int e = errno;
 		(void)!write(ep[1], &e, sizeof e);
 		_exit(127);
@@ -74,7 +295,7 @@ int main(int argc, char **argv) {
 	int exec_errno = 0;
 	if (read(ep[0], &exec_errno, sizeof exec_errno) == (ssize_t)sizeof exec_errno) {
 		report("exec", exec_errno);
-		fprintf(stderr, "cyberos-init: exec %s: %s\n", argv[2], strerror(exec_errno));
+		fprintf(stderr, "cyberos-init: exec %s: %s\n", prog[0], strerror(exec_errno));
 		waitpid(child, NULL, 0);
 		return 127;
 	}

@@ -146,6 +146,11 @@ type Supervisor struct {
 	// NoConnectAfter is how long a running skill may go without connecting
 	// to its broker before skill.no_connect is recorded (default 60 s).
 	NoConnectAfter time.Duration
+	// ReservedDirs are host directories the file tools refuse whatever a
+	// skill's x-allowed-files says, beside StateDir, SocketDir and
+	// ProfilesDir, which are always reserved: the runner's run dir (the
+	// shared rootfs skeleton, container state), the binaries' directory.
+	ReservedDirs []string
 
 	metricsOnce sync.Once
 	// clock is time.Now unless a test sets it.
@@ -157,6 +162,29 @@ func (s *Supervisor) now() time.Time {
 		return s.clock()
 	}
 	return time.Now()
+}
+
+// reservedDirs is every directory of the supervisor's own state, by its
+// absolute name and, where that differs, the name symlinks resolve it to.
+// A skill allowed /var/lib/** would otherwise rewrite the audit store, or
+// one allowed /etc/** the seccomp profile every later sandbox is built from
+// (TestHostileSupervisorState).
+func (s *Supervisor) reservedDirs() []string {
+	var out []string
+	for _, d := range append([]string{s.StateDir, s.SocketDir, s.ProfilesDir}, s.ReservedDirs...) {
+		if d == "" {
+			continue
+		}
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			continue
+		}
+		out = append(out, abs)
+		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+			out = append(out, real)
+		}
+	}
+	return out
 }
 
 // NewID returns a new ULID string (time-ordered, 26 chars).
@@ -252,7 +280,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	}
 	inv := &invocation{
 		pol:      pol,
-		enforcer: policy.NewEnforcer(pol, policy.EnforcerOptions{AllowLoopback: s.AllowLoopbackHTTP}),
+		enforcer: policy.NewEnforcer(pol, policy.EnforcerOptions{AllowLoopback: s.AllowLoopbackHTTP, ReservedDirs: s.reservedDirs()}),
 		persona:  req.Persona,
 		argsHash: argsHash,
 		deadline: deadline,

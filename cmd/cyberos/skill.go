@@ -109,6 +109,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		ProfilesDir:       profiles,
 		StateDir:          f.stateDir,
+		ReservedDirs:      reservedDirs(f.runDir),
 		Log:               log,
 		AllowDegraded:     f.allowDegraded,
 	}
@@ -168,6 +169,7 @@ func printEnvelope(w io.Writer, e supervisor.Envelope) {
 	fmt.Fprintf(w, "  namespaces    %s\n", strings.Join(c.Namespaces, ", "))
 	fmt.Fprintf(w, "  user          %s\n", c.UserNamespace)
 	fmt.Fprintf(w, "  seccomp       %s\n", c.Seccomp)
+	fmt.Fprintf(w, "  landlock      %s\n", c.Landlock)
 	fmt.Fprintf(w, "  capabilities  %s; no_new_privs=%v; read-only root=%v\n", c.Capabilities, c.NoNewPrivs, c.ReadOnlyRoot)
 	fmt.Fprintf(w, "  cgroup (%s) memory.max=%d MiB pids.max=%d", c.CgroupMode, c.MemoryMaxBytes>>20, c.PidsMax)
 	if c.CPUQuota > 0 {
@@ -240,4 +242,17 @@ func privateDir(flag, def string) (string, error) {
 		return "", fmt.Errorf("socket dir: %w", err)
 	}
 	return filepath.Abs(dir)
+}
+
+// reservedDirs are the directories besides the state, socket and profile
+// dirs that no skill's file tools may touch: the run dir (container state
+// and the rootfs skeleton every sandbox shares) and the directory of this
+// binary, which holds cyberos-init and cyberos-tool, mounted into every
+// sandbox.
+func reservedDirs(runDir string) []string {
+	dirs := []string{runDir}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	return dirs
 }

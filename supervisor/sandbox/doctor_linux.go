@@ -5,8 +5,6 @@ import (
 	"os"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cyberos/supervisor/cgroups"
 )
 
@@ -34,11 +32,10 @@ func Doctor() []Finding {
 	kernelSeccomp := strings.Contains(string(status), "Seccomp:")
 	add("seccomp in the kernel", kernelSeccomp, map[bool]string{true: "CONFIG_SECCOMP_FILTER present", false: "no Seccomp field in /proc/self/status"}[kernelSeccomp])
 
-	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, 1 /* LANDLOCK_CREATE_RULESET_VERSION */)
-	if errno != 0 {
-		add("landlock", false, fmt.Sprintf("not available: %v", errno))
+	if abi, err := kernelLandlockABI(); err != nil {
+		add("landlock", false, fmt.Sprintf("not available: %v; sandboxes run without it (recorded in containment.not_enforced)", err))
 	} else {
-		add("landlock", true, fmt.Sprintf("ABI %d (not yet applied by the sandbox)", abi))
+		add("landlock", true, fmt.Sprintf("ABI %d; cyberos-init applies ABI %d to every skill and Bash process whose seccomp profile allows the landlock_* syscalls (recorded in containment.landlock)", abi, min(abi, landlockMaxABI)))
 	}
 	return out
 }

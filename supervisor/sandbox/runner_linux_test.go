@@ -25,9 +25,14 @@ import (
 // init ("<self> init"), exactly as it does the cyberos binary.
 // It also seals the binary once, as a long-running supervisor does, so the
 // benchmark measures the per-start cost a daemon pays.
+//
+// A fuzzing worker is not sealed: re-executing it loses the coordinator's
+// connection and fuzzing stalls after the seed corpus.
 func TestMain(m *testing.M) {
 	Reexec()
-	SealSelf()
+	if !slices.ContainsFunc(os.Args, func(a string) bool { return strings.HasPrefix(a, "-test.fuzzworker") }) {
+		SealSelf()
+	}
 	os.Exit(m.Run())
 }
 

@@ -207,6 +207,7 @@ type Containment struct {
 	Namespaces     []string `json:"namespaces,omitempty"`
 	UserNamespace  string   `json:"user_namespace"` // "host uid N-M" or why not
 	Seccomp        string   `json:"seccomp"`        // profile name and action, or "none"
+	Landlock       string   `json:"landlock"`       // "ABI N enforced: …" or "unavailable: why"
 	CgroupMode     string   `json:"cgroup_mode,omitempty"`
 	MemoryMaxBytes int64    `json:"memory_max_bytes"`
 	PidsMax        int64    `json:"pids_max"`

@@ -29,6 +29,7 @@ const shimArg = "rlimit-init"
 var notEnforcedDarwin = []string{
 	"namespaces (pid, mount, network, ipc, uts, user): the skill sees the host",
 	"seccomp: every syscall is allowed",
+	"landlock: Linux only",
 	"cgroups: memory is capped by RLIMIT_AS/RLIMIT_DATA only, processes by the per-user RLIMIT_NPROC",
 	"cpu quota: only total CPU seconds (RLIMIT_CPU)",
 	"read-only root and /skill: the skill can write wherever its uid can",
@@ -71,6 +72,7 @@ func darwinContainment(spec Spec) Containment {
 		Platform:       "darwin",
 		UserNamespace:  "none",
 		Seccomp:        "none",
+		Landlock:       "unavailable: Linux only",
 		MemoryMaxBytes: spec.MemoryMB << 20,
 		PidsMax:        spec.PidsMax,
 		Capabilities:   "not applicable",

@@ -69,6 +69,9 @@ type LinuxRunner struct {
 	cgroupParent string
 	skelOnce     sync.Once
 	skelErr      error
+	// landlockABI is the kernel's Landlock ABI (landlockErr when it has none).
+	landlockABI int
+	landlockErr error
 }
 
 var _ Runner = (*LinuxRunner)(nil)
@@ -126,6 +129,7 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 		}
 	}
 	r.userNS, r.userNSWhy = userNSAvailable(cfg.DisableUserNS)
+	r.landlockABI, r.landlockErr = kernelLandlockABI()
 	if _, err := r.CleanLeftovers(); err != nil {
 		return nil, err
 	}
@@ -339,11 +343,13 @@ func buildSkeleton(dir, stamp string) error {
 // Check loads the seccomp profile the spec names and says what Start will
 // enforce.
 func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
-	if _, err := LoadProfile(spec.ProfilesDir, spec.SeccompProfile); err != nil {
+	sc, err := LoadProfile(spec.ProfilesDir, spec.SeccompProfile)
+	if err != nil {
 		return Containment{}, err
 	}
 	_, cont := r.config(spec)
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
+	planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile).apply(&cont)
 	if spec.Recorder != nil {
 		cont.Seccomp += recordingNote
 	}
@@ -370,12 +376,14 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	cfg, cont := r.config(spec)
 	cfg.Seccomp = sc
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
+	ll := planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile)
+	ll.apply(&cont)
 
 	lock, ok := tryLock(r.lockPath(spec.ID))
 	if !ok {
 		return nil, fmt.Errorf("sandbox %s: already running", spec.ID)
 	}
-	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, cont: cont, started: start}
+	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, cont: cont, landlock: ll, started: start}
 	if spec.Recorder != nil {
 		if p.notify, err = startNotifyListener(filepath.Join(r.lockDir(), spec.ID+".notify.sock"), spec.Recorder); err != nil {
 			p.cleanup()
@@ -400,7 +408,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	defer statusW.Close()
 	uid := SkillUID
 	proc := &libcontainer.Process{
-		Args:       []string{InitBinPath, "--", filepath.Join(SkillMount, spec.Entrypoint)},
+		Args:       append(ll.initArgs(false), filepath.Join(SkillMount, spec.Entrypoint)),
 		ExtraFiles: []*os.File{statusW},
 		Env:        spec.Env,
 		UID:        uid,
@@ -465,7 +473,9 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 		}
 	}
 	if spec.BrokerSocket != "" {
-		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
+		// Read-only: connecting still works, but the skill (which owns the
+		// socket inode) cannot chmod or chown it (TestHostileSupervisorState).
+		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
 	}
 	mounts = append(mounts, &configs.Mount{Source: r.cfg.ToolBinary, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
 	example := specconv.Example().Linux
@@ -520,17 +530,19 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 
 // linuxProcess is one running container.
 type linuxProcess struct {
-	runner  *LinuxRunner
-	id      string
-	c       *libcontainer.Container
-	proc    *libcontainer.Process
-	lock    *os.File
-	status  *os.File // read end of cyberos-init's status pipe
-	notify  *notifyListener
-	cont    Containment
-	started time.Time
-	latency time.Duration
-	once    sync.Once
+	runner *LinuxRunner
+	id     string
+	c      *libcontainer.Container
+	proc   *libcontainer.Process
+	lock   *os.File
+	status *os.File // read end of cyberos-init's status pipe
+	notify *notifyListener
+	cont   Containment
+	// landlock is what cyberos-init applies, to Exec'd processes too.
+	landlock landlockPlan
+	started  time.Time
+	latency  time.Duration
+	once     sync.Once
 }
 
 func (p *linuxProcess) cgroupPath() string { return p.runner.cgroupParent + "/" + p.id }
@@ -566,8 +578,8 @@ func (p *linuxProcess) Wait() (Exit, error) {
 	return Exit{Code: ws.ExitStatus()}, nil
 }
 
-// readInitStatus parses cyberos-init's one line: "exit N", "signal N" or
-// "exec ERRNO".
+// readInitStatus parses cyberos-init's one line: "exit N", "signal N",
+// "exec ERRNO" or "landlock ERRNO".
 func readInitStatus(f *os.File) (Exit, bool) {
 	if f == nil {
 		return Exit{}, false
@@ -581,6 +593,8 @@ func readInitStatus(f *os.File) (Exit, bool) {
 		return Exit{Code: -1, Signal: syscall.Signal(n)}, true
 	case scan(b, "exec %d", &n):
 		return Exit{Code: 127, ExecError: syscall.Errno(n).Error()}, true
+	case scan(b, "landlock %d", &n):
+		return Exit{Code: 127, ExecError: "the sandbox could not apply Landlock: " + syscall.Errno(n).Error()}, true
 	}
 	return Exit{}, false
 }
@@ -633,7 +647,8 @@ func (p *linuxProcess) cleanup() error {
 
 // Exec starts r.Argv in the container with libcontainer (Init false): it
 // joins the container's namespaces and cgroup, and libcontainer applies the
-// container's seccomp filter, empty capability sets and no_new_privs to it.
+// container's seccomp filter, empty capability sets and no_new_privs to it;
+// cyberos-init --exec then applies the skill's Landlock rules and execs it.
 // Its stdio are pipes we own, so a background child holding them open
 // cannot block the call past its end: after the process exits, output is
 // drained for at most execDrain.
@@ -652,8 +667,10 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 		outW.Close()
 		return ExecExit{}, err
 	}
+	// Through cyberos-init --exec, which applies the skill's Landlock rules
+	// and execs r.Argv in place.
 	proc := &libcontainer.Process{
-		Args: r.Argv, Env: r.Env, UID: uid, GID: uid, Cwd: "/tmp",
+		Args: append(p.landlock.initArgs(true), r.Argv...), Env: r.Env, UID: uid, GID: uid, Cwd: "/tmp",
 		Stdin: r.Stdin, Stdout: outW, Stderr: errW, Init: false,
 	}
 	if proc.Stdin == nil {

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run every `go test -fuzz` target for a bounded time (CI: after make test).
+# FUZZTIME (default 20s) is each target's budget; FUZZ_PARALLEL (default 2)
+# its workers. A failure leaves the input under the package's
+# testdata/fuzz/<Target>/ and fails the run; commit that file with the fix
+# so the input stays a regression test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH CGO_ENABLED=1
+fuzztime=${FUZZTIME:-20s}
+parallel=${FUZZ_PARALLEL:-2}
+
+# package  target   (what it feeds)
+targets=(
+	"./policy FuzzParse"                        # SKILL.md frontmatter
+	"./policy FuzzCheckFile"                    # file path canonicalisation in the enforcer
+	"./policy FuzzCanonicalMemoryPath"          # memory path canonicalisation
+	"./supervisor/tools FuzzFileToolPaths"      # paths through the real file tools (links, reserved dirs)
+	"./supervisor/sandbox FuzzLoadProfile"      # seccomp profile decoding
+	"./supervisor/broker FuzzReadFrame"         # broker frames
+	"./supervisor/broker FuzzDispatch"          # JSON-RPC request decoding and dispatch
+)
+
+failed=()
+for t in "${targets[@]}"; do
+	read -r pkg name <<<"$t"
+	echo "== $name ($pkg, $fuzztime)"
+	# -fuzzminimizetime bounds the minimisation of each new input, which
+	# otherwise can take most of a short budget.
+	if ! go test -tags seccomp -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" \
+		-fuzzminimizetime 5s -parallel "$parallel" "$pkg"; then
+		failed+=("$name")
+	fi
+done
+if ((${#failed[@]})); then
+	echo "fuzzing found failures in: ${failed[*]} (inputs under testdata/fuzz/)" >&2
+	exit 1
+fi
+echo "fuzz: ${#targets[@]} targets, $fuzztime each, nothing found"

@@ -1,0 +1,118 @@
+package sandbox
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"golang.org/x/sys/unix"
+)
+
+// Landlock is applied inside the sandbox by cyberos-init (sandbox-init/
+// cyberos-init.c), not by this process: the rules name paths of the
+// sandbox's root, which exists only after libcontainer's pivot_root in its
+// own Go init, and the one program that runs between that and the skill's
+// execve is cyberos-init, kept in C for its single pid (a Go init cost nine
+// of pids.max). It restricts itself before forking the skill; the Bash
+// tool's processes, started by libcontainer beside it, go through
+// cyberos-init --exec so they get the same rules (a Landlock domain only
+// covers its creator's descendants).
+//
+// This side decides the ABI and records it: the kernel's ABI capped at the
+// newest cyberos-init knows, provided the seccomp profile lets the
+// landlock_* syscalls through (best-effort Landlock under a profile without
+// them "succeeds" while applying nothing; DESIGN.md). Otherwise Landlock is
+// recorded as unavailable, with the reason, in Containment.Landlock and
+// NotEnforced. When the ABI is decided, cyberos-init applies exactly it or
+// refuses to start the skill, so the record never claims more than ran.
+// Proven by TestLandlockConfinesSkill (integration/).
+
+// landlockMaxABI is the newest Landlock ABI cyberos-init knows the access
+// rights of (LL_MAX_ABI there).
+const landlockMaxABI = 7
+
+// landlockSyscalls must all be allowed, unconditionally, by the profile.
+var landlockSyscalls = []string{"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}
+
+// kernelLandlockABI asks the kernel for its Landlock ABI version.
+func kernelLandlockABI() (int, error) {
+	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(abi), nil
+}
+
+// landlockPlan is what the runner will ask cyberos-init to apply.
+type landlockPlan struct {
+	ABI int    // 0: not applied
+	Why string // why not, when ABI is 0
+}
+
+// planLandlock decides the ABI for a sandbox under profile sc (named name).
+func planLandlock(kernelABI int, kernelErr error, sc *configs.Seccomp, name string) landlockPlan {
+	if kernelErr != nil {
+		return landlockPlan{Why: fmt.Sprintf("the kernel has no Landlock (%v)", kernelErr)}
+	}
+	if kernelABI < 1 {
+		return landlockPlan{Why: fmt.Sprintf("the kernel reports Landlock ABI %d", kernelABI)}
+	}
+	if missing := profileLacks(sc, landlockSyscalls); missing != "" {
+		return landlockPlan{Why: fmt.Sprintf("seccomp profile %q does not allow %s", name, missing)}
+	}
+	return landlockPlan{ABI: min(kernelABI, landlockMaxABI)}
+}
+
+// profileLacks returns the first of names that sc does not allow
+// unconditionally, or "".
+func profileLacks(sc *configs.Seccomp, names []string) string {
+	if sc == nil {
+		return names[0]
+	}
+	allowed := map[string]bool{}
+	for _, s := range sc.Syscalls {
+		if s != nil && s.Action == configs.Allow && len(s.Args) == 0 {
+			allowed[s.Name] = true
+		}
+	}
+	for _, n := range names {
+		if !allowed[n] {
+			return n
+		}
+	}
+	return ""
+}
+
+// describe is the containment record of the plan.
+func (p landlockPlan) describe() string {
+	if p.ABI == 0 {
+		return "unavailable: " + p.Why
+	}
+	s := fmt.Sprintf("ABI %d enforced: read+exec /usr /bin /lib* /skill /run/cyberos/bin, read /etc /proc, "+
+		"read-write /tmp (and exec) /dev/shm and the /dev nodes, nothing else", p.ABI)
+	if p.ABI >= 6 {
+		s += "; signals and abstract unix sockets scoped to the sandbox"
+	}
+	return s
+}
+
+// initArgs is cyberos-init's argv before "--" for the plan; exec adds the
+// mode of processes started beside the skill.
+func (p landlockPlan) initArgs(exec bool) []string {
+	args := []string{InitBinPath}
+	if p.ABI > 0 {
+		args = append(args, "--landlock", strconv.Itoa(p.ABI))
+	}
+	if exec {
+		args = append(args, "--exec")
+	}
+	return append(args, "--")
+}
+
+// apply records the plan in cont.
+func (p landlockPlan) apply(cont *Containment) {
+	cont.Landlock = p.describe()
+	if p.ABI == 0 {
+		cont.NotEnforced = append(cont.NotEnforced, "landlock: "+p.Why)
+	}
+}
