@@ -1,0 +1,73 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TracerName names the supervisor's tracer (the instrumentation scope).
+const TracerName = "github.com/cyberos/supervisor"
+
+// ContextWithRemoteParent returns ctx carrying tc as the remote parent span
+// of spans started from it: the caller's traceparent becomes the parent of
+// skill.invoke, a skill's own traceparent the parent of its tool call.
+func ContextWithRemoteParent(ctx context.Context, tc TraceContext) context.Context {
+	var tid trace.TraceID
+	var sid trace.SpanID
+	if b, err := hex.DecodeString(tc.TraceID); err == nil && len(b) == len(tid) {
+		copy(tid[:], b)
+	}
+	if b, err := hex.DecodeString(tc.ParentID); err == nil && len(b) == len(sid) {
+		copy(sid[:], b)
+	}
+	var flags trace.TraceFlags
+	if tc.Flags == "01" || (len(tc.Flags) == 2 && hexNibble(tc.Flags[1])&1 == 1) {
+		flags = trace.FlagsSampled
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: flags, Remote: true})
+	if !sc.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
+}
+
+func hexNibble(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 0
+}
+
+// NewTracerProvider is the daemon's tracer provider: spans are exported
+// over OTLP/HTTP to endpoint (a URL such as http://collector:4318, or
+// host:port for plain HTTP) in batches. The caller shuts it down.
+// Sampling follows the parent (the caller's sampled flag); root spans are
+// sampled.
+func NewTracerProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProvider, error) {
+	opts := []otlptracehttp.Option{}
+	if u := endpoint; len(u) > 7 && (u[:7] == "http://" || (len(u) > 8 && u[:8] == "https://")) {
+		opts = append(opts, otlptracehttp.WithEndpointURL(u))
+	} else {
+		opts = append(opts, otlptracehttp.WithEndpoint(u), otlptracehttp.WithInsecure())
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("otlp exporter for %q: %w", endpoint, err)
+	}
+	res := resource.NewSchemaless(semconv.ServiceName("cyberos-supervisor"))
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+	), nil
+}
