@@ -7,7 +7,7 @@ BIN      := bin/cyberos
 CC       ?= gcc
 DEMO_STATE ?= /tmp/cyberos-demo-state
 
-.PHONY: help deps build demo test unit integration darwin bench lint clean
+.PHONY: help deps build demo test unit integration darwin bench lint clean install
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -39,3 +39,17 @@ lint: ## gofmt and go vet
 
 clean: ## remove build output
 	rm -rf bin
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+UNITDIR ?= /etc/systemd/system
+
+install: build ## install binaries, systemd unit, example config, seccomp profiles (PREFIX=/usr/local, DESTDIR=)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/cyberos/seccomp-profiles $(DESTDIR)$(PREFIX)/share/doc/cyberos
+	install -m 0755 bin/cyberos bin/cyberos-init bin/cyberos-tool $(DESTDIR)$(PREFIX)/bin/
+	sed 's|/usr/local/|$(PREFIX)/|g' packaging/cyberos-supervisor.service > $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
+	install -m 0644 packaging/config.example.yaml $(DESTDIR)$(PREFIX)/share/doc/cyberos/config.example.yaml
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/cyberos/README.md
+	test -e $(DESTDIR)/etc/cyberos/supervisor.yaml || install -m 0644 packaging/config.example.yaml $(DESTDIR)/etc/cyberos/supervisor.yaml
+	install -m 0644 seccomp-profiles/*.json $(DESTDIR)/etc/cyberos/seccomp-profiles/

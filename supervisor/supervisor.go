@@ -25,9 +25,9 @@ import (
 	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/supervisor/tools"
-	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/telemetry"
 
 	"go.opentelemetry.io/otel/attribute"

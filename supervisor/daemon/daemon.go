@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/telemetry"
 )
@@ -42,7 +43,7 @@ type InvokeRequest struct {
 	CallerPersona string          `json:"caller_persona,omitempty"`
 	Traceparent   string          `json:"traceparent,omitempty"`
 	// DeadlineMS shortens effort_minutes like `skill run --deadline`.
-	DeadlineMS int64 `json:"deadline_ms,omitempty"`
+	DeadlineMS int64  `json:"deadline_ms,omitempty"`
 	RequestID  string `json:"request_id,omitempty"`
 }
 
@@ -103,6 +104,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("count today's tool calls from the audit rows: %w", err)
 	}
 	d.hub.seed(day, calls, denied)
+	d.exposeSkills()
 
 	if d.adminLn, err = listenAdmin(cfg.AdminSocket, gid); err != nil {
 		return nil, err
@@ -131,6 +133,44 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		d.metrSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return d, nil
+}
+
+// Outcome label values, fixed sets.
+var (
+	invocationOutcomes = []supervisor.Outcome{supervisor.OutcomeSuccess, supervisor.OutcomeError, supervisor.OutcomePanic,
+		supervisor.OutcomeTimeout, supervisor.OutcomeKilled}
+	toolCallOutcomes = []string{telemetry.ToolCallSuccess, telemetry.ToolCallDenied, telemetry.ToolCallError, telemetry.ToolCallTimeout}
+)
+
+// exposeSkills creates the labelled series of every skill installed at
+// start at 0, so rates and alerts see them before the first call. Label
+// values come only from the registry (folder = frontmatter name).
+func (d *Daemon) exposeSkills() {
+	ents, err := os.ReadDir(d.cfg.SkillsDir)
+	if err != nil {
+		d.log.Warn("skills_dir", "err", err)
+		return
+	}
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || !SkillIDPattern.MatchString(id) {
+			continue
+		}
+		pol, err := policy.LoadDir(filepath.Join(d.cfg.SkillsDir, id))
+		if err != nil || pol.Name != id {
+			d.log.Warn("skill not usable", "skill_id", id, "err", err)
+			continue
+		}
+		for _, o := range invocationOutcomes {
+			d.metrics.InvokedTotal.WithLabelValues(id, string(o))
+		}
+		d.metrics.InvokedDurationMS.WithLabelValues(id)
+		for _, t := range policy.NewEnforcer(pol, policy.EnforcerOptions{}).Tools() {
+			for _, o := range toolCallOutcomes {
+				d.metrics.ToolCalls.WithLabelValues(id, string(t), o)
+			}
+		}
+	}
 }
 
 // MetricsAddr is where /metrics listens ("" when disabled).
