@@ -31,7 +31,20 @@ type Config struct {
 	SeccompProfilesDir string        `yaml:"seccomp_profiles_dir"`
 	MaxConcurrent      int           `yaml:"max_concurrent"`
 	Defaults           Defaults      `yaml:"defaults"`
-	ShutdownGrace      time.Duration `yaml:"shutdown_grace"`
+	ShutdownGrace      Grace         `yaml:"shutdown_grace"`
+}
+
+// Grace is shutdown_grace: a Go duration ("30s", "1m").
+type Grace time.Duration
+
+// UnmarshalText parses a duration, naming the key on error.
+func (g *Grace) UnmarshalText(b []byte) error {
+	d, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("shutdown_grace: %q is not a duration (e.g. 30s)", b)
+	}
+	*g = Grace(d)
+	return nil
 }
 
 // Defaults are the limits a skill gets where its frontmatter is silent.
@@ -54,7 +67,7 @@ func DefaultConfig() Config {
 		SeccompProfilesDir: "/etc/cyberos/seccomp-profiles",
 		MaxConcurrent:      256,
 		Defaults:           Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default"},
-		ShutdownGrace:      30 * time.Second,
+		ShutdownGrace:      Grace(30 * time.Second),
 	}
 }
 
@@ -123,8 +136,8 @@ func (c *Config) Validate() error {
 	case !profileName.MatchString(d.SeccompProfile):
 		return bad("defaults.seccomp_profile", "must be a profile name ([a-z0-9_-]+), got %q", d.SeccompProfile)
 	}
-	if c.ShutdownGrace < 0 || c.ShutdownGrace > time.Hour {
-		return bad("shutdown_grace", "must be 0..1h, got %v", c.ShutdownGrace)
+	if g := time.Duration(c.ShutdownGrace); g < 0 || g > time.Hour {
+		return bad("shutdown_grace", "must be 0..1h, got %v", g)
 	}
 	if _, err := c.AdminGID(); err != nil {
 		return err

@@ -258,7 +258,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 
 func (d *Daemon) shutdown() {
 	d.draining.Store(true)
-	d.log.Info("supervisor stopping: no new invocations", "running", d.inflight.Load(), "grace", d.cfg.ShutdownGrace)
+	d.log.Info("supervisor stopping: no new invocations", "running", d.inflight.Load(), "grace", time.Duration(d.cfg.ShutdownGrace))
 	// Stop accepting connections; requests in progress go on.
 	shutCtx, cancel := context.WithCancel(context.Background())
 	shutDone := make(chan struct{})
@@ -273,7 +273,7 @@ func (d *Daemon) shutdown() {
 	}()
 	select {
 	case <-done:
-	case <-time.After(d.cfg.ShutdownGrace):
+	case <-time.After(time.Duration(d.cfg.ShutdownGrace)):
 		d.log.Warn("shutdown grace over: ending running invocations through the timeout path", "running", d.inflight.Load())
 		d.stopOnce.Do(func() { close(d.stop) })
 		<-done
