@@ -439,7 +439,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	name := policy.Tool(p.tool)
 	log := d.log.With("tool", p.tool, "trace_id", tc.TraceID)
 	obs := &callObs{tool: p.tool, argsHash: argsHash, argsSize: len(p.args), start: time.Now()}
-	ctx, obs.span = d.tracer.Start(d.spanParentFor(ctx, p.traceparent != "", tc), "skill.broker.tool_call",
+	ctx, obs.span = tracerOrNoop(d.tracer).Start(d.spanParentFor(ctx, p.traceparent != "", tc), "skill.broker.tool_call",
 		trace.WithSpanKind(trace.SpanKindServer))
 	defer d.finish(obs)
 
@@ -599,7 +599,7 @@ func deniedTool(denial *policy.Denial, metricTool string) string {
 // run calls the tool inside its skill.tool.<tool>.exec span, turning a
 // panic into errToolPanic.
 func (d *dispatcher) run(ctx context.Context, t tools.Tool, name policy.Tool, c *tools.Call) (result any, err error) {
-	ctx, span := d.tracer.Start(ctx, "skill.tool."+strings.ToLower(string(name))+".exec")
+	ctx, span := tracerOrNoop(d.tracer).Start(ctx, "skill.tool."+strings.ToLower(string(name))+".exec")
 	defer func() {
 		if err != nil {
 			span.SetStatus(codes.Error, "tool failed")

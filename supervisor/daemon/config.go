@@ -20,18 +20,18 @@ var ErrConfig = errors.New("invalid config")
 // Config is the daemon's config file (DESIGN.md "Daemon config and admin
 // API"). Unknown keys are errors.
 type Config struct {
-	Version            int           `yaml:"version"`
-	SkillsDir          string        `yaml:"skills_dir"`
-	StateDir           string        `yaml:"state_dir"`
-	SocketDir          string        `yaml:"socket_dir"`
-	AdminSocket        string        `yaml:"admin_socket"`
-	AdminGroup         string        `yaml:"admin_group"`
-	MetricsListen      string        `yaml:"metrics_listen"`
-	OTLPEndpoint       string        `yaml:"otlp_endpoint"`
-	SeccompProfilesDir string        `yaml:"seccomp_profiles_dir"`
-	MaxConcurrent      int           `yaml:"max_concurrent"`
-	Defaults           Defaults      `yaml:"defaults"`
-	ShutdownGrace      Grace         `yaml:"shutdown_grace"`
+	Version            int      `yaml:"version"`
+	SkillsDir          string   `yaml:"skills_dir"`
+	StateDir           string   `yaml:"state_dir"`
+	SocketDir          string   `yaml:"socket_dir"`
+	AdminSocket        string   `yaml:"admin_socket"`
+	AdminGroup         string   `yaml:"admin_group"`
+	MetricsListen      string   `yaml:"metrics_listen"`
+	OTLPEndpoint       string   `yaml:"otlp_endpoint"`
+	SeccompProfilesDir string   `yaml:"seccomp_profiles_dir"`
+	MaxConcurrent      int      `yaml:"max_concurrent"`
+	Defaults           Defaults `yaml:"defaults"`
+	ShutdownGrace      Grace    `yaml:"shutdown_grace"`
 }
 
 // Grace is shutdown_grace: a Go duration ("30s", "1m").
