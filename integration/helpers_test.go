@@ -145,6 +145,7 @@ type envelope struct {
 	ErrorMessage string          `json:"error_message"`
 	LogTail      string          `json:"log_tail"`
 	SignalSent   string          `json:"signal_sent"`
+	TraceID      string          `json:"trace_id"`
 	DeadlineMS   int64           `json:"deadline_ms"`
 	SandboxStart float64         `json:"sandbox_start_ms"`
 	Containment  struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -49,16 +50,19 @@ func hexNibble(c byte) byte {
 }
 
 // NewTracerProvider is the daemon's tracer provider: spans are exported
-// over OTLP/HTTP to endpoint (a URL such as http://collector:4318, or
-// host:port for plain HTTP) in batches. The caller shuts it down.
-// Sampling follows the parent (the caller's sampled flag); root spans are
-// sampled.
+// over OTLP/HTTP to endpoint in batches. endpoint is host:port (plain HTTP,
+// path /v1/traces) or a URL; a URL without a path gets /v1/traces, the
+// OTLP/HTTP default. The caller shuts it down (which flushes). Sampling
+// follows the parent (the caller's sampled flag); root spans are sampled.
 func NewTracerProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProvider, error) {
-	opts := []otlptracehttp.Option{}
-	if u := endpoint; len(u) > 7 && (u[:7] == "http://" || (len(u) > 8 && u[:8] == "https://")) {
-		opts = append(opts, otlptracehttp.WithEndpointURL(u))
+	var opts []otlptracehttp.Option
+	if u, err := url.Parse(endpoint); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		if u.Path == "" || u.Path == "/" {
+			u.Path = "/v1/traces"
+		}
+		opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
 	} else {
-		opts = append(opts, otlptracehttp.WithEndpoint(u), otlptracehttp.WithInsecure())
+		opts = append(opts, otlptracehttp.WithEndpoint(endpoint), otlptracehttp.WithInsecure())
 	}
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
