@@ -22,7 +22,7 @@ import (
 
 // daemonProc is a running `cyberos supervisor serve` on this env's paths.
 type daemonProc struct {
-	t           *testing.T
+	t           testing.TB
 	e           *env
 	cmd         *exec.Cmd
 	cfgPath     string
@@ -61,7 +61,7 @@ func freePort(t testing.TB) string {
 
 // startDaemon starts the daemon and waits until /healthz answers; the
 // cleanup stops it (SIGTERM, then SIGKILL).
-func startDaemon(t *testing.T, e *env, extra ...string) *daemonProc {
+func startDaemon(t testing.TB, e *env, extra ...string) *daemonProc {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(e.base, "skills"), 0o755); err != nil {
 		t.Fatal(err)

@@ -244,7 +244,7 @@ func procsMatching(s string) []int {
 	return pids
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool) { testutil.WaitFor(t, d, cond) }
+func waitFor(t testing.TB, d time.Duration, cond func() bool) { testutil.WaitFor(t, d, cond) }
 
 // cyberos builds a command running the built binary.
 func cyberos(args ...string) *exec.Cmd { return exec.Command(cyberosBin, args...) }
