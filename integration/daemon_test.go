@@ -449,3 +449,65 @@ func TestAdminSocketRefusesOthers(t *testing.T) {
 	}
 	_ = io.Discard
 }
+
+// The admin API's refusals: 400 for a bad request or an invalid skill, 404
+// for an unknown skill or version, 503 when the state dir (the start row)
+// cannot be written — and then the skill never runs.
+func TestDaemonInvokeRefusals(t *testing.T) {
+	e := newEnv(t)
+	mnt := filepath.Join(e.base, "tiny")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	e.stateDir = mnt
+	e.skill("ok", "version: 1.2.3\n", "#!/bin/sh\necho '{}'\n")
+	e.skill("sleepy", "", "#!/bin/sh\nexec /bin/sleep 16181\n")
+	// A folder whose frontmatter names another skill.
+	e.skill("impostor", "", "#!/bin/sh\necho '{}'\n")
+	os.WriteFile(filepath.Join(e.base, "skills", "impostor", "SKILL.md"), []byte("---\nname: ok\ndescription: d\n---\n"), 0o644)
+	d := startDaemon(t, e)
+	for _, tc := range []struct {
+		body map[string]any
+		code int
+	}{
+		{map[string]any{"skill_id": "nope"}, 404},
+		{map[string]any{"skill_id": "ok", "version": "9.9.9"}, 404},
+		{map[string]any{"skill_id": "../ok"}, 400},
+		{map[string]any{"skill_id": "OK"}, 400},
+		{map[string]any{"skill_id": "impostor"}, 400},
+		{map[string]any{"skill_id": "ok", "traceparent": "nonsense"}, 400},
+		{map[string]any{"skill_id": "ok", "surprise": 1}, 400},
+		{map[string]any{"skill_id": "ok", "version": "1.2.3"}, 200},
+	} {
+		if code, _, raw := d.invoke(tc.body); code != tc.code {
+			t.Errorf("%v: HTTP %d %s, want %d", tc.body, code, raw, tc.code)
+		}
+	}
+	// Fill the state dir's filesystem to the last byte.
+	filler, _ := os.Create(filepath.Join(mnt, "filler"))
+	buf := make([]byte, 64<<10)
+	for _, n := range []int{len(buf), 512, 1} {
+		for {
+			if _, err := filler.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+	}
+	filler.Close()
+	code, _, raw := d.invoke(map[string]any{"skill_id": "sleepy"})
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("full state dir: HTTP %d %s, want 503", code, raw)
+	}
+	out, err := cyberos("skill", "invoke", "sleepy", "--socket", d.adminSocket).CombinedOutput()
+	if exitCode(err) != 3 {
+		t.Errorf("skill invoke on a full state dir: exit %d %s, want 3", exitCode(err), out)
+	}
+	if len(procsMatching("sleep 16181")) > 0 {
+		t.Error("the skill ran")
+	}
+	os.Remove(filepath.Join(mnt, "filler"))
+}
