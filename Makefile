@@ -29,7 +29,7 @@ test: deps lint ## unit + root integration tests, and the macOS build
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
 	@echo "macOS build: ok"
 
-bench: build ## cold start vs unshare/bwrap/runc, audit emit latency, audit vs no-op, broker vs MCP SDK (as root)
+bench: build ## cold start vs unshare/bwrap/runc, audit emit latency, audit vs no-op, broker vs MCP SDK, daemon throughput and RSS (as root)
 	@bash scripts/bench.sh $(BIN)
 
 lint: ## gofmt and go vet
