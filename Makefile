@@ -12,7 +12,7 @@ DEMO_STATE ?= /tmp/cyberos-demo-state
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3); idempotent
+deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl); idempotent
 	@bash scripts/install-deps.sh
 
 build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
