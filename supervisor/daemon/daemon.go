@@ -64,6 +64,9 @@ type Daemon struct {
 	hub      *hub
 
 	inflight atomic.Int64
+	// gate orders the admission of an invocation (wg.Add) before shutdown's
+	// wg.Wait: once draining is set under it, nothing is added.
+	gate     sync.Mutex
 	draining atomic.Bool
 	wg       sync.WaitGroup // running invocations
 	stop     chan struct{}  // closed: end invocations through the timeout path
@@ -257,7 +260,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 }
 
 func (d *Daemon) shutdown() {
+	d.gate.Lock()
 	d.draining.Store(true)
+	d.gate.Unlock()
 	d.log.Info("supervisor stopping: no new invocations", "running", d.inflight.Load(), "grace", time.Duration(d.cfg.ShutdownGrace))
 	// Stop accepting connections; requests in progress go on.
 	shutCtx, cancel := context.WithCancel(context.Background())
@@ -348,15 +353,19 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		apiErr(w, http.StatusTooManyRequests, "too_many_invocations", fmt.Errorf("max_concurrent (%d) invocations are running", d.cfg.MaxConcurrent))
 		return
 	}
+	d.gate.Lock()
+	if d.draining.Load() { // raced with the start of shutdown
+		d.gate.Unlock()
+		d.inflight.Add(-1)
+		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
+		return
+	}
 	d.wg.Add(1)
+	d.gate.Unlock()
 	defer func() {
 		d.inflight.Add(-1)
 		d.wg.Done()
 	}()
-	if d.draining.Load() { // raced with the start of shutdown
-		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
-		return
-	}
 	tenant := req.TenantID
 	if tenant == "" {
 		tenant = DefaultTenant
