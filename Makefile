@@ -7,12 +7,12 @@ BIN      := bin/cyberos
 CC       ?= gcc
 DEMO_STATE ?= /tmp/cyberos-demo-state
 
-.PHONY: help deps build demo test unit integration darwin bench lint clean fuzz
+.PHONY: help deps build demo test unit integration darwin bench lint clean fuzz install
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3); idempotent
+deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl); idempotent
 	@bash scripts/install-deps.sh
 
 build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
@@ -32,7 +32,7 @@ test: deps lint ## unit + root integration tests, and the macOS build
 fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC) for FUZZTIME each (default 20s)
 	@bash scripts/fuzz.sh
 
-bench: build ## cold start vs unshare/bwrap/runc, audit emit latency, audit vs no-op, broker vs MCP SDK (as root)
+bench: build ## cold start vs unshare/bwrap/runc (and per seccomp profile), audit emit latency, audit vs no-op, broker vs MCP SDK, daemon throughput and RSS (as root)
 	@bash scripts/bench.sh $(BIN)
 
 lint: ## gofmt and go vet
@@ -42,3 +42,17 @@ lint: ## gofmt and go vet
 
 clean: ## remove build output
 	rm -rf bin
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+UNITDIR ?= /etc/systemd/system
+
+install: build ## install binaries, systemd unit, example config, seccomp profiles (PREFIX=/usr/local, DESTDIR=)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/cyberos/seccomp-profiles $(DESTDIR)$(PREFIX)/share/doc/cyberos
+	install -m 0755 bin/cyberos bin/cyberos-init bin/cyberos-tool $(DESTDIR)$(PREFIX)/bin/
+	sed 's|/usr/local/|$(PREFIX)/|g' packaging/cyberos-supervisor.service > $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
+	install -m 0644 packaging/config.example.yaml $(DESTDIR)$(PREFIX)/share/doc/cyberos/config.example.yaml
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/cyberos/README.md
+	test -e $(DESTDIR)/etc/cyberos/supervisor.yaml || install -m 0644 packaging/config.example.yaml $(DESTDIR)/etc/cyberos/supervisor.yaml
+	install -m 0644 seccomp-profiles/*.json $(DESTDIR)/etc/cyberos/seccomp-profiles/

@@ -145,6 +145,7 @@ type envelope struct {
 	ErrorMessage string          `json:"error_message"`
 	LogTail      string          `json:"log_tail"`
 	SignalSent   string          `json:"signal_sent"`
+	TraceID      string          `json:"trace_id"`
 	DeadlineMS   int64           `json:"deadline_ms"`
 	SandboxStart float64         `json:"sandbox_start_ms"`
 	Containment  struct {
@@ -244,7 +245,7 @@ func procsMatching(s string) []int {
 	return pids
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool) { testutil.WaitFor(t, d, cond) }
+func waitFor(t testing.TB, d time.Duration, cond func() bool) { testutil.WaitFor(t, d, cond) }
 
 // cyberos builds a command running the built binary.
 func cyberos(args ...string) *exec.Cmd { return exec.Command(cyberosBin, args...) }

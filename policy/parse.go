@@ -277,6 +277,10 @@ func build(top yaml.MapSlice, plain map[string]any) (*Policy, error) {
 				return nil, fieldErr(key, fmt.Sprintf("is given twice, also as %q", prev))
 			}
 			seen[f] = key
+			if p.given == nil {
+				p.given = map[string]bool{}
+			}
+			p.given[f.name] = true
 			if err := f.set(p, key, item.Value); err != nil {
 				return nil, err
 			}

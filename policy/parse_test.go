@@ -76,6 +76,10 @@ func TestParseFullExample(t *testing.T) {
 		},
 		Warnings: []string{`unknown key "license" ignored`},
 	}
+	if !p.Given("effort_minutes") || !p.Given("x-memory-mb") || p.Given("x-no-such") {
+		t.Errorf("Given: effort_minutes %v x-memory-mb %v", p.Given("effort_minutes"), p.Given("x-memory-mb"))
+	}
+	p.given = nil // compared through Given above
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("Parse mismatch\n got: %#v\nwant: %#v", p, want)
 	}
@@ -101,6 +105,10 @@ func TestParseDefaults(t *testing.T) {
 		MemoryMB:            DefaultMemoryMB,
 		PidsMax:             DefaultPidsMax,
 	}
+	if p.Given("effort_minutes") || p.Given("x-memory-mb") || !p.Given("name") {
+		t.Errorf("Given on a default-only policy: %v", p.given)
+	}
+	p.given = nil
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("defaults mismatch\n got: %#v\nwant: %#v", p, want)
 	}

@@ -77,4 +77,12 @@ type Policy struct {
 	Extensions map[string]any `json:"extensions,omitempty"`
 	// Warnings are non-fatal findings (foreign keys tolerated).
 	Warnings []string `json:"warnings,omitempty"`
+
+	// given holds the canonical names of the keys the frontmatter set, so a
+	// caller can tell a default from an explicit value (Given).
+	given map[string]bool
 }
+
+// Given reports whether the frontmatter set the key (canonical spelling,
+// e.g. "effort_minutes", "x-memory-mb"), rather than leaving its default.
+func (p *Policy) Given(key string) bool { return p.given[key] }

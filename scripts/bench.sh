@@ -38,3 +38,7 @@ go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -c
 echo
 echo "== tool calls from inside a sandbox through the broker (enforced, audited durably) vs the MCP Go SDK over stdio, 5 s each"
 go test -tags seccomp -run '^$' -bench BenchmarkToolCallVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark'
+
+echo
+echo "== the daemon: invocations/s of a trivial skill through the admin socket at concurrency 1, 8, 32; RSS idle and per active invocation"
+go test -tags seccomp -run '^$' -bench BenchmarkDaemon -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort

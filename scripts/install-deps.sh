@@ -2,7 +2,7 @@
 # Installs the Debian packages the build needs, only when missing.
 set -euo pipefail
 need=()
-for pkg in libseccomp-dev pkg-config gcc libc6-dev python3; do
+for pkg in libseccomp-dev pkg-config gcc libc6-dev python3 curl; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

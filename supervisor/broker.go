@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"syscall"
@@ -10,6 +11,8 @@ import (
 	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/supervisor/tools"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // errNotRunning: a tool that needs the sandbox was called before it ran.
@@ -43,10 +46,16 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 		},
 	}
 	uid, gid := s.Runner.SkillIDs()
+	tp := inv.trace.String()
+	if sc := trace.SpanContextFromContext(inv.spanCtx); sc.IsValid() && !sc.IsRemote() {
+		// Tool calls (and what they send on, e.g. HttpFetch's header) are
+		// children of skill.invoke.
+		tp = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	}
 	return broker.Start(broker.Config{
 		SocketDir:      s.SocketDir,
 		Common:         inv.common,
-		Traceparent:    inv.trace.String(),
+		Traceparent:    tp,
 		Env:            env,
 		Tools:          s.Tools,
 		Audit:          s.Audit,
@@ -57,5 +66,8 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 		AllowPeer:      func(pid int32) bool { return s.Runner.Owns(inv.common.InvocationID, pid) },
 		NoConnectAfter: s.NoConnectAfter,
 		RatePerMinute:  inv.pol.RateLimitPerMinute,
+		OnDecided:      inv.req.OnToolCall,
+		Tracer:         s.Tracer,
+		SpanParent:     inv.spanCtx,
 	})
 }

@@ -25,9 +25,15 @@ import (
 	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/supervisor/tools"
 	"github.com/cyberos/supervisor/telemetry"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Error classes, tested with errors.Is. The CLI maps them to exit statuses.
@@ -38,6 +44,9 @@ var (
 	// ErrRefused: the invocation was refused before dispatch, e.g. the state
 	// directory is unusable (exit 3).
 	ErrRefused = errors.New("refused before dispatch")
+	// ErrNotFound: the skill asked for is not there (or not in that
+	// version); nothing ran.
+	ErrNotFound = errors.New("skill not found")
 )
 
 // AuditEmitError is the typed error of spec 000's AuditEmitFailed: the
@@ -91,7 +100,42 @@ type Request struct {
 	// SeccompRecorder, when set, runs the skill under the recording form
 	// of its seccomp profile (`cyberos seccomp record`).
 	SeccompRecorder *sandbox.SyscallRecorder
+
+	// SkillID, when set, must equal the frontmatter name (ErrInvalidSkill);
+	// Version, when set, must equal its version (ErrNotFound).
+	SkillID, Version string
+	// Defaults replace the built-in limits a frontmatter leaves unset (the
+	// daemon config's defaults). Nil keeps the built-in ones.
+	Defaults *Defaults
+	// OnStarted is called once the started row is durable, before dispatch.
+	OnStarted func(Started)
+	// OnToolCall is called for every decided tool call (it must not block).
+	OnToolCall func(broker.Decided)
+	// Stop, when closed, ends the invocation early through the timeout path
+	// (SIGTERM now, SIGKILL after the usual 10% grace, at most StopKillAfter):
+	// the daemon's shutdown. The outcome is timeout, with its skill.timeout row.
+	Stop <-chan struct{}
 }
+
+// Defaults are limits applied where the frontmatter is silent.
+type Defaults struct {
+	MemoryMB       int64
+	PidsMax        int64
+	EffortMinutes  int
+	SeccompProfile string
+}
+
+// Started describes an invocation whose started row is durable.
+type Started struct {
+	InvocationID string
+	SkillID      string
+	TenantID     string
+	StartedAt    time.Time
+}
+
+// StopKillAfter caps the time between SIGTERM and SIGKILL when an
+// invocation is stopped (Request.Stop).
+const StopKillAfter = 10 * time.Second
 
 // Envelope is what the caller gets back (the --json output).
 type Envelope struct {
@@ -151,6 +195,10 @@ type Supervisor struct {
 	// ProfilesDir, which are always reserved: the runner's run dir (the
 	// shared rootfs skeleton, container state), the binaries' directory.
 	ReservedDirs []string
+
+	// Tracer makes the skill.invoke span (and hands itself to the broker for
+	// the tool-call spans). Nil: no spans.
+	Tracer trace.Tracer
 
 	metricsOnce sync.Once
 	// clock is time.Now unless a test sets it.
@@ -240,6 +288,8 @@ type invocation struct {
 	stdout      *cappedBuffer
 	stderr      *tailBuffer
 	env         Envelope
+	req         Request
+	spanCtx     context.Context // carries skill.invoke
 }
 
 // prepare validates everything that can be refused before any row is
@@ -250,6 +300,13 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %v", ErrInvalidSkill, req.SkillDir, err)
 	}
+	if req.SkillID != "" && pol.Name != req.SkillID {
+		return nil, fmt.Errorf("%w: skill id %q does not match the frontmatter name %q", ErrInvalidSkill, req.SkillID, pol.Name)
+	}
+	if req.Version != "" && pol.Version != req.Version {
+		return nil, fmt.Errorf("%w: %s version %s (installed: %s)", ErrNotFound, pol.Name, req.Version, pol.Version)
+	}
+	pol = applyDefaults(pol, req.Defaults)
 	args := req.Args
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)
@@ -286,6 +343,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 		deadline: deadline,
 		stdout:   &cappedBuffer{max: MaxResultBytes},
 		stderr:   &tailBuffer{max: MaxLogBytes},
+		req:      req,
 	}
 	inv.env = Envelope{
 		InvocationID: NewID(),
@@ -346,7 +404,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 
 // invoke is invoke-with-audit: started row, dispatch (panics recovered),
 // timeout row, completed row. Only a failed started row stops it.
-func (s *Supervisor) invoke(inv *invocation) (Envelope, error) {
+func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 	ctx := context.Background()
 	log := s.logger().With("invocation_id", inv.common.InvocationID, "skill_id", inv.common.SkillID,
 		"tenant_id", inv.common.TenantID, "trace_id", inv.common.TraceID)
@@ -356,12 +414,30 @@ func (s *Supervisor) invoke(inv *invocation) (Envelope, error) {
 	}
 	defer releaseInflight(s.StateDir, inv.common.InvocationID, lock)
 
+	spanCtx, span := s.tracer().Start(telemetry.ContextWithRemoteParent(ctx, inv.trace), "skill.invoke",
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("skill_id", inv.common.SkillID), attribute.String("invocation_id", inv.common.InvocationID),
+			attribute.String("tenant_id", inv.common.TenantID), attribute.String("skill_version", inv.pol.Version)))
+	inv.spanCtx = spanCtx
 	started := audit.InvokedStarted(inv.common, inv.pol.Version, inv.persona, inv.argsHash, inv.containment)
+	startedAt := s.now()
 	if _, err := s.Audit.Emit(ctx, started); err != nil {
 		s.metrics().AuditEmitFailures.WithLabelValues("start").Inc()
 		log.Error("audit: skill.invoked_started not written; skill not dispatched", "err", err)
+		span.SetStatus(codes.Error, "audit start row not written")
+		span.End()
 		return Envelope{}, &AuditEmitError{Stage: "start", Err: err}
 	}
+	if inv.req.OnStarted != nil {
+		inv.req.OnStarted(Started{InvocationID: inv.common.InvocationID, SkillID: inv.common.SkillID, TenantID: inv.common.TenantID, StartedAt: startedAt})
+	}
+	defer func() {
+		span.SetAttributes(attribute.String("outcome", string(envOut.Outcome)), attribute.Int64("duration_ms", envOut.DurationMS))
+		if envOut.Outcome != OutcomeSuccess {
+			span.SetStatus(codes.Error, string(envOut.Outcome))
+		}
+		span.End()
+	}()
 	s.metrics().InvocationsRunning.Inc()
 	defer s.metrics().InvocationsRunning.Dec()
 
@@ -383,6 +459,7 @@ func (s *Supervisor) invoke(inv *invocation) (Envelope, error) {
 	}
 	s.metrics().InvokedTotal.WithLabelValues(inv.common.SkillID, string(env.Outcome)).Inc()
 	s.metrics().InvokedDurationMS.WithLabelValues(inv.common.SkillID).Observe(float64(env.DurationMS))
+	envOut = env
 	return env, nil
 }
 
@@ -444,7 +521,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	env.SandboxStartMS = float64(proc.StartLatency().Microseconds()) / 1000
 	s.metrics().SandboxStartMS.Observe(env.SandboxStartMS)
 
-	var termSent, killSent atomic.Bool
+	var termSent, killSent, stopSent atomic.Bool
 	termTimer := time.AfterFunc(deadline*termNum/termDen, func() {
 		termSent.Store(true)
 		if err := proc.Terminate(); err != nil {
@@ -457,9 +534,33 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 			log.Error("deadline kill", "err", err)
 		}
 	})
+	var timersMu sync.Mutex
+	waited := make(chan struct{})
+	if inv.req.Stop != nil {
+		go func() {
+			select {
+			case <-inv.req.Stop:
+				timersMu.Lock()
+				defer timersMu.Unlock()
+				select {
+				case <-waited:
+					return
+				default:
+				}
+				stopSent.Store(true)
+				log.Warn("supervisor stopping: ending the invocation through the timeout path")
+				termTimer.Reset(0)
+				killTimer.Reset(min(deadline-deadline*termNum/termDen, StopKillAfter))
+			case <-waited:
+			}
+		}()
+	}
 	exit, werr := proc.Wait()
+	timersMu.Lock()
+	close(waited)
 	termTimer.Stop()
 	killTimer.Stop()
+	timersMu.Unlock()
 	stats, serr := proc.Stats()
 	if serr != nil {
 		log.Warn("cgroup stats", "err", serr)
@@ -480,6 +581,9 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 			env.SignalSent = "SIGKILL"
 		}
 		msg = fmt.Sprintf("deadline of %v reached (SIGTERM at %v, kill at %v)", deadline, deadline*termNum/termDen, deadline)
+		if stopSent.Load() {
+			msg = "supervisor shut down: ended through the timeout path (SIGTERM, then kill after the grace)"
+		}
 		env.ErrorMessage = msg
 	case stats.OOMKills > 0:
 		env.Outcome = OutcomeKilled
@@ -589,6 +693,35 @@ func (s *Supervisor) startWithin(spec sandbox.Spec, deadline time.Duration, log 
 		}()
 		return nil, nil, true
 	}
+}
+
+func (s *Supervisor) tracer() trace.Tracer {
+	if s.Tracer == nil {
+		return noop.NewTracerProvider().Tracer("")
+	}
+	return s.Tracer
+}
+
+// applyDefaults returns pol with d's limits where the frontmatter set none
+// (a copy: a Policy is immutable once parsed).
+func applyDefaults(pol *policy.Policy, d *Defaults) *policy.Policy {
+	if d == nil {
+		return pol
+	}
+	c := *pol
+	if !pol.Given("x-memory-mb") && d.MemoryMB > 0 {
+		c.MemoryMB = d.MemoryMB
+	}
+	if !pol.Given("x-pids-max") && d.PidsMax > 0 {
+		c.PidsMax = d.PidsMax
+	}
+	if !pol.Given("effort_minutes") && d.EffortMinutes > 0 {
+		c.EffortMinutes = d.EffortMinutes
+	}
+	if !pol.Given("x-seccomp-profile") && d.SeccompProfile != "" {
+		c.SeccompProfile = d.SeccompProfile
+	}
+	return &c
 }
 
 func (s *Supervisor) logger() *slog.Logger {

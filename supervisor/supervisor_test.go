@@ -30,6 +30,8 @@ type fakeRunner struct {
 	startErr       error
 	checkErr       error
 	panicInWait    bool
+	// during, when set, runs in Start with the spec (its broker is up).
+	during func(spec sandbox.Spec)
 
 	mu       sync.Mutex
 	events   []string
@@ -51,6 +53,9 @@ func (f *fakeRunner) Start(spec sandbox.Spec) (sandbox.Process, error) {
 	}
 	io.WriteString(spec.Stdout, f.stdout)
 	io.WriteString(spec.Stderr, f.stderr)
+	if f.during != nil {
+		f.during(spec)
+	}
 	return &fakeProc{f: f, done: make(chan sandbox.Exit, 1), t0: time.Now()}, nil
 }
 

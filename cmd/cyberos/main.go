@@ -60,7 +60,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	skill := &cobra.Command{Use: "skill", Short: "Run and check skills"}
-	skill.AddCommand(newRunCmd(), newValidateCmd())
-	root.AddCommand(skill, newAuditCmd(), newDoctorCmd(), newSeccompCmd())
+	skill.AddCommand(newRunCmd(), newValidateCmd(), newInvokeCmd(), newBrokerCmd())
+	root.AddCommand(skill, newSupervisorCmd(), newAuditCmd(), newDoctorCmd(), newSeccompCmd())
 	return root
 }

@@ -24,7 +24,17 @@ import (
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/tools"
 	"github.com/cyberos/supervisor/telemetry"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
+
+func tracerOrNoop(t trace.Tracer) trace.Tracer {
+	if t == nil {
+		return noop.NewTracerProvider().Tracer("")
+	}
+	return t
+}
 
 // Defaults of Config's zero values.
 const (
@@ -89,6 +99,18 @@ type Config struct {
 	// MaxConns bounds simultaneous connections; more are closed at once.
 	// Default 64.
 	MaxConns int
+	// OnDecided, when set, is called once for every tool.call that was
+	// decided (completed, in any outcome, or denied), after its rows were
+	// handed to the audit sink. It runs on the dispatch path: it must not
+	// block (the daemon's fan-out drops events for slow subscribers).
+	OnDecided func(Decided)
+	// Tracer makes the skill.broker.tool_call spans and their per-tool
+	// children (skill.tool.<tool>.exec). Nil: no spans.
+	Tracer trace.Tracer
+	// SpanParent, when set, carries the span that calls bringing no
+	// traceparent of their own are children of (the invocation's
+	// skill.invoke span). A call with its own traceparent is a child of that.
+	SpanParent context.Context
 }
 
 // Broker is one invocation's running broker.
@@ -164,6 +186,7 @@ func Start(cfg Config) (*Broker, error) {
 		d: &dispatcher{
 			common: cfg.Common, env: cfg.Env, tools: cfg.Tools, audit: cfg.Audit,
 			metrics: cfg.Metrics, log: log, traceparent: tp,
+			onDecided: cfg.OnDecided, tracer: tracerOrNoop(cfg.Tracer), spanParent: cfg.SpanParent,
 			limiter: &window{limit: cfg.RatePerMinute},
 			started: time.Now(), now: time.Now,
 		},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,77 @@ import (
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/tools"
 	"github.com/cyberos/supervisor/telemetry"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// Decided is one decided tool.call as operators see it live (tail) and
+// reconstructed from audit rows (replay): the same object either way.
+type Decided struct {
+	TS           string `json:"ts"` // audit.TimeFormat, UTC
+	InvocationID string `json:"invocation_id"`
+	Tool         string `json:"tool"`
+	// Outcome is success, error, timeout or denied.
+	Outcome    string `json:"outcome"`
+	DurationMS int64  `json:"duration_ms"`
+	ArgsHash   string `json:"args_hash"`
+	// Reason is the denial's data.reason; empty unless Outcome is denied.
+	Reason string `json:"reason,omitempty"`
+}
+
+// callObs is what one tool.call tells operators when it is decided: the
+// Decided event and the skill.broker.tool_call span.
+type callObs struct {
+	tool       string
+	outcome    string
+	reason     string
+	argsHash   string
+	argsSize   int
+	resultSize int
+	start      time.Time
+	durMS      int64
+	span       trace.Span
+}
+
+// finish ends the call's span and publishes its Decided event.
+func (d *dispatcher) finish(o *callObs) {
+	if o.outcome == "" { // a path that returned without deciding (cannot happen)
+		o.outcome = telemetry.ToolCallError
+	}
+	o.span.SetAttributes(
+		attribute.String("skill_id", d.common.SkillID),
+		attribute.String("tool_name", o.tool),
+		attribute.String("outcome", o.outcome),
+		attribute.Int64("duration_ms", o.durMS),
+		attribute.Int("args_size_bytes", o.argsSize),
+		attribute.Int("result_size_bytes", o.resultSize),
+	)
+	if o.reason != "" {
+		o.span.SetAttributes(attribute.String("reason", o.reason))
+	}
+	if o.outcome != telemetry.ToolCallSuccess {
+		o.span.SetStatus(codes.Error, o.outcome)
+	}
+	o.span.End()
+	if d.onDecided != nil {
+		d.onDecided(Decided{
+			TS: d.now().UTC().Format(audit.TimeFormat), InvocationID: d.common.InvocationID,
+			Tool: o.tool, Outcome: o.outcome, DurationMS: o.durMS, ArgsHash: o.argsHash, Reason: o.reason,
+		})
+	}
+}
+
+// spanParentFor is the context a call's span starts from: the skill's own
+// traceparent when it sent one, else the invocation's span (or, without
+// one, the invocation's traceparent as a remote parent).
+func (d *dispatcher) spanParentFor(ctx context.Context, own bool, tc telemetry.TraceContext) context.Context {
+	if !own && d.spanParent != nil {
+		return trace.ContextWithSpan(ctx, trace.SpanFromContext(d.spanParent))
+	}
+	return telemetry.ContextWithRemoteParent(ctx, tc)
+}
 
 // Methods.
 const (
@@ -53,6 +124,10 @@ type dispatcher struct {
 	limiter     *window
 	started     time.Time
 	now         func() time.Time
+
+	onDecided  func(Decided)
+	tracer     trace.Tracer
+	spanParent context.Context
 
 	toolCalls atomic.Int64 // decided tool.calls, denied included
 	denied    atomic.Int64
@@ -363,6 +438,10 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	}
 	name := policy.Tool(p.tool)
 	log := d.log.With("tool", p.tool, "trace_id", tc.TraceID)
+	obs := &callObs{tool: p.tool, argsHash: argsHash, argsSize: len(p.args), start: time.Now()}
+	ctx, obs.span = tracerOrNoop(d.tracer).Start(d.spanParentFor(ctx, p.traceparent != "", tc), "skill.broker.tool_call",
+		trace.WithSpanKind(trace.SpanKindServer))
+	defer d.finish(obs)
 
 	// Decide.
 	tool, ok := d.tools[name]
@@ -382,6 +461,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 			err = denial
 		}
 		d.deny(ctx, log, common, metricTool, denial, argsHash)
+		obs.tool, obs.outcome, obs.reason = deniedTool(denial, metricTool), telemetry.ToolCallDenied, string(denial.Reason)
 		return nil, err
 	}
 
@@ -391,12 +471,13 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	if _, aerr := d.audit.Emit(actx, audit.ToolCallStarted(common, callID, p.tool, argsHash)); aerr != nil {
 		log.Error("broker: tool_call_started row not written; call refused", "err", aerr)
 		d.count(metricTool, telemetry.ToolCallError)
+		obs.outcome = telemetry.ToolCallError
 		return nil, errAuditUnavailable
 	}
 
 	// Run.
 	start := time.Now()
-	result, err := d.run(ctx, tool, &tools.Call{Env: d.env, Args: p.args, Traceparent: tp, TraceID: tc.TraceID})
+	result, err := d.run(ctx, tool, name, &tools.Call{Env: d.env, Args: p.args, Traceparent: tp, TraceID: tc.TraceID})
 	var raw json.RawMessage
 	if err == nil {
 		raw, err = marshalResult(result)
@@ -406,6 +487,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 		}
 	}
 	dur := time.Since(start).Milliseconds()
+	obs.durMS, obs.resultSize = dur, len(raw)
 
 	// Audit the end, on every path.
 	outcome, metricOutcome, resultHash, msg := audit.OutcomeSuccess, telemetry.ToolCallSuccess, "", ""
@@ -431,9 +513,11 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	d.completed(actx, log, callID, audit.ToolCallCompleted(common, callID, p.tool, outcome, dur, resultHash, msg))
 	if denial != nil {
 		d.deny(ctx, log, common, metricTool, denial, argsHash)
+		obs.outcome, obs.reason = telemetry.ToolCallDenied, string(denial.Reason)
 		return nil, err
 	}
 	d.count(metricTool, metricOutcome)
+	obs.outcome = metricOutcome
 	if err != nil {
 		// A tool that timed out may still hand back what it had (Bash's
 		// output so far): the skill gets it beside the error.
@@ -496,10 +580,7 @@ func (d *dispatcher) completed(ctx context.Context, log *slog.Logger, callID str
 func (d *dispatcher) deny(ctx context.Context, log *slog.Logger, common audit.Common, metricTool string, denial *policy.Denial, argsHash string) {
 	d.denied.Add(1)
 	d.count(metricTool, telemetry.ToolCallDenied)
-	tool := string(denial.Tool)
-	if tool == "" {
-		tool = metricTool
-	}
+	tool := deniedTool(denial, metricTool)
 	if _, err := d.audit.Emit(context.WithoutCancel(ctx), audit.ToolDenied(common, tool, string(denial.Reason), argsHash)); err != nil {
 		// The refusal stands; only its record is missing.
 		log.Error("broker: tool_denied row not written", "reason", denial.Reason, "err", err)
@@ -507,8 +588,24 @@ func (d *dispatcher) deny(ctx context.Context, log *slog.Logger, common audit.Co
 	log.Debug("broker: call denied", "reason", denial.Reason)
 }
 
-// run calls the tool, turning a panic into errToolPanic.
-func (d *dispatcher) run(ctx context.Context, t tools.Tool, c *tools.Call) (result any, err error) {
+// deniedTool is the tool name a denial is recorded under.
+func deniedTool(denial *policy.Denial, metricTool string) string {
+	if denial.Tool == "" {
+		return metricTool
+	}
+	return string(denial.Tool)
+}
+
+// run calls the tool inside its skill.tool.<tool>.exec span, turning a
+// panic into errToolPanic.
+func (d *dispatcher) run(ctx context.Context, t tools.Tool, name policy.Tool, c *tools.Call) (result any, err error) {
+	ctx, span := tracerOrNoop(d.tracer).Start(ctx, "skill.tool."+strings.ToLower(string(name))+".exec")
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, "tool failed")
+		}
+		span.End()
+	}()
 	defer func() {
 		if r := recover(); r != nil {
 			d.log.Error("broker: tool panicked", "tool", t.Name(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))

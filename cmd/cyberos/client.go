@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/broker"
+	"github.com/cyberos/supervisor/supervisor/daemon"
+)
+
+const defaultAdminSocket = "/run/cyberos/supervisor.sock"
+
+// adminClient speaks HTTP to the daemon's admin socket.
+type adminClient struct {
+	socket string
+	http   *http.Client
+}
+
+func newAdminClient(socket string) *adminClient {
+	return &adminClient{socket: socket, http: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}}}
+}
+
+// do sends a request; a non-2xx answer becomes an exitError (the API's
+// error text, exit 2 for 400/404, 3 for refusals).
+func (c *adminClient) do(method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://cyberos"+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, &exitError{exitRefused, fmt.Errorf("admin socket %s: %w", c.socket, err)}
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	var ae daemon.APIError
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(b, &ae) != nil || ae.Error == "" {
+		ae.Error = strings.TrimSpace(string(b))
+	}
+	code := exitRefused
+	if resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound {
+		code = exitUsage
+	}
+	return nil, &exitError{code, fmt.Errorf("%s (HTTP %d)", ae.Error, resp.StatusCode)}
+}
+
+func newInvokeCmd() *cobra.Command {
+	var f runFlags
+	var version, socket string
+	cmd := &cobra.Command{
+		Use:   "invoke SKILL_ID",
+		Short: "Invoke an installed skill through the daemon",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if f.args != "" && f.argsFile != "" {
+				return &exitError{exitUsage, errors.New("--args and --args-file are exclusive")}
+			}
+			args := []byte(f.args)
+			if f.argsFile != "" {
+				b, err := os.ReadFile(f.argsFile)
+				if err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--args-file: %w", err)}
+				}
+				args = b
+			}
+			req := daemon.InvokeRequest{SkillID: a[0], Version: version, TenantID: f.tenant, CallerPersona: f.persona,
+				Traceparent: f.traceparent, DeadlineMS: f.deadline.Milliseconds()}
+			if len(bytes.TrimSpace(args)) > 0 {
+				if !json.Valid(args) {
+					return &exitError{exitUsage, errors.New("args: not one valid JSON value")}
+				}
+				req.Args = args
+			}
+			resp, err := newAdminClient(socket).do(http.MethodPost, "/v1/invocations", req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var env supervisor.Envelope
+			if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+				return &exitError{exitRefused, fmt.Errorf("daemon answer: %w", err)}
+			}
+			out := cmd.OutOrStdout()
+			if f.json {
+				if err := json.NewEncoder(out).Encode(env); err != nil {
+					return err
+				}
+			} else {
+				printEnvelope(out, env)
+			}
+			if env.Outcome != supervisor.OutcomeSuccess {
+				return &exitError{exitOutcome, errors.New(string(env.Outcome))}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&version, "version", "", "require this version of the skill")
+	fl.StringVar(&f.args, "args", "", "the skill's args, one JSON value (default {})")
+	fl.StringVar(&f.argsFile, "args-file", "", "read the args from this file")
+	fl.StringVar(&f.tenant, "tenant", daemon.DefaultTenant, "tenant id (UUID)")
+	fl.StringVar(&f.persona, "persona", "", "caller persona")
+	fl.StringVar(&f.traceparent, "traceparent", "", "W3C traceparent of the caller")
+	fl.DurationVar(&f.deadline, "deadline", 0, "shorten the deadline below effort_minutes (e.g. 4s)")
+	fl.BoolVar(&f.json, "json", false, "print the envelope as one JSON object")
+	fl.StringVar(&socket, "socket", defaultAdminSocket, "the daemon's admin socket")
+	return cmd
+}
+
+func newBrokerCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "broker", Short: "Operator views of the daemon's brokers: status, tail, replay"}
+	var socket string
+	cmd.PersistentFlags().StringVar(&socket, "socket", defaultAdminSocket, "the daemon's admin socket")
+
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Print active invocations and today's tool calls and denials (JSON)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/status", nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var st daemon.Status
+			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+				return &exitError{exitRefused, err}
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(st)
+		},
+	}
+	status.Flags().Bool("json", true, "JSON output (the only form; accepted for symmetry)")
+
+	var tailID string
+	var tailJSON bool
+	tail := &cobra.Command{
+		Use:   "tail --invocation ID",
+		Short: "Follow an invocation's tool calls as they are decided",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tailID == "" {
+				return &exitError{exitUsage, errors.New("--invocation is required")}
+			}
+			c := newAdminClient(socket)
+			resp, err := c.do(http.MethodGet, "/v1/invocations/"+tailID+"/tail", nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			out := cmd.OutOrStdout()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				if tailJSON {
+					fmt.Fprintln(out, sc.Text())
+					continue
+				}
+				var ev broker.Decided
+				if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.Tool == "" {
+					fmt.Fprintln(out, sc.Text()) // warnings and errors as they are
+					continue
+				}
+				fmt.Fprintln(out, humanCall(ev))
+			}
+			return sc.Err()
+		},
+	}
+	tail.Flags().StringVar(&tailID, "invocation", "", "the invocation id")
+	tail.Flags().BoolVar(&tailJSON, "json", false, "print JSON lines")
+
+	var repID, repPolicy string
+	var repJSON bool
+	replay := &cobra.Command{
+		Use:   "replay --invocation ID [--policy SKILL.md]",
+		Short: "Print an invocation's recorded tool calls; with --policy, re-judge each against that policy",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if repID == "" {
+				return &exitError{exitUsage, errors.New("--invocation is required")}
+			}
+			var pol *policy.Policy
+			if repPolicy != "" {
+				b, err := os.ReadFile(repPolicy)
+				if err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--policy: %w", err)}
+				}
+				if pol, err = policy.Parse(b); err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--policy %s: %w", repPolicy, err)}
+				}
+			}
+			resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/invocations/"+repID+"/replay", nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var calls []broker.Decided
+			if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
+				return &exitError{exitRefused, err}
+			}
+			out := cmd.OutOrStdout()
+			enc := json.NewEncoder(out)
+			if pol == nil {
+				for _, c := range calls {
+					if repJSON {
+						_ = enc.Encode(c)
+					} else {
+						fmt.Fprintln(out, humanCall(c))
+					}
+				}
+				return nil
+			}
+			judged := daemon.Rejudge(calls, pol)
+			denied := 0
+			for _, j := range judged {
+				if j.Verdict == daemon.VerdictDenied {
+					denied++
+				}
+				if repJSON {
+					_ = enc.Encode(j)
+					continue
+				}
+				mark := "  "
+				if j.Verdict == daemon.VerdictDenied {
+					mark = "✗ "
+				}
+				fmt.Fprintf(out, "%s%s  now: %s", mark, humanCall(j.Decided), j.Verdict)
+				if j.Why != "" {
+					fmt.Fprintf(out, " (%s)", j.Why)
+				}
+				fmt.Fprintln(out)
+			}
+			if !repJSON {
+				fmt.Fprintf(out, "%d of %d calls would now be denied by %s (%s %s)\n", denied, len(judged), repPolicy, pol.Name, pol.Version)
+			}
+			return nil
+		},
+	}
+	replay.Flags().StringVar(&repID, "invocation", "", "the invocation id")
+	replay.Flags().StringVar(&repPolicy, "policy", "", "a SKILL.md to re-judge the recorded calls against")
+	replay.Flags().BoolVar(&repJSON, "json", false, "print JSON lines")
+	cmd.AddCommand(status, tail, replay)
+	return cmd
+}
+
+// humanCall is one call as a line for people.
+func humanCall(c broker.Decided) string {
+	ts := c.TS
+	if t, err := time.Parse(time.RFC3339Nano, c.TS); err == nil {
+		ts = t.UTC().Format("15:04:05.000")
+	}
+	h := c.ArgsHash
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	s := fmt.Sprintf("%s  %-12s %-8s %5d ms  args %s", ts, c.Tool, c.Outcome, c.DurationMS, h)
+	if c.Reason != "" {
+		s += "  reason " + c.Reason
+	}
+	return s
+}

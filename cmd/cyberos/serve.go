@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/memory"
+	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/daemon"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/tools"
+	"github.com/cyberos/supervisor/telemetry"
+)
+
+func newSupervisorCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "supervisor", Short: "The root daemon"}
+	var configPath, runDir, logLevel string
+	var check bool
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the daemon: admin API on a Unix socket, /metrics, skills from skills_dir",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := daemon.DefaultConfig()
+			if configPath != "" {
+				var err error
+				if cfg, err = daemon.LoadConfig(configPath); err != nil {
+					return &exitError{exitUsage, err}
+				}
+			} else if err := cfg.Validate(); err != nil {
+				return &exitError{exitUsage, err}
+			}
+			if check {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", configPath)
+				return nil
+			}
+			return serveDaemon(cfg, runDir, logLevel)
+		},
+	}
+	fl := serve.Flags()
+	fl.StringVar(&configPath, "config", "", "the daemon config (YAML; unknown keys are errors); default: built-in defaults")
+	fl.BoolVar(&check, "check", false, "validate the config and exit")
+	fl.StringVar(&runDir, "run-dir", "/run/cyberos", "runtime state: containers, rootfs skeleton, locks")
+	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	_ = fl.MarkHidden("run-dir")
+	cmd.AddCommand(serve)
+	return cmd
+}
+
+func serveDaemon(cfg daemon.Config, runDir, logLevel string) error {
+	log, err := newLogger(logLevel)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	runner, err := sandbox.New(sandbox.Options{RunDir: runDir})
+	if err != nil {
+		return &exitError{exitRefused, err}
+	}
+	store, err := audit.Open(cfg.StateDir)
+	if err != nil {
+		return &exitError{exitRefused, fmt.Errorf("audit store: %w", err)}
+	}
+	defer store.Close()
+	socketDir, err := privateDir(cfg.SocketDir, cfg.SocketDir)
+	if err != nil {
+		return &exitError{exitRefused, err}
+	}
+	if fi, err := os.Stat(cfg.SeccompProfilesDir); err != nil || !fi.IsDir() {
+		return &exitError{exitUsage, fmt.Errorf("%w: seccomp_profiles_dir: %s is not a directory", daemon.ErrConfig, cfg.SeccompProfilesDir)}
+	}
+	if fi, err := os.Stat(cfg.SkillsDir); err != nil || !fi.IsDir() {
+		return &exitError{exitUsage, fmt.Errorf("%w: skills_dir: %s is not a directory", daemon.ErrConfig, cfg.SkillsDir)}
+	}
+	sup := &supervisor.Supervisor{
+		Runner:      runner,
+		Audit:       store,
+		Metrics:     telemetry.NewMetrics(),
+		OpenMemory:  func() (*memory.Store, error) { return memory.Open(cfg.StateDir) },
+		Tools:       tools.Registry(),
+		SocketDir:   socketDir,
+		ProfilesDir: cfg.SeccompProfilesDir,
+		StateDir:    cfg.StateDir,
+		// The file tools never reach the run dir (rootfs skeleton,
+		// containers) or our binaries, whatever a skill's globs say.
+		ReservedDirs: reservedDirs(runDir),
+		Log:          log,
+	}
+	defer func() {
+		if sup.Memory != nil {
+			sup.Memory.Close()
+		}
+	}()
+	if cfg.OTLPEndpoint != "" {
+		tp, err := telemetry.NewTracerProvider(context.Background(), cfg.OTLPEndpoint)
+		if err != nil {
+			return &exitError{exitUsage, err}
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				log.Warn("otlp: flushing spans at exit", "err", err)
+			}
+		}()
+		sup.Tracer = tp.Tracer(telemetry.TracerName)
+	}
+	if lost, err := sup.Reconcile(context.Background(), store); err != nil {
+		log.Error("crash reconciliation", "err", err)
+	} else if len(lost) > 0 {
+		log.Warn("closed invocations lost by a previous run", "count", len(lost))
+	}
+	removeStaleSockets(socketDir, log.Warn)
+	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log})
+	if err != nil {
+		return &exitError{exitRefused, err}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := d.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return &exitError{exitRefused, err}
+	}
+	log.Info("supervisor stopped")
+	return nil
+}
+
+// removeStaleSockets deletes broker sockets a previous daemon left behind
+// (their invocations were closed as lost by Reconcile).
+func removeStaleSockets(dir string, warn func(string, ...any)) {
+	ents, _ := filepath.Glob(filepath.Join(dir, "cyberos-skill-broker.*.sock"))
+	for _, e := range ents {
+		if err := os.Remove(e); err != nil {
+			warn("stale broker socket", "path", e, "err", err)
+		}
+	}
+}

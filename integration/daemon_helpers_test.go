@@ -1,0 +1,269 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/audit"
+)
+
+// daemonProc is a running `cyberos supervisor serve` on this env's paths.
+type daemonProc struct {
+	t           testing.TB
+	e           *env
+	cmd         *exec.Cmd
+	cfgPath     string
+	adminSocket string
+	socketDir   string
+	skillsDir   string
+	metricsAddr string
+	logs        *bytes.Buffer
+	exited      chan error
+	client      *http.Client
+}
+
+// daemonConfig is the YAML of a daemon on e's temporary paths; extra lines
+// are appended.
+func (e *env) daemonConfig(metricsAddr string, extra ...string) string {
+	return strings.Join(append([]string{
+		"version: 1",
+		"skills_dir: " + filepath.Join(e.base, "skills"),
+		"state_dir: " + e.stateDir,
+		"socket_dir: " + filepath.Join(e.base, "sockets"),
+		"admin_socket: " + filepath.Join(e.base, "admin.sock"),
+		"metrics_listen: " + metricsAddr,
+		"seccomp_profiles_dir: " + filepath.Join(repoRoot, "seccomp-profiles"),
+	}, extra...), "\n") + "\n"
+}
+
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startDaemon starts the daemon and waits until /healthz answers; the
+// cleanup stops it (SIGTERM, then SIGKILL).
+func startDaemon(t testing.TB, e *env, extra ...string) *daemonProc {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(e.base, "skills"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{t: t, e: e, metricsAddr: freePort(t), logs: &bytes.Buffer{}, exited: make(chan error, 1),
+		adminSocket: filepath.Join(e.base, "admin.sock"), socketDir: filepath.Join(e.base, "sockets"),
+		skillsDir: filepath.Join(e.base, "skills"), cfgPath: filepath.Join(e.base, "supervisor.yaml")}
+	if err := os.WriteFile(d.cfgPath, []byte(e.daemonConfig(d.metricsAddr, extra...)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = cyberos("supervisor", "serve", "--config", d.cfgPath, "--run-dir", e.runDir, "--log-level", "info")
+	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.exited <- d.cmd.Wait() }()
+	d.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var dl net.Dialer
+		return dl.DialContext(ctx, "unix", d.adminSocket)
+	}}}
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.exited:
+			case <-time.After(30 * time.Second):
+				_ = killPid(d.cmd.Process.Pid)
+				<-d.exited
+			}
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.logs.String())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := d.client.Get("http://cyberos/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return d
+			}
+		}
+		select {
+		case err := <-d.exited:
+			t.Fatalf("daemon exited at start: %v\n%s", err, d.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not answering: %v\n%s", err, d.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for the daemon to exit.
+func (d *daemonProc) stop(within time.Duration) {
+	d.t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		d.t.Fatal(err)
+	}
+	select {
+	case err := <-d.exited:
+		if err != nil {
+			d.t.Errorf("daemon exit: %v\n%s", err, d.logs.String())
+		}
+	case <-time.After(within):
+		d.t.Fatalf("daemon did not exit within %v after SIGTERM\n%s", within, d.logs.String())
+	}
+}
+
+// invoke posts an invocation and decodes the envelope (or the error).
+func (d *daemonProc) invoke(body map[string]any) (int, envelope, string) {
+	d.t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := d.client.Post("http://cyberos/v1/invocations", "application/json", bytes.NewReader(b))
+	if err != nil {
+		d.t.Errorf("invoke: %v", err)
+		return 0, envelope{}, ""
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var env envelope
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal(raw, &env); err != nil {
+			d.t.Errorf("envelope: %v: %s", err, raw)
+		}
+	}
+	return resp.StatusCode, env, string(raw)
+}
+
+type statusJSON struct {
+	ActiveInvocations int   `json:"active_invocations"`
+	ToolCallsToday    int64 `json:"tool_calls_today"`
+	DeniedToday       int64 `json:"denied_today"`
+	Invocations       []struct {
+		InvocationID string `json:"invocation_id"`
+		SkillID      string `json:"skill_id"`
+		ToolCalls    int64  `json:"tool_calls"`
+	} `json:"invocations"`
+}
+
+// status runs `cyberos skill broker status --socket` (the CLI, as operators do).
+func (d *daemonProc) status() statusJSON {
+	d.t.Helper()
+	out, err := cyberos("skill", "broker", "status", "--socket", d.adminSocket).Output()
+	if err != nil {
+		d.t.Fatalf("broker status: %v", err)
+	}
+	var st statusJSON
+	if err := json.Unmarshal(out, &st); err != nil {
+		d.t.Fatalf("status JSON: %v\n%s", err, out)
+	}
+	return st
+}
+
+// callLine is a tail/replay object.
+type callLine struct {
+	TS           string `json:"ts"`
+	InvocationID string `json:"invocation_id"`
+	Tool         string `json:"tool"`
+	Outcome      string `json:"outcome"`
+	DurationMS   int64  `json:"duration_ms"`
+	ArgsHash     string `json:"args_hash"`
+	Reason       string `json:"reason"`
+	Verdict      string `json:"verdict"`
+	Why          string `json:"why"`
+}
+
+func parseLines(t *testing.T, b []byte) []callLine {
+	t.Helper()
+	var out []callLine
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		var c callLine
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// auditRows reads the rows with `cyberos audit export` (read-only, beside
+// the running daemon).
+func (e *env) auditRows(filter ...string) []audit.Row {
+	e.t.Helper()
+	out, err := cyberos(append([]string{"audit", "export", "--state-dir", e.stateDir}, filter...)...).Output()
+	if err != nil {
+		e.t.Fatalf("audit export: %v", err)
+	}
+	var rows []audit.Row
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var r audit.Row
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			e.t.Fatal(err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// rowCalls is what the rows say about tool calls: the decided sequence of
+// each invocation (tool, outcome, reason; an in-tool denial's completed row
+// stands with its tool_denied row for one call), computed independently of
+// the daemon's replay code.
+func rowCalls(t testing.TB, rows []audit.Row) (perInv map[string][]callLine, calls, denied int) {
+	perInv = map[string][]callLine{}
+	argsHash := map[string]string{}
+	for _, r := range rows {
+		var p map[string]any
+		_ = json.Unmarshal(r.Payload, &p)
+		s := func(k string) string { v, _ := p[k].(string); return v }
+		inv := s("invocation_id")
+		switch r.Kind {
+		case audit.KindToolCallStarted:
+			argsHash[s("call_id")] = s("args_hash")
+		case audit.KindToolCallCompleted:
+			if strings.HasPrefix(s("error_message"), "denied: ") {
+				continue
+			}
+			calls++
+			perInv[inv] = append(perInv[inv], callLine{Tool: s("tool"), Outcome: s("outcome"), ArgsHash: argsHash[s("call_id")]})
+		case audit.KindToolDenied:
+			calls++
+			denied++
+			perInv[inv] = append(perInv[inv], callLine{Tool: s("tool"), Outcome: "denied", Reason: s("reason"), ArgsHash: s("attempted_args_hash")})
+		}
+	}
+	return perInv, calls, denied
+}
+
+func sameCalls(a, b []callLine) error {
+	if len(a) != len(b) {
+		return fmt.Errorf("%d calls vs %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].Tool != b[i].Tool || a[i].Outcome != b[i].Outcome || a[i].Reason != b[i].Reason || a[i].ArgsHash != b[i].ArgsHash {
+			return fmt.Errorf("call %d: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+	return nil
+}

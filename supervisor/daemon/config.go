@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// ErrConfig: the daemon config is invalid; the message names the key.
+var ErrConfig = errors.New("invalid config")
+
+// Config is the daemon's config file (DESIGN.md "Daemon config and admin
+// API"). Unknown keys are errors.
+type Config struct {
+	Version            int      `yaml:"version"`
+	SkillsDir          string   `yaml:"skills_dir"`
+	StateDir           string   `yaml:"state_dir"`
+	SocketDir          string   `yaml:"socket_dir"`
+	AdminSocket        string   `yaml:"admin_socket"`
+	AdminGroup         string   `yaml:"admin_group"`
+	MetricsListen      string   `yaml:"metrics_listen"`
+	OTLPEndpoint       string   `yaml:"otlp_endpoint"`
+	SeccompProfilesDir string   `yaml:"seccomp_profiles_dir"`
+	MaxConcurrent      int      `yaml:"max_concurrent"`
+	Defaults           Defaults `yaml:"defaults"`
+	ShutdownGrace      Grace    `yaml:"shutdown_grace"`
+}
+
+// Grace is shutdown_grace: a Go duration ("30s", "1m").
+type Grace time.Duration
+
+// UnmarshalText parses a duration, naming the key on error.
+func (g *Grace) UnmarshalText(b []byte) error {
+	d, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("shutdown_grace: %q is not a duration (e.g. 30s)", b)
+	}
+	*g = Grace(d)
+	return nil
+}
+
+// Defaults are the limits a skill gets where its frontmatter is silent.
+type Defaults struct {
+	MemoryMB       int64  `yaml:"memory_mb"`
+	PidsMax        int64  `yaml:"pids_max"`
+	EffortMinutes  int    `yaml:"effort_minutes"`
+	SeccompProfile string `yaml:"seccomp_profile"`
+}
+
+// DefaultConfig is what an empty file means.
+func DefaultConfig() Config {
+	return Config{
+		Version:            1,
+		SkillsDir:          "/opt/cyberos/skills",
+		StateDir:           "/var/lib/cyberos",
+		SocketDir:          "/run/cyberos/sockets",
+		AdminSocket:        "/run/cyberos/supervisor.sock",
+		MetricsListen:      "127.0.0.1:9464",
+		SeccompProfilesDir: "/etc/cyberos/seccomp-profiles",
+		MaxConcurrent:      256,
+		Defaults:           Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default"},
+		ShutdownGrace:      Grace(30 * time.Second),
+	}
+}
+
+// LoadConfig reads path strictly over the defaults and validates it.
+func LoadConfig(path string) (Config, error) {
+	c := DefaultConfig()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if err := yaml.UnmarshalWithOptions(b, &c, yaml.DisallowUnknownField()); err != nil {
+		return c, fmt.Errorf("%w: %s: %s", ErrConfig, path, yaml.FormatError(err, false, true))
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+var profileName = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// Validate checks every key; the error names the first bad one.
+func (c *Config) Validate() error {
+	bad := func(key, why string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(why, a...))
+	}
+	abs := func(key, v string) error {
+		if v == "" || !filepath.IsAbs(v) {
+			return bad(key, "must be an absolute path, got %q", v)
+		}
+		return nil
+	}
+	if c.Version != 1 {
+		return bad("version", "must be 1, got %d", c.Version)
+	}
+	for _, kv := range [][2]string{{"skills_dir", c.SkillsDir}, {"state_dir", c.StateDir}, {"socket_dir", c.SocketDir},
+		{"admin_socket", c.AdminSocket}, {"seccomp_profiles_dir", c.SeccompProfilesDir}} {
+		if err := abs(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	if len(c.AdminSocket) > 103 {
+		return bad("admin_socket", "longer than a unix socket path may be (103 bytes)")
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return bad("metrics_listen", "must be host:port or empty, got %q", c.MetricsListen)
+		}
+	}
+	if c.OTLPEndpoint != "" {
+		if _, _, err := net.SplitHostPort(c.OTLPEndpoint); err != nil && !regexp.MustCompile(`^https?://`).MatchString(c.OTLPEndpoint) {
+			return bad("otlp_endpoint", "must be host:port or an http(s) URL, got %q", c.OTLPEndpoint)
+		}
+	}
+	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
+		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)
+	}
+	d := c.Defaults
+	switch {
+	case d.MemoryMB < 16 || d.MemoryMB > 65536:
+		return bad("defaults.memory_mb", "must be 16..65536, got %d", d.MemoryMB)
+	case d.PidsMax < 8 || d.PidsMax > 4096:
+		return bad("defaults.pids_max", "must be 8..4096, got %d", d.PidsMax)
+	case d.EffortMinutes < 1 || d.EffortMinutes > 1440:
+		return bad("defaults.effort_minutes", "must be 1..1440, got %d", d.EffortMinutes)
+	case !profileName.MatchString(d.SeccompProfile):
+		return bad("defaults.seccomp_profile", "must be a profile name ([a-z0-9_-]+), got %q", d.SeccompProfile)
+	}
+	if g := time.Duration(c.ShutdownGrace); g < 0 || g > time.Hour {
+		return bad("shutdown_grace", "must be 0..1h, got %v", g)
+	}
+	if _, err := c.AdminGID(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// AdminGID resolves admin_group (a group name or a numeric gid): -1 when
+// empty (root only).
+func (c *Config) AdminGID() (int, error) {
+	if c.AdminGroup == "" {
+		return -1, nil
+	}
+	if n, err := strconv.Atoi(c.AdminGroup); err == nil {
+		if n < 0 {
+			return 0, fmt.Errorf("%w: admin_group: negative gid %d", ErrConfig, n)
+		}
+		return n, nil
+	}
+	g, err := user.LookupGroup(c.AdminGroup)
+	if err != nil {
+		return 0, fmt.Errorf("%w: admin_group: no group %q on this host", ErrConfig, c.AdminGroup)
+	}
+	return strconv.Atoi(g.Gid)
+}

@@ -1,0 +1,498 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/telemetry"
+)
+
+// SkillIDPattern is what a skill id (its folder name) must match.
+var SkillIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+// DefaultTenant is the tenant of a request that names none.
+const DefaultTenant = "00000000-0000-0000-0000-000000000000"
+
+// InvokeRequest is the body of POST /v1/invocations.
+type InvokeRequest struct {
+	SkillID       string          `json:"skill_id"`
+	Version       string          `json:"version,omitempty"`
+	Args          json.RawMessage `json:"args,omitempty"`
+	TenantID      string          `json:"tenant_id,omitempty"`
+	CallerPersona string          `json:"caller_persona,omitempty"`
+	Traceparent   string          `json:"traceparent,omitempty"`
+	// DeadlineMS shortens effort_minutes like `skill run --deadline`.
+	DeadlineMS int64  `json:"deadline_ms,omitempty"`
+	RequestID  string `json:"request_id,omitempty"`
+}
+
+// APIError is the body of every non-200 answer.
+type APIError struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// Daemon is a running supervisor daemon.
+type Daemon struct {
+	cfg      Config
+	sup      *supervisor.Supervisor
+	store    *audit.Store
+	metrics  *telemetry.Metrics
+	log      *slog.Logger
+	adminGID int
+	hub      *hub
+
+	inflight atomic.Int64
+	// gate orders the admission of an invocation (wg.Add) before shutdown's
+	// wg.Wait: once draining is set under it, nothing is added.
+	gate     sync.Mutex
+	draining atomic.Bool
+	wg       sync.WaitGroup // running invocations
+	stop     chan struct{}  // closed: end invocations through the timeout path
+	stopOnce sync.Once
+
+	admin   *http.Server
+	adminLn net.Listener
+	metrSrv *http.Server
+	metrLn  net.Listener
+}
+
+// Options are what New needs besides the config.
+type Options struct {
+	Supervisor *supervisor.Supervisor // Audit must be Store; Metrics set
+	Store      *audit.Store
+	Log        *slog.Logger
+}
+
+// New prepares a daemon: today's counters from the audit rows, the admin
+// socket (mode 0660, root:admin_group) and the metrics listener. Serve runs it.
+func New(cfg Config, o Options) (*Daemon, error) {
+	gid, err := cfg.AdminGID()
+	if err != nil {
+		return nil, err
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.Supervisor.Metrics == nil {
+		o.Supervisor.Metrics = telemetry.NewMetrics()
+	}
+	d := &Daemon{cfg: cfg, sup: o.Supervisor, store: o.Store, metrics: o.Supervisor.Metrics, log: log, adminGID: gid,
+		hub: newHub(nil), stop: make(chan struct{})}
+	day := utcDay(time.Now())
+	calls, denied, err := CountDay(context.Background(), o.Store, day)
+	if err != nil {
+		return nil, fmt.Errorf("count today's tool calls from the audit rows: %w", err)
+	}
+	d.hub.seed(day, calls, denied)
+	d.exposeSkills()
+
+	if d.adminLn, err = listenAdmin(cfg.AdminSocket, gid); err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
+	mux.HandleFunc("GET /v1/status", d.handleStatus)
+	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
+	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	d.admin = &http.Server{
+		Handler:           d.authorize(mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, peerOf(c))
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if cfg.MetricsListen != "" {
+		if d.metrLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			d.adminLn.Close()
+			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
+		}
+		mm := http.NewServeMux()
+		mm.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{}))
+		d.metrSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return d, nil
+}
+
+// Outcome label values, fixed sets.
+var (
+	invocationOutcomes = []supervisor.Outcome{supervisor.OutcomeSuccess, supervisor.OutcomeError, supervisor.OutcomePanic,
+		supervisor.OutcomeTimeout, supervisor.OutcomeKilled}
+	toolCallOutcomes = []string{telemetry.ToolCallSuccess, telemetry.ToolCallDenied, telemetry.ToolCallError, telemetry.ToolCallTimeout}
+)
+
+// exposeSkills creates the labelled series of every skill installed at
+// start at 0, so rates and alerts see them before the first call. Label
+// values come only from the registry (folder = frontmatter name).
+func (d *Daemon) exposeSkills() {
+	ents, err := os.ReadDir(d.cfg.SkillsDir)
+	if err != nil {
+		d.log.Warn("skills_dir", "err", err)
+		return
+	}
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || !SkillIDPattern.MatchString(id) {
+			continue
+		}
+		pol, err := policy.LoadDir(filepath.Join(d.cfg.SkillsDir, id))
+		if err != nil || pol.Name != id {
+			d.log.Warn("skill not usable", "skill_id", id, "err", err)
+			continue
+		}
+		for _, o := range invocationOutcomes {
+			d.metrics.InvokedTotal.WithLabelValues(id, string(o))
+		}
+		d.metrics.InvokedDurationMS.WithLabelValues(id)
+		for _, t := range policy.NewEnforcer(pol, policy.EnforcerOptions{}).Tools() {
+			for _, o := range toolCallOutcomes {
+				d.metrics.ToolCalls.WithLabelValues(id, string(t), o)
+			}
+		}
+	}
+}
+
+// MetricsAddr is where /metrics listens ("" when disabled).
+func (d *Daemon) MetricsAddr() string {
+	if d.metrLn == nil {
+		return ""
+	}
+	return d.metrLn.Addr().String()
+}
+
+// listenAdmin creates the admin socket: a stale socket file is replaced, any
+// other file at the path is an error; the socket is root:gid 0660.
+func listenAdmin(path string, gid int) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("admin_socket: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("admin_socket: %s exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("admin_socket: %s is in use by another daemon", path)
+		}
+		os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("admin_socket: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	if gid < 0 {
+		gid = 0
+	}
+	if err := os.Chown(path, 0, gid); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin_socket: chown: %w", err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin_socket: chmod: %w", err)
+	}
+	return ln, nil
+}
+
+type peerKey struct{}
+
+// authorize lets root and members of admin_group through; others get 403
+// and the connection is closed.
+func (d *Daemon) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := r.Context().Value(peerKey{}).(peer)
+		if !p.ok || !(p.uid == 0 || (d.adminGID >= 0 && p.inGroup(d.adminGID))) {
+			d.log.Warn("admin socket: peer refused", "pid", p.pid, "uid", p.uid, "gid", p.gid)
+			w.Header().Set("Connection", "close")
+			writeJSON(w, http.StatusForbidden, APIError{Error: fmt.Sprintf("uid %d is neither root nor in the admin group", p.uid), Code: "forbidden"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Serve runs until ctx ends (SIGTERM), then shuts down gracefully: new
+// requests are refused, running invocations get shutdown_grace to finish,
+// then the rest are ended through the timeout path (each gets its
+// skill.timeout and completed rows) before Serve returns.
+func (d *Daemon) Serve(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() { errc <- d.admin.Serve(d.adminLn) }()
+	if d.metrSrv != nil {
+		go func() { errc <- d.metrSrv.Serve(d.metrLn) }()
+	}
+	d.log.Info("supervisor serving", "admin_socket", d.cfg.AdminSocket, "metrics", d.MetricsAddr(), "skills_dir", d.cfg.SkillsDir)
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		if errors.Is(serveErr, http.ErrServerClosed) {
+			serveErr = nil
+		}
+	}
+	d.shutdown()
+	return serveErr
+}
+
+func (d *Daemon) shutdown() {
+	d.gate.Lock()
+	d.draining.Store(true)
+	d.gate.Unlock()
+	d.log.Info("supervisor stopping: no new invocations", "running", d.inflight.Load(), "grace", time.Duration(d.cfg.ShutdownGrace))
+	// Stop accepting connections; requests in progress go on.
+	shutCtx, cancel := context.WithCancel(context.Background())
+	shutDone := make(chan struct{})
+	go func() {
+		_ = d.admin.Shutdown(shutCtx)
+		close(shutDone)
+	}()
+	done := make(chan struct{})
+	go func() {
+		d.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Duration(d.cfg.ShutdownGrace)):
+		d.log.Warn("shutdown grace over: ending running invocations through the timeout path", "running", d.inflight.Load())
+		d.stopOnce.Do(func() { close(d.stop) })
+		<-done
+	}
+	// Give the answers to finished invocations a moment to be written,
+	// then close what is left (tail streams of other clients).
+	select {
+	case <-shutDone:
+	case <-time.After(2 * time.Second):
+	}
+	cancel()
+	_ = d.admin.Close()
+	if d.metrSrv != nil {
+		ctx, c := context.WithTimeout(context.Background(), time.Second)
+		_ = d.metrSrv.Shutdown(ctx)
+		c()
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func apiErr(w http.ResponseWriter, code int, kind string, err error) {
+	writeJSON(w, code, APIError{Error: err.Error(), Code: kind})
+}
+
+func validText(s string, max int) bool {
+	if len(s) > max {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
+	if d.draining.Load() {
+		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
+		return
+	}
+	var req InvokeRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 2<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
+		return
+	}
+	switch {
+	case !SkillIDPattern.MatchString(req.SkillID):
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("skill_id %q must match %s", req.SkillID, SkillIDPattern))
+		return
+	case !validText(req.TenantID, 128) || !validText(req.CallerPersona, 256) || !validText(req.Version, 64) || !validText(req.RequestID, 128):
+		apiErr(w, http.StatusBadRequest, "bad_request", errors.New("tenant_id, caller_persona, version or request_id: too long or holds control characters"))
+		return
+	case req.DeadlineMS < 0:
+		apiErr(w, http.StatusBadRequest, "bad_request", errors.New("deadline_ms must be positive"))
+		return
+	}
+	dir := filepath.Join(d.cfg.SkillsDir, req.SkillID)
+	if fi, err := os.Stat(filepath.Join(dir, "SKILL.md")); err != nil || !fi.Mode().IsRegular() {
+		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no skill %q in %s", req.SkillID, d.cfg.SkillsDir))
+		return
+	}
+	if n := d.inflight.Add(1); n > int64(d.cfg.MaxConcurrent) {
+		d.inflight.Add(-1)
+		apiErr(w, http.StatusTooManyRequests, "too_many_invocations", fmt.Errorf("max_concurrent (%d) invocations are running", d.cfg.MaxConcurrent))
+		return
+	}
+	d.gate.Lock()
+	if d.draining.Load() { // raced with the start of shutdown
+		d.gate.Unlock()
+		d.inflight.Add(-1)
+		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
+		return
+	}
+	d.wg.Add(1)
+	d.gate.Unlock()
+	defer func() {
+		d.inflight.Add(-1)
+		d.wg.Done()
+	}()
+	tenant := req.TenantID
+	if tenant == "" {
+		tenant = DefaultTenant
+	}
+	var id string
+	def := supervisor.Defaults(d.cfg.Defaults)
+	env, err := d.sup.Run(supervisor.Request{
+		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
+		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
+		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
+		Defaults:   &def,
+		OnStarted:  func(s supervisor.Started) { id = s.InvocationID; d.hub.started(s) },
+		OnToolCall: d.hub.decided,
+		Stop:       d.stop,
+	})
+	if id != "" {
+		d.hub.ended(id)
+	}
+	switch {
+	case errors.Is(err, supervisor.ErrNotFound):
+		apiErr(w, http.StatusNotFound, "not_found", err)
+	case errors.Is(err, supervisor.ErrInvalidSkill):
+		apiErr(w, http.StatusBadRequest, "invalid", err)
+	case errors.Is(err, supervisor.ErrRefused):
+		apiErr(w, http.StatusServiceUnavailable, "refused", err)
+	case err != nil:
+		apiErr(w, http.StatusInternalServerError, "internal", err)
+	default:
+		writeJSON(w, http.StatusOK, env)
+	}
+}
+
+func (d *Daemon) handleStatus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, d.hub.status())
+}
+
+var invocationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func (d *Daemon) handleReplay(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !invocationIDPattern.MatchString(id) {
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
+		return
+	}
+	calls, found, err := Replay(r.Context(), d.store, id)
+	switch {
+	case err != nil:
+		apiErr(w, http.StatusInternalServerError, "internal", err)
+	case !found:
+		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no audit rows for invocation %s", id))
+	default:
+		writeJSON(w, http.StatusOK, calls)
+	}
+}
+
+// handleTail streams one JSON line per decided tool call: the calls so far,
+// then live ones until the invocation ends. A finished invocation's calls
+// come from its audit rows. A reader too slow to keep up is cut off with an
+// error line rather than ever blocking the broker.
+func (d *Daemon) handleTail(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !invocationIDPattern.MatchString(id) {
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
+		return
+	}
+	past, truncated, sub, live := d.hub.subscribe(id)
+	if !live {
+		calls, found, err := Replay(r.Context(), d.store, id)
+		if err != nil {
+			apiErr(w, http.StatusInternalServerError, "internal", err)
+			return
+		}
+		if !found {
+			apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no invocation %s", id))
+			return
+		}
+		past = calls
+	} else {
+		defer d.hub.unsubscribe(id, sub)
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	line := func(v any) bool {
+		if err := enc.Encode(v); err != nil {
+			return false
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
+	if truncated {
+		line(map[string]string{"warning": fmt.Sprintf("only the first %d calls were kept for late tails; see replay", historyCap)})
+	}
+	for _, ev := range past {
+		if !line(ev) {
+			return
+		}
+	}
+	if !live {
+		return
+	}
+	for {
+		select {
+		case ev, ok := <-sub.ch:
+			if !ok {
+				if d.hub.overflowed(sub) {
+					line(APIError{Error: "tail fell behind by more than the buffer; events dropped, stream ended (see replay)", Code: "overflow"})
+				}
+				return
+			}
+			if !line(ev) {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func sortViews(v []ActiveView) {
+	sort.Slice(v, func(i, j int) bool {
+		if v[i].StartedAt != v[j].StartedAt {
+			return v[i].StartedAt < v[j].StartedAt
+		}
+		return strings.Compare(v[i].InvocationID, v[j].InvocationID) < 0
+	})
+}

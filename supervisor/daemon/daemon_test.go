@@ -1,0 +1,196 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/broker"
+)
+
+func TestExampleConfigIsValid(t *testing.T) {
+	c, err := LoadConfig("../../packaging/config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != DefaultConfig() {
+		t.Errorf("the example config differs from the defaults:\n%+v\n%+v", c, DefaultConfig())
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct{ yaml, key string }{
+		{"version: 1\nskils_dir: /x\n", "skils_dir"},
+		{"version: 1\ndefaults: {memory_mb: 512, pid_max: 3}\n", "pid_max"},
+		{"version: 2\n", "version"},
+		{"version: 1\nskills_dir: relative\n", "skills_dir"},
+		{"version: 1\nmax_concurrent: 0\n", "max_concurrent"},
+		{"version: 1\ndefaults: {memory_mb: 1}\n", "defaults.memory_mb"},
+		{"version: 1\ndefaults: {seccomp_profile: ../x}\n", "defaults.seccomp_profile"},
+		{"version: 1\nshutdown_grace: forever\n", "shutdown_grace"},
+		{"version: 1\nmetrics_listen: nocolon\n", "metrics_listen"},
+		{"version: 1\nadmin_group: no-such-group-cyberos\n", "admin_group"},
+		{"version: 1\nmax_concurrent: many\n", "max_concurrent"},
+	} {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		os.WriteFile(p, []byte(tc.yaml), 0o644)
+		_, err := LoadConfig(p)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%q: err %v, want ErrConfig naming %s", tc.yaml, err, tc.key)
+		}
+	}
+}
+
+// A subscriber that never reads is cut off once its buffer is full; the
+// publisher never blocks, and a reading subscriber gets every event in order.
+func TestHubSlowSubscriberNeverBlocks(t *testing.T) {
+	h := newHub(nil)
+	h.started(supervisor.Started{InvocationID: "inv1", SkillID: "s", StartedAt: time.Now()})
+	_, _, slow, ok := h.subscribe("inv1")
+	if !ok {
+		t.Fatal("not live")
+	}
+	_, _, fast, _ := h.subscribe("inv1")
+	got := make(chan []string)
+	go func() {
+		var tools []string
+		for ev := range fast.ch {
+			tools = append(tools, ev.Tool)
+		}
+		got <- tools
+	}()
+	done := make(chan struct{})
+	n := subscriberBuffer + 50
+	go func() {
+		for i := 0; i < n; i++ {
+			h.decided(broker.Decided{InvocationID: "inv1", Tool: "T" + string(rune('a'+i%26)), Outcome: "success"})
+			if i < 5 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("decided blocked on a slow subscriber")
+	}
+	if !h.overflowed(slow) {
+		t.Error("the slow subscriber was not cut off")
+	}
+	h.ended("inv1")
+	tools := <-got
+	if len(tools) < subscriberBuffer { // the reader may also fall behind under load, never silently
+		if !h.overflowed(fast) {
+			t.Errorf("reader got %d of %d events without an overflow", len(tools), n)
+		}
+	}
+	st := h.status()
+	if st.ToolCallsToday != int64(n) || st.ActiveInvocations != 0 {
+		t.Errorf("status %+v", st)
+	}
+}
+
+func TestHubCountsAndDayRoll(t *testing.T) {
+	now := time.Date(2026, 1, 2, 23, 59, 0, 0, time.UTC)
+	h := newHub(func() time.Time { return now })
+	h.seed("2026-01-02", 10, 3)
+	h.started(supervisor.Started{InvocationID: "a", SkillID: "s", StartedAt: now})
+	h.decided(broker.Decided{InvocationID: "a", Tool: "Read", Outcome: "denied"})
+	st := h.status()
+	if st.ToolCallsToday != 11 || st.DeniedToday != 4 || st.ActiveInvocations != 1 || st.Invocations[0].ToolCalls != 1 {
+		t.Errorf("%+v", st)
+	}
+	now = now.Add(2 * time.Minute)
+	if st := h.status(); st.ToolCallsToday != 0 || st.DeniedToday != 0 || st.Day != "2026-01-03" {
+		t.Errorf("after midnight UTC %+v", st)
+	}
+}
+
+// rows is an in-memory RowSource.
+type rows []audit.Row
+
+func (rs rows) Each(_ context.Context, f audit.Filter, fn func(audit.Row) error) error {
+	for _, r := range rs {
+		if f.Kind != "" && r.Kind != f.Kind {
+			continue
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func row(ts string, k audit.Kind, payload string) audit.Row {
+	return audit.Row{TS: ts, Kind: k, Payload: []byte(payload)}
+}
+
+var h1, h2, h3 = strings.Repeat("1", 64), strings.Repeat("2", 64), strings.Repeat("3", 64)
+
+// Replay merges an in-tool denial (completed "denied: …" + tool_denied)
+// into one call, takes args hashes from the started rows, keeps seq order.
+func TestReplayAndCountDay(t *testing.T) {
+	const day = "2026-01-02"
+	rs := rows{
+		row(day+"T00:00:00.000000000Z", audit.KindInvokedStarted, `{"invocation_id":"i"}`),
+		row(day+"T00:00:01.000000000Z", audit.KindToolCallStarted, `{"invocation_id":"i","call_id":"c1","tool":"Read","args_hash":"`+h1+`"}`),
+		row(day+"T00:00:02.000000000Z", audit.KindToolCallCompleted, `{"invocation_id":"i","call_id":"c1","tool":"Read","outcome":"success","duration_ms":5,"error_message":null}`),
+		row(day+"T00:00:03.000000000Z", audit.KindToolDenied, `{"invocation_id":"i","tool":"Bash","reason":"tool_not_in_allowed_tools","attempted_args_hash":"`+h2+`"}`),
+		row(day+"T00:00:04.000000000Z", audit.KindToolCallStarted, `{"invocation_id":"i","call_id":"c2","tool":"Write","args_hash":"`+h3+`"}`),
+		row(day+"T00:00:05.000000000Z", audit.KindToolCallCompleted, `{"invocation_id":"i","call_id":"c2","tool":"Write","outcome":"error","duration_ms":7,"error_message":"denied: file_violation"}`),
+		row(day+"T00:00:06.000000000Z", audit.KindToolDenied, `{"invocation_id":"i","tool":"Write","reason":"file_violation","attempted_args_hash":"`+h3+`"}`),
+		row("2026-01-01T23:00:00.000000000Z", audit.KindToolDenied, `{"invocation_id":"old","tool":"Bash","reason":"tool_denied","attempted_args_hash":"`+h2+`"}`),
+	}
+	calls, found, err := Replay(context.Background(), rs[:7], "i")
+	if err != nil || !found {
+		t.Fatal(err, found)
+	}
+	want := []broker.Decided{
+		{TS: rs[2].TS, InvocationID: "i", Tool: "Read", Outcome: "success", DurationMS: 5, ArgsHash: h1},
+		{TS: rs[3].TS, InvocationID: "i", Tool: "Bash", Outcome: "denied", ArgsHash: h2, Reason: "tool_not_in_allowed_tools"},
+		{TS: rs[6].TS, InvocationID: "i", Tool: "Write", Outcome: "denied", DurationMS: 7, ArgsHash: h3, Reason: "file_violation"},
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("%+v", calls)
+	}
+	for i := range want {
+		if calls[i] != want[i] {
+			t.Errorf("call %d: %+v, want %+v", i, calls[i], want[i])
+		}
+	}
+	c, d, err := CountDay(context.Background(), rs, day)
+	if err != nil || c != 3 || d != 2 {
+		t.Errorf("CountDay %d %d %v, want 3 2", c, d, err)
+	}
+}
+
+// Rejudge marks exactly the calls whose tool the new policy refuses; an
+// argument-level verdict is never guessed.
+func TestRejudge(t *testing.T) {
+	pol, err := policy.Parse([]byte("---\nname: s\ndescription: d\nallowed_tools: [Bash, Read]\ndisallowed_tools: [Write]\n---\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := []broker.Decided{{Tool: "Bash"}, {Tool: "Read"}, {Tool: "Write"}, {Tool: "HttpFetch"}, {Tool: "Nope"}}
+	got := Rejudge(calls, pol)
+	want := []struct{ verdict, why string }{
+		{VerdictAllowed, ""},
+		{VerdictUndecidable, "args not recorded"},
+		{VerdictDenied, "tool_denied"},
+		{VerdictDenied, "tool_not_in_allowed_tools"},
+		{VerdictDenied, "unknown_tool"},
+	}
+	for i, w := range want {
+		if got[i].Verdict != w.verdict || !strings.Contains(got[i].Why, w.why) {
+			t.Errorf("%s: %s (%s), want %s (%s)", calls[i].Tool, got[i].Verdict, got[i].Why, w.verdict, w.why)
+		}
+	}
+}

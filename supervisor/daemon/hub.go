@@ -1,0 +1,188 @@
+// Package daemon is the host daemon behind `cyberos supervisor serve`: the
+// strict config, the skill registry, the admin API over a Unix socket
+// (invoke, status, tail, replay), /metrics, and graceful shutdown.
+package daemon
+
+import (
+	"sync"
+	"time"
+
+	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/broker"
+)
+
+// Bounds of the live views.
+const (
+	// subscriberBuffer is how many events a tail stream may lag behind
+	// before it is cut (with an error line): a slow reader never blocks a
+	// broker.
+	subscriberBuffer = 1024
+	// historyCap bounds the events kept per running invocation for tails
+	// that join late.
+	historyCap = 10000
+)
+
+// Status is GET /v1/status (and `cyberos skill broker status`).
+type Status struct {
+	ActiveInvocations int          `json:"active_invocations"`
+	ToolCallsToday    int64        `json:"tool_calls_today"`
+	DeniedToday       int64        `json:"denied_today"`
+	Day               string       `json:"day"` // the UTC day counted, YYYY-MM-DD
+	Invocations       []ActiveView `json:"invocations"`
+}
+
+// ActiveView is one running invocation in Status.
+type ActiveView struct {
+	InvocationID string `json:"invocation_id"`
+	SkillID      string `json:"skill_id"`
+	TenantID     string `json:"tenant_id"`
+	StartedAt    string `json:"started_at"`
+	ToolCalls    int64  `json:"tool_calls"`
+}
+
+type active struct {
+	info      supervisor.Started
+	toolCalls int64
+	history   []broker.Decided
+	truncated bool
+	subs      map[*subscriber]struct{}
+}
+
+// subscriber is one live tail stream. ch is closed when the invocation
+// ends (done) or the reader fell behind (overflow).
+type subscriber struct {
+	ch       chan broker.Decided
+	overflow bool
+}
+
+// hub is the in-memory state behind status and tail.
+type hub struct {
+	mu      sync.Mutex
+	active  map[string]*active
+	day     string
+	calls   int64
+	denied  int64
+	dropped int64
+	now     func() time.Time
+}
+
+func newHub(now func() time.Time) *hub {
+	if now == nil {
+		now = time.Now
+	}
+	return &hub{active: map[string]*active{}, now: now}
+}
+
+func utcDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+// seed sets today's counters (from the audit rows at start).
+func (h *hub) seed(day string, calls, denied int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.day, h.calls, h.denied = day, calls, denied
+}
+
+// rollLocked resets the counters when the UTC day changed.
+func (h *hub) rollLocked() {
+	if d := utcDay(h.now()); d != h.day {
+		h.day, h.calls, h.denied = d, 0, 0
+	}
+}
+
+func (h *hub) started(s supervisor.Started) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.active[s.InvocationID] = &active{info: s, subs: map[*subscriber]struct{}{}}
+}
+
+// decided counts one tool call and fans it out; it never blocks.
+func (h *hub) decided(ev broker.Decided) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rollLocked()
+	h.calls++
+	if ev.Outcome == "denied" {
+		h.denied++
+	}
+	a := h.active[ev.InvocationID]
+	if a == nil {
+		return
+	}
+	a.toolCalls++
+	if len(a.history) < historyCap {
+		a.history = append(a.history, ev)
+	} else {
+		a.truncated = true
+	}
+	for s := range a.subs {
+		select {
+		case s.ch <- ev:
+		default:
+			s.overflow = true
+			h.dropped++
+			delete(a.subs, s)
+			close(s.ch)
+		}
+	}
+}
+
+// ended removes a finished invocation and ends its tail streams.
+func (h *hub) ended(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.active[id]
+	if a == nil {
+		return
+	}
+	delete(h.active, id)
+	for s := range a.subs {
+		close(s.ch)
+	}
+}
+
+// subscribe returns the events so far and a live stream, or ok false when
+// the invocation is not running. The caller must unsubscribe.
+func (h *hub) subscribe(id string) (past []broker.Decided, truncated bool, s *subscriber, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.active[id]
+	if a == nil {
+		return nil, false, nil, false
+	}
+	s = &subscriber{ch: make(chan broker.Decided, subscriberBuffer)}
+	a.subs[s] = struct{}{}
+	return append([]broker.Decided(nil), a.history...), a.truncated, s, true
+}
+
+func (h *hub) unsubscribe(id string, s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a := h.active[id]; a != nil {
+		if _, ok := a.subs[s]; ok {
+			delete(a.subs, s)
+			close(s.ch)
+		}
+	}
+}
+
+func (h *hub) overflowed(s *subscriber) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return s.overflow
+}
+
+func (h *hub) status() Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rollLocked()
+	st := Status{ActiveInvocations: len(h.active), ToolCallsToday: h.calls, DeniedToday: h.denied, Day: h.day,
+		Invocations: []ActiveView{}}
+	for _, a := range h.active {
+		st.Invocations = append(st.Invocations, ActiveView{
+			InvocationID: a.info.InvocationID, SkillID: a.info.SkillID, TenantID: a.info.TenantID,
+			StartedAt: a.info.StartedAt.UTC().Format(time.RFC3339Nano), ToolCalls: a.toolCalls,
+		})
+	}
+	sortViews(st.Invocations)
+	return st
+}
