@@ -181,6 +181,24 @@ func (j *journal) write(data []byte, start, size int64) (err error) {
 	return nil
 }
 
+// reserve extends the journal with written zeros when less than half a
+// chunk is left after end, so appends find their space allocated (must hold
+// the exclusive lock). On a full disk it gives the space back and leaves
+// the appends to grow the file themselves.
+func (j *journal) reserve(end, size int64) {
+	if size-end >= journalChunk/2 {
+		return
+	}
+	grown := (end/journalChunk + 2) * journalChunk
+	if err := j.zero(size, grown); err == nil {
+		err = datasync(j.w)
+		if err == nil {
+			return
+		}
+	}
+	_ = j.w.Truncate(size)
+}
+
 // clearAfter zeros whatever a crash left beyond the end (must hold the
 // exclusive lock), so a later append cannot end up followed by stale bytes.
 func (j *journal) clearAfter(end, size int64) error {

@@ -385,6 +385,7 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.j.path, err)
 	}
+	s.j.reserve(end, size)
 	if err := s.apply(ctx, end); err != nil {
 		return fmt.Errorf("%s: %w", s.j.path, err)
 	}
