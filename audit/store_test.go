@@ -723,10 +723,19 @@ func TestAcknowledgedRowsSurviveKill(t *testing.T) {
 func TestWALIsCheckpointed(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir)
-	const n = 4000
-	for i := range n {
-		emitAll(t, s, ToolCallStarted(common("inv"), fmt.Sprint(i), "Read", zeroHash(i)))
+	const n, emitters = 12000, 20
+	var wg sync.WaitGroup
+	for w := range emitters {
+		wg.Go(func() {
+			for i := w; i < n; i += emitters {
+				if _, err := s.Emit(context.Background(), ToolCallStarted(common("inv"), fmt.Sprint(i), "Read", zeroHash(i))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
 	}
+	wg.Wait()
 	// A read applies whatever the applier has not yet.
 	if rows := allRows(t, s); len(rows) != n {
 		t.Fatalf("%d rows", len(rows))

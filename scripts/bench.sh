@@ -30,7 +30,7 @@ done | sort -n | awk '{a[NR]=$1} END {printf "  cli-median-ms %.1f\n  cli-p95-ms
 
 echo
 echo "== audit emit, durable (fsync per group commit): latency and rows/s at 1, 10, 100 concurrent emitters"
-go test -run '^$' -bench 'BenchmarkEmit' -benchtime 2000x -count 1 ./audit/ | grep -E '^Benchmark'
+go test -run '^$' -bench 'BenchmarkEmit' -benchtime 4000x -count 3 ./audit/ | grep -E '^Benchmark'
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
 go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark'
