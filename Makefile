@@ -7,7 +7,7 @@ BIN      := bin/cyberos
 CC       ?= gcc
 DEMO_STATE ?= /tmp/cyberos-demo-state
 
-.PHONY: help deps build demo test unit integration darwin bench lint clean
+.PHONY: help deps build demo test unit integration darwin bench lint vm-test clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,10 @@ test: deps lint ## unit + root integration tests, and the macOS build
 	CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
 	@echo "macOS build: ok"
+
+vm-test: ## the root integration + cgroups tests in a cgroup v2 qemu VM (Debian kernel, KVM if the CPU has it); as root, downloads cached in .cache/vm
+	bash scripts/vm/build.sh
+	bash scripts/vm/run.sh
 
 bench: build ## cold start vs unshare/bwrap/runc, audit emit latency, audit vs no-op, broker vs MCP SDK (as root)
 	@bash scripts/bench.sh $(BIN)

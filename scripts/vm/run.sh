@@ -57,7 +57,7 @@ timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${accel[@]}" \
   -device isa-debug-exit,iobase=0xf4,iosize=0x04 &
 qemu=$!
 # Follow the tests' port live (serial output ends lines with \r\n).
-tail -n +1 -F --pid=$qemu "$tests" 2>/dev/null | tr -d '\r' &
+tail -n +1 -F --pid=$qemu "$tests" 2>/dev/null | sed -u 's/\r$//' &
 follower=$!
 wait $qemu
 qrc=$?
