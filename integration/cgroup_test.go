@@ -187,9 +187,19 @@ func TestDeadlineKillsThroughCgroup(t *testing.T) {
 	e := newEnv(t)
 	dir := e.skill("stubborn2", "effort_minutes: 1\n", "#!/bin/sh\ntrap '' TERM\nexec /bin/sleep 61616\n")
 	done := make(chan result, 1)
-	go func() { done <- e.run(dir, "--deadline", "6s") }()
+	// Long enough for a slow sandbox start (the deadline covers it) and the
+	// moves below.
+	go func() { done <- e.run(dir, "--deadline", "15s") }()
 	var pids []int
-	waitFor(t, 20*time.Second, func() bool { pids = procsMatching("sleep 61616"); return len(pids) > 0 })
+	waitFor(t, 20*time.Second, func() bool {
+		select {
+		case r := <-done:
+			t.Fatalf("the skill ended before the test saw it: outcome %s, %s\n%s", r.env.Outcome, r.env.ErrorMessage, r.stderr)
+		default:
+		}
+		pids = procsMatching("sleep 61616")
+		return len(pids) > 0
+	})
 
 	outsider := exec.Command("/bin/sleep", "71717")
 	if err := outsider.Start(); err != nil {
@@ -230,7 +240,7 @@ func TestDeadlineKillsThroughCgroup(t *testing.T) {
 		if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 			t.Errorf("the outsider ended %v, want killed by SIGKILL", ws)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(slow(5 * time.Second)):
 		t.Fatal("the host process in the skill's cgroup survived the deadline: the kill did not go through the cgroup")
 	}
 	if hasCgroup(t, r.env.InvocationID) {

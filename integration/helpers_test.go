@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -261,7 +262,23 @@ func procsMatching(s string) []int {
 	return pids
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool) { testutil.WaitFor(t, d, cond) }
+func waitFor(t *testing.T, d time.Duration, cond func() bool) { testutil.WaitFor(t, slow(d), cond) }
+
+// slowdownEnv is a factor (default 1) for the upper time bounds of these
+// tests, for machines that run them slower than real hardware: the VM of
+// scripts/vm sets it under software emulation. Lower bounds stay exact.
+const slowdownEnv = "CYBEROS_TEST_SLOWDOWN"
+
+var slowdown = func() float64 {
+	f, err := strconv.ParseFloat(os.Getenv(slowdownEnv), 64)
+	if err != nil || f < 1 {
+		return 1
+	}
+	return f
+}()
+
+// slow stretches an upper time bound by the slowdown factor.
+func slow(d time.Duration) time.Duration { return time.Duration(float64(d) * slowdown) }
 
 // cyberos builds a command running the built binary.
 func cyberos(args ...string) *exec.Cmd { return exec.Command(cyberosBin, args...) }

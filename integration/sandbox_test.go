@@ -49,6 +49,7 @@ func TestInsideTheSandbox(t *testing.T) {
 		SkillWritable bool     `json:"skill_writable"`
 		TmpWritable   bool     `json:"tmp_writable"`
 		KcoreReadable bool     `json:"kcore_readable"`
+		KcoreState    string   `json:"kcore_state"`
 	}
 	if err := json.Unmarshal(r.env.Result, &in); err != nil {
 		t.Fatal(err)
@@ -86,8 +87,8 @@ func TestInsideTheSandbox(t *testing.T) {
 	if in.RootWritable || in.UsrWritable || in.SkillWritable || !in.TmpWritable {
 		t.Errorf("writable: / %v, /usr %v, /skill %v, /tmp %v; want only /tmp", in.RootWritable, in.UsrWritable, in.SkillWritable, in.TmpWritable)
 	}
-	if in.KcoreReadable {
-		t.Error("/proc/kcore is readable; it must be masked")
+	if in.KcoreReadable || (in.KcoreState != "masked" && in.KcoreState != "absent") {
+		t.Errorf("/proc/kcore is %s (readable: %v); it must be masked where the kernel has it", in.KcoreState, in.KcoreReadable)
 	}
 	if in.Hostname != "skill" {
 		t.Errorf("hostname %q, want skill", in.Hostname)
@@ -191,14 +192,15 @@ func TestDeadlineKillsEverything(t *testing.T) {
 	}
 	// The deadline's timers start when the sandbox is running, so the
 	// skill's own clock sees SIGTERM at about 90 % of 4 s.
+	// Upper bounds: nominal plus slack, the slack stretched on slow machines.
 	termMS, _ := strconv.Atoi(m[1])
-	if termMS < 3400 || termMS > 3950 {
+	if termMS < 3400 || time.Duration(termMS)*time.Millisecond > 3600*time.Millisecond+slow(350*time.Millisecond) {
 		t.Errorf("SIGTERM seen after %d ms, want about 3600", termMS)
 	}
-	if r.env.DurationMS < 3950 || r.env.DurationMS > 6000 {
+	if r.env.DurationMS < 3950 || time.Duration(r.env.DurationMS)*time.Millisecond > 4*time.Second+slow(2*time.Second) {
 		t.Errorf("duration %d ms, want about 4000", r.env.DurationMS)
 	}
-	if took > 8*time.Second {
+	if took > 4*time.Second+slow(4*time.Second) {
 		t.Errorf("skill run took %v", took)
 	}
 	if left := procsMatching("sleep 98765"); len(left) > 0 {

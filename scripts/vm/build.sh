@@ -114,6 +114,7 @@ mkdir -p "$root"
 tar -x -C "$root" -f "$rootfs"
 cp -a "$stage"/. "$root"/
 echo cyberos-vm >"$root/etc/hostname"
+printf '127.0.0.1 localhost cyberos-vm\n::1 localhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 (cd "$root" && find . -print0 | cpio --null -o -H newc --quiet) >"$build/initramfs.cpio.tmp"
 mv "$build/initramfs.cpio.tmp" "$build/initramfs.cpio"
 rm -rf "$root"

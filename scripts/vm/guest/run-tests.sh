@@ -5,8 +5,9 @@
 # status through isa-debug-exit.
 #
 # The kernel passes unknown name=value words of its command line to init as
-# environment: CYBEROS_VM_RUN (a -test.run pattern, optional) and
-# CYBEROS_VM_TIMEOUT (each test binary's -test.timeout).
+# environment: CYBEROS_VM_RUN and CYBEROS_VM_SKIP (-test.run and -test.skip
+# patterns, optional), CYBEROS_VM_TIMEOUT (each test binary's -test.timeout)
+# and CYBEROS_TEST_SLOWDOWN (read by the integration tests).
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8 TMPDIR=/tmp
 # CI: root tests and the tests needing python3 or a toolchain fail instead of skipping.
@@ -44,6 +45,7 @@ fi
 
 {
   echo "== guest: $(uname -r), cgroup: $(stat -fc %T /sys/fs/cgroup), controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control), $(nproc) cpus, $(($(sed -n 's/MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo) / 1024)) MiB"
+  echo "== test.run: ${CYBEROS_VM_RUN:-all}; test.skip: ${CYBEROS_VM_SKIP:-none}; time-bound slowdown: ${CYBEROS_TEST_SLOWDOWN:-1}"
   echo "== cyberos doctor"
   /opt/cyberos/bin/cyberos doctor
 } >"$out" 2>&1
@@ -53,7 +55,8 @@ for pkg in integration cgroups; do
   echo "== $pkg.test" >"$out"
   start=$(date +%s)
   (cd /opt/cyberos/$pkg && /opt/cyberos/tests/$pkg.test -test.v -test.count=1 \
-    -test.timeout="${CYBEROS_VM_TIMEOUT:-30m}" ${CYBEROS_VM_RUN:+-test.run="$CYBEROS_VM_RUN"}) >"$out" 2>&1
+    -test.timeout="${CYBEROS_VM_TIMEOUT:-30m}" ${CYBEROS_VM_RUN:+-test.run="$CYBEROS_VM_RUN"} \
+    ${CYBEROS_VM_SKIP:+-test.skip="$CYBEROS_VM_SKIP"}) >"$out" 2>&1
   rc=$?
   echo "CYBEROS-VM-PACKAGE $pkg rc=$rc seconds=$(($(date +%s) - start))" >"$out"
   [ $rc -eq 0 ] || status=1
