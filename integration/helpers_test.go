@@ -266,7 +266,8 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) { testutil.WaitFor
 
 // slowdownEnv is a factor (default 1) for the upper time bounds of these
 // tests, for machines that run them slower than real hardware: the VM of
-// scripts/vm sets it under software emulation. Lower bounds stay exact.
+// scripts/vm sets it under software emulation. Lower bounds stay exact
+// unless a test says why not.
 const slowdownEnv = "CYBEROS_TEST_SLOWDOWN"
 
 var slowdown = func() float64 {
