@@ -72,6 +72,7 @@ timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${accel[@]}" \
   -serial "file:$console" -serial "file:$tests" \
   -device isa-debug-exit,iobase=0xf4,iosize=0x04 &
 qemu=$!
+trap 'kill "$qemu" 2>/dev/null; exit 130' INT TERM
 # Follow the tests' port live (serial output ends lines with \r\n).
 tail -n +1 -F --pid=$qemu "$tests" 2>/dev/null | sed -u 's/\r$//' &
 follower=$!
