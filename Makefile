@@ -7,7 +7,7 @@ BIN      := bin/cyberos
 CC       ?= gcc
 DEMO_STATE ?= /tmp/cyberos-demo-state
 
-.PHONY: help deps build demo test unit integration darwin bench lint clean fuzz install
+.PHONY: help deps build demo test unit integration darwin bench lint vm-test clean fuzz install
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,10 @@ test: deps lint ## unit + root integration tests, and the macOS build
 
 fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC) for FUZZTIME each (default 20s)
 	@bash scripts/fuzz.sh
+
+vm-test: ## the root integration + cgroups tests in a cgroup v2 qemu VM (Debian kernel, KVM if the CPU has it); as root, downloads cached in .cache/vm
+	bash scripts/vm/build.sh
+	bash scripts/vm/run.sh
 
 bench: build ## cold start vs unshare/bwrap/runc (and per seccomp profile), audit emit latency, audit vs no-op, broker vs MCP SDK, daemon throughput and RSS (as root)
 	@bash scripts/bench.sh $(BIN)

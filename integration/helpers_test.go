@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,10 @@ import (
 	"github.com/cyberos/supervisor/internal/testutil"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
+
+// prebuiltEnv names a directory holding cyberos, cyberos-init, cyberos-tool
+// and probes/<name>, built beforehand; TestMain then builds nothing.
+const prebuiltEnv = "CYBEROS_IT_PREBUILT"
 
 // Built once by TestMain: the real cyberos binary and the probe programs.
 var (
@@ -41,6 +46,19 @@ func run(m *testing.M) int {
 	}
 	wd, _ := os.Getwd()
 	repoRoot = filepath.Dir(wd)
+	if dir := os.Getenv(prebuiltEnv); dir != "" {
+		// The VM (scripts/vm) has no Go toolchain or compiler: it brings
+		// the binaries and probes built on the host.
+		cyberosBin = filepath.Join(dir, "cyberos")
+		probeDir = filepath.Join(dir, "probes")
+		for _, p := range []string{cyberosBin, filepath.Join(dir, "cyberos-init"), filepath.Join(dir, "cyberos-tool"), probeDir} {
+			if _, err := os.Stat(p); err != nil {
+				fmt.Fprintf(os.Stderr, "%s=%s: %v\n", prebuiltEnv, dir, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}
 	cyberosBin = filepath.Join(tmp, "cyberos")
 	for _, build := range []*exec.Cmd{
 		exec.Command("go", "build", "-tags", "seccomp", "-o", cyberosBin, "./cmd/cyberos"),
@@ -153,6 +171,7 @@ type envelope struct {
 		UserNamespace string   `json:"user_namespace"`
 		Seccomp       string   `json:"seccomp"`
 		Landlock      string   `json:"landlock"`
+		CgroupMode    string   `json:"cgroup_mode"`
 		NotEnforced   []string `json:"not_enforced"`
 	} `json:"containment"`
 	Stats struct {
@@ -245,7 +264,24 @@ func procsMatching(s string) []int {
 	return pids
 }
 
-func waitFor(t testing.TB, d time.Duration, cond func() bool) { testutil.WaitFor(t, d, cond) }
+func waitFor(t testing.TB, d time.Duration, cond func() bool) { testutil.WaitFor(t, slow(d), cond) }
+
+// slowdownEnv is a factor (default 1) for the upper time bounds of these
+// tests, for machines that run them slower than real hardware: the VM of
+// scripts/vm sets it under software emulation. Lower bounds stay exact
+// unless a test says why not.
+const slowdownEnv = "CYBEROS_TEST_SLOWDOWN"
+
+var slowdown = func() float64 {
+	f, err := strconv.ParseFloat(os.Getenv(slowdownEnv), 64)
+	if err != nil || f < 1 {
+		return 1
+	}
+	return f
+}()
+
+// slow stretches an upper time bound by the slowdown factor.
+func slow(d time.Duration) time.Duration { return time.Duration(float64(d) * slowdown) }
 
 // cyberos builds a command running the built binary.
 func cyberos(args ...string) *exec.Cmd { return exec.Command(cyberosBin, args...) }

@@ -49,6 +49,7 @@ func TestInsideTheSandbox(t *testing.T) {
 		SkillWritable bool     `json:"skill_writable"`
 		TmpWritable   bool     `json:"tmp_writable"`
 		KcoreReadable bool     `json:"kcore_readable"`
+		KcoreState    string   `json:"kcore_state"`
 	}
 	if err := json.Unmarshal(r.env.Result, &in); err != nil {
 		t.Fatal(err)
@@ -86,8 +87,8 @@ func TestInsideTheSandbox(t *testing.T) {
 	if in.RootWritable || in.UsrWritable || in.SkillWritable || !in.TmpWritable {
 		t.Errorf("writable: / %v, /usr %v, /skill %v, /tmp %v; want only /tmp", in.RootWritable, in.UsrWritable, in.SkillWritable, in.TmpWritable)
 	}
-	if in.KcoreReadable {
-		t.Error("/proc/kcore is readable; it must be masked")
+	if in.KcoreReadable || (in.KcoreState != "masked" && in.KcoreState != "absent") {
+		t.Errorf("/proc/kcore is %s (readable: %v); it must be masked where the kernel has it", in.KcoreState, in.KcoreReadable)
 	}
 	if in.Hostname != "skill" {
 		t.Errorf("hostname %q, want skill", in.Hostname)
@@ -129,14 +130,26 @@ func TestHostSeesUnprivilegedUID(t *testing.T) {
 }
 
 // TestOOMIsKilled: a skill allocating 1 GiB under x-memory-mb 128 ends
-// "killed", and the host (this supervisor, a following run) is unaffected.
+// "killed" (on v2 the parent's memory.events oom_kill grows too), and the
+// host (this supervisor, a following run) is unaffected.
 func TestOOMIsKilled(t *testing.T) {
 	e := newEnv(t)
 	dir := e.skill("hog", "x-memory-mb: 128\n", "#!/usr/bin/python3\nb = b'x' * (1 << 30)\nprint('{}')\n")
+	unified := kernelCgroupMode(t) == "unified"
+	var before uint64
+	if unified {
+		before = parentMemoryEvent(t, e, "oom_kill")
+	}
 	r := e.run(dir, "--deadline", "60s")
 	r.mustOutcome(t, "killed")
 	if r.env.Stats.OOMKills == 0 {
 		t.Errorf("stats report no OOM kill: %+v", r.env.Stats)
+	}
+	// v2: the kernel's own count, in the parent's hierarchical memory.events.
+	if unified {
+		if n := parentMemoryEvent(t, e, "oom_kill"); n <= before {
+			t.Errorf("memory.events oom_kill of %s went %d -> %d: the kernel saw no OOM kill", e.runDirCgroupParent(), before, n)
+		}
 	}
 	if r.env.Stats.MemoryPeakBytes > 129<<20 {
 		t.Errorf("memory peak %d is above the 128 MiB limit", r.env.Stats.MemoryPeakBytes)
@@ -179,14 +192,18 @@ func TestDeadlineKillsEverything(t *testing.T) {
 	}
 	// The deadline's timers start when the sandbox is running, so the
 	// skill's own clock sees SIGTERM at about 90 % of 4 s.
+	// Bounds: nominal plus or minus slack, the slack stretched on slow
+	// machines. The skill's clock starts once it runs, after the timers, so
+	// a slow exec makes it see SIGTERM early.
 	termMS, _ := strconv.Atoi(m[1])
-	if termMS < 3400 || termMS > 3950 {
+	term := time.Duration(termMS) * time.Millisecond
+	if term < 3600*time.Millisecond-slow(200*time.Millisecond) || term > 3600*time.Millisecond+slow(350*time.Millisecond) {
 		t.Errorf("SIGTERM seen after %d ms, want about 3600", termMS)
 	}
-	if r.env.DurationMS < 3950 || r.env.DurationMS > 6000 {
+	if r.env.DurationMS < 3950 || time.Duration(r.env.DurationMS)*time.Millisecond > 4*time.Second+slow(2*time.Second) {
 		t.Errorf("duration %d ms, want about 4000", r.env.DurationMS)
 	}
-	if took > 8*time.Second {
+	if took > 4*time.Second+slow(4*time.Second) {
 		t.Errorf("skill run took %v", took)
 	}
 	if left := procsMatching("sleep 98765"); len(left) > 0 {
@@ -410,49 +427,6 @@ func TestCrashLeftoversAreCleaned(t *testing.T) {
 		t.Errorf("cgroup of crashed %s left", id)
 	}
 	assertNothingLeft(t, e)
-}
-
-// TestCPUQuotaApplied: x-cpu 0.5 puts a 50 ms per 100 ms quota on the
-// skill's cgroup, read from the host while the skill runs.
-func TestCPUQuotaApplied(t *testing.T) {
-	e := newEnv(t)
-	dir := e.skill("capped", "x-cpu: 0.5\n", "#!/bin/sh\nexec /bin/sleep 27182\n")
-	done := make(chan result, 1)
-	go func() { done <- e.run(dir, "--deadline", "20s") }()
-	var pids []int
-	waitFor(t, 10*time.Second, func() bool { pids = procsMatching("sleep 27182"); return len(pids) > 0 })
-	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pids[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var quotaFile string
-	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		switch {
-		case parts[1] == "" && parts[0] == "0" && fileExists("/sys/fs/cgroup/cgroup.controllers"): // v2
-			quotaFile = filepath.Join("/sys/fs/cgroup", parts[2], "cpu.max")
-		case strings.Contains(","+parts[1]+",", ",cpu,"):
-			quotaFile = filepath.Join("/sys/fs/cgroup/cpu", parts[2], "cpu.cfs_quota_us")
-		}
-	}
-	if quotaFile == "" {
-		t.Fatalf("no cpu cgroup in %s", cg)
-	}
-	b, err := os.ReadFile(quotaFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.TrimSpace(string(b))
-	if got != "50000" && got != "50000 100000" {
-		t.Errorf("%s = %q, want a 50000 µs quota per 100000 µs", quotaFile, got)
-	}
-	for _, p := range pids {
-		_ = killPid(p)
-	}
-	<-done
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
