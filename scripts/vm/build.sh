@@ -16,8 +16,9 @@ CACHE=${VM_CACHE:-$PWD/.cache/vm}
 SUITE=${VM_SUITE:-bookworm}
 MIRROR=${VM_MIRROR:-http://deb.debian.org/debian}
 # The guest userland: what the tests' skills and helpers exec (sh, sleep,
-# cat, mount, python3 for the OOM and abort skills; busybox for `ip`).
-ROOTFS_PACKAGES=python3,busybox,mount
+# cat, mount, python3 for the OOM and abort skills; busybox for `ip`; curl
+# for the admin-socket tests).
+ROOTFS_PACKAGES=python3,busybox,mount,curl
 
 log() { echo "vm-build: $*" >&2; }
 
@@ -101,6 +102,12 @@ for f in "$opt"/bin/cyberos "$opt"/bin/cyberos-init "$opt"/tests/*.test; do
   fi
 done
 cp -r seccomp-profiles "$opt/seccomp-profiles"
+# The example skills (notes-go built here: the guest has no toolchain) and
+# the integration tests' data, where the tests look for them (repoRoot).
+cp -r examples "$opt/examples"
+CGO_ENABLED=0 go build -o "$opt/examples/notes-go/main" ./examples/notes-go/skill.go
+mkdir -p "$opt/integration"
+cp -r integration/testdata "$opt/integration/testdata"
 install -m 0755 scripts/vm/guest/init "$stage/init"
 install -m 0755 scripts/vm/guest/run-tests.sh "$opt/run-tests.sh"
 
