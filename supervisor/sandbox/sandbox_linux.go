@@ -422,13 +422,28 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	if !r.userNS {
 		proc.UID, proc.GID = 65534, 65534
 	}
-	if err := c.Run(proc); err != nil {
+	if err := runContainer(c, proc); err != nil {
 		p.cleanup()
 		return nil, fmt.Errorf("sandbox start: %w", err)
 	}
 	p.proc = proc
 	p.latency = time.Since(start)
 	return p, nil
+}
+
+// runContainer is c.Run(proc), with a panic inside libcontainer turned into
+// an error: a start that takes libcontainer over a minute (seen with 100
+// starts at once in a VM under software emulation and memory pressure) hits
+// a race in runc v1.5.3's mount-source helper (process_linux.go: the request
+// channel is closed by a 1-minute context while a request is being sent:
+// "send on closed channel"). The start failed; it is not a supervisor bug.
+func runContainer(c *libcontainer.Container, proc *libcontainer.Process) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("libcontainer panicked: %v", v)
+		}
+	}()
+	return c.Run(proc)
 }
 
 // config maps a Spec onto a libcontainer config. Every security control is
@@ -684,7 +699,7 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 		_, _ = io.Copy(dst, src)
 		copyDone <- struct{}{}
 	}
-	if err := p.c.Run(proc); err != nil {
+	if err := runContainer(p.c, proc); err != nil {
 		outR.Close()
 		outW.Close()
 		errR.Close()
