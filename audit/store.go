@@ -82,7 +82,7 @@ func chunk(n int) int {
 const (
 	DefaultMaxBatch    = 512
 	DefaultQueueSize   = 4096
-	DefaultBusyTimeout = 5 * time.Second
+	DefaultBusyTimeout = 30 * time.Second // no Emit waits on it: only Open, reads and the applier
 )
 
 type options struct {
