@@ -101,11 +101,10 @@ func TestAuditHundredParallelRuns(t *testing.T) {
 	}
 }
 
-// TestAuditFullStateDirRefuses: on a tiny tmpfs that is full, the next
-// invocation is refused (exit 3) before anything runs, and the rows already
-// there still verify.
-func TestAuditFullStateDirRefuses(t *testing.T) {
-	e := newEnv(t)
+// tinyStateDir mounts a 1 MiB tmpfs (unmounted when the test ends) and
+// makes it the env's state dir.
+func (e *env) tinyStateDir(t *testing.T) string {
+	t.Helper()
 	mnt := filepath.Join(e.base, "tiny")
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		t.Fatal(err)
@@ -115,6 +114,15 @@ func TestAuditFullStateDirRefuses(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
 	e.stateDir = mnt
+	return mnt
+}
+
+// TestAuditFullStateDirRefuses: on a tiny tmpfs that is full, the next
+// invocation is refused (exit 3) before anything runs, and the rows already
+// there still verify.
+func TestAuditFullStateDirRefuses(t *testing.T) {
+	e := newEnv(t)
+	mnt := e.tinyStateDir(t)
 	ok := e.run(e.skill("first", "", "#!/bin/sh\necho '{}'\n"))
 	ok.mustOutcome(t, "success")
 	// Fill the tmpfs to the last byte.

@@ -453,15 +453,7 @@ func TestAdminSocketRefusesOthers(t *testing.T) {
 // cannot be written — and then the skill never runs.
 func TestDaemonInvokeRefusals(t *testing.T) {
 	e := newEnv(t)
-	mnt := filepath.Join(e.base, "tiny")
-	if err := os.MkdirAll(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
-	e.stateDir = mnt
+	mnt := e.tinyStateDir(t)
 	e.skill("ok", "version: 1.2.3\n", "#!/bin/sh\necho '{}'\n")
 	e.skill("sleepy", "", "#!/bin/sh\nexec /bin/sleep 16181\n")
 	// A folder whose frontmatter names another skill.

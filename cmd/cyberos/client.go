@@ -85,16 +85,9 @@ func newInvokeCmd() *cobra.Command {
 		Short: "Invoke an installed skill through the daemon",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			if f.args != "" && f.argsFile != "" {
-				return &exitError{exitUsage, errors.New("--args and --args-file are exclusive")}
-			}
-			args := []byte(f.args)
-			if f.argsFile != "" {
-				b, err := os.ReadFile(f.argsFile)
-				if err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--args-file: %w", err)}
-				}
-				args = b
+			args, err := readArgs(f.args, f.argsFile)
+			if err != nil {
+				return err
 			}
 			req := daemon.InvokeRequest{SkillID: a[0], Version: version, TenantID: f.tenant, CallerPersona: f.persona,
 				Traceparent: f.traceparent, DeadlineMS: f.deadline.Milliseconds()}

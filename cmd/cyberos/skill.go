@@ -65,17 +65,26 @@ func newRunCmd() *cobra.Command {
 	return cmd
 }
 
-func runSkill(out io.Writer, dir string, f runFlags) error {
-	if f.args != "" && f.argsFile != "" {
-		return &exitError{exitUsage, errors.New("--args and --args-file are exclusive")}
+// readArgs returns the invocation's args from --args or --args-file (not
+// both: a usage error).
+func readArgs(inline, file string) ([]byte, error) {
+	if inline != "" && file != "" {
+		return nil, &exitError{exitUsage, errors.New("--args and --args-file are exclusive")}
 	}
-	args := []byte(f.args)
-	if f.argsFile != "" {
-		b, err := os.ReadFile(f.argsFile)
-		if err != nil {
-			return &exitError{exitUsage, fmt.Errorf("--args-file: %w", err)}
-		}
-		args = b
+	if file == "" {
+		return []byte(inline), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, &exitError{exitUsage, fmt.Errorf("--args-file: %w", err)}
+	}
+	return b, nil
+}
+
+func runSkill(out io.Writer, dir string, f runFlags) error {
+	args, err := readArgs(f.args, f.argsFile)
+	if err != nil {
+		return err
 	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {
