@@ -214,7 +214,9 @@ func TestDeadlineTermThenKill(t *testing.T) {
 // TestDeadlineTermIsEnough: a skill that exits on SIGTERM is still timeout.
 func TestDeadlineTermIsEnough(t *testing.T) {
 	f := &fakeRunner{hang: true}
-	env, err := run(t, f, Request{Deadline: 500 * time.Millisecond})
+	// 3 s: SIGTERM at 2.7 s leaves 300 ms before the kill. With 500 ms (a
+	// 50 ms gap) a loaded CI machine fired both timers at once.
+	env, err := run(t, f, Request{Deadline: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
