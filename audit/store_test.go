@@ -205,6 +205,17 @@ func TestConcurrentEmitGroupCommit(t *testing.T) {
 // most maxBatch per transaction.
 func TestBatchesAreBounded(t *testing.T) {
 	s := openStore(t, t.TempDir(), WithMaxBatch(4))
+	emitBehindHeldBatch(t, s, 20, func(release func()) { release() })
+	if c := s.commits.Load(); c != 6 {
+		t.Fatalf("%d commits, want 1 + 20/4 = 6", c)
+	}
+}
+
+// emitBehindHeldBatch emits one row and holds the writer inside that
+// row's batch; emits n more (all queued behind it), calls then with a
+// release func for the writer, and returns once every emit succeeded.
+func emitBehindHeldBatch(t *testing.T, s *Store, n int, then func(release func())) {
+	t.Helper()
 	hold, entered := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	s.beforeCommit = func() error { once.Do(func() { close(entered); <-hold }); return nil }
@@ -218,15 +229,12 @@ func TestBatchesAreBounded(t *testing.T) {
 	}
 	emit(0)
 	<-entered // the writer holds a one-row batch
-	for i := range 20 {
+	for i := range n {
 		emit(i + 1)
 	}
-	waitQueued(t, s, 20)
-	close(hold)
+	waitQueued(t, s, n)
+	then(func() { close(hold) })
 	wg.Wait()
-	if c := s.commits.Load(); c != 6 {
-		t.Fatalf("%d commits, want 1 + 20/4 = 6", c)
-	}
 }
 
 func waitQueued(t *testing.T, s *Store, n int) {
@@ -389,28 +397,12 @@ func TestCloseDrainsQueueAndRefusesAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold, entered := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	s.beforeCommit = func() error { once.Do(func() { close(entered); <-hold }); return nil }
-	var wg sync.WaitGroup
-	emit := func(i int) {
-		wg.Go(func() {
-			if _, err := s.Emit(context.Background(), NoConnect(common(fmt.Sprint(i)), 1)); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	emit(0)
-	<-entered
-	for i := range 9 {
-		emit(i + 1)
-	}
-	waitQueued(t, s, 9)
 	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	time.Sleep(10 * time.Millisecond)
-	close(hold)
-	wg.Wait()
+	emitBehindHeldBatch(t, s, 9, func(release func()) {
+		go func() { closed <- s.Close() }()
+		time.Sleep(10 * time.Millisecond)
+		release()
+	})
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
