@@ -119,18 +119,24 @@ func (r Row) ComputeHash() (string, error) {
 // commit path; TestWriterHashMatchesComputeHash holds the two together.
 // ok is false for anything else, and the caller uses ComputeHash.
 func (r Row) writerHash() (_ string, ok bool) {
+	h, _, err := r.hashInto(nil)
+	return h, err == nil
+}
+
+// hashInto is writerHash building the hashed text in scratch (returned for
+// reuse); an error means the row is not one writerHash covers.
+func (r Row) hashInto(scratch []byte) (string, []byte, error) {
 	for _, s := range []string{string(r.Kind), r.PrevHash, r.RowID, r.TS} {
 		for i := 0; i < len(s); i++ {
 			if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-				return "", false
+				return "", scratch, fmt.Errorf("row %d: %q needs escaping", r.Seq, s)
 			}
 		}
 	}
 	if r.Seq < 0 || r.Seq > maxJSONInt {
-		return "", false
+		return "", scratch, fmt.Errorf("seq %d out of range", r.Seq)
 	}
-	b := make([]byte, 0, 128+len(r.Payload)+len(r.PrevHash)+len(r.RowID)+len(r.TS))
-	b = append(b, `{"kind":"`...)
+	b := append(scratch[:0], `{"kind":"`...)
 	b = append(b, r.Kind...)
 	b = append(b, `","payload":`...)
 	b = append(b, r.Payload...)
@@ -144,7 +150,7 @@ func (r Row) writerHash() (_ string, ok bool) {
 	b = append(b, r.TS...)
 	b = append(b, `"}`...)
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), true
+	return hex.EncodeToString(sum[:]), b, nil
 }
 
 // InvokedStarted is written before a skill is dispatched; if it cannot be

@@ -81,25 +81,21 @@ func chunk(n int) int {
 // Defaults for the Options.
 const (
 	DefaultMaxBatch    = 512
-	DefaultQueueSize   = 4096
 	DefaultBusyTimeout = 30 * time.Second // no Emit waits on it: only Open, reads and the applier
 )
 
 type options struct {
 	maxBatch    int
-	queueSize   int
 	busyTimeout time.Duration
 }
 
 // Option tunes Open.
 type Option func(*options)
 
-// WithMaxBatch bounds how many rows one append (one fdatasync) carries.
+// WithMaxBatch bounds how many rows one append (one fdatasync) carries. At
+// most two batches are in flight (one being synced, one filling); Emit
+// waits, or gives up with its ctx, while the filling one is full.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = max(n, 1) } }
-
-// WithQueueSize bounds how many rows may wait for the writer; Emit blocks
-// (or gives up with its ctx) while the queue is full.
-func WithQueueSize(n int) Option { return func(o *options) { o.queueSize = max(n, 1) } }
 
 // WithBusyTimeout sets how long a statement waits for another process's
 // lock on the file (e.g. a concurrent `audit verify`) before failing.
@@ -141,20 +137,25 @@ type Store struct {
 	applyStop   chan struct{}
 	applyDone   chan struct{}
 
-	queue chan *request
-	mu    sync.RWMutex // Emit holds R while queueing; Close holds W to stop queueing
-	shut  bool
-	stop  chan struct{} // closed by Close: the writer drains the queue and exits
-	done  chan struct{} // closed by the writer on exit
-
-	entropy *ulid.MonotonicEntropy // writer goroutine only
+	// The writer (see add and run). pmu guards cur, the batch being filled,
+	// and shut; ready (cap 1) tells the syncer cur got its first row.
+	pmu         sync.Mutex
+	cur         *batch
+	shut        bool
+	spare       []byte                 // a synced batch's line buffer, for the next batch
+	scratch     []byte                 // add's hashing buffer (pmu)
+	entropy     *ulid.MonotonicEntropy // row ids (pmu)
+	ready       chan struct{}
+	stop        chan struct{} // closed by Close: the syncer commits what is left and exits
+	done        chan struct{} // closed by the syncer on exit
+	waitingRoom atomic.Int32  // emitters waiting for room in a full batch
 
 	// The chain head after this writer's last append, and the journal end
-	// it left (writer goroutine only): while the journal still ends there,
-	// no other process appended and the head need not be read back.
-	headEnd  int64
-	headSeq  int64
-	headHash string
+	// it left (syncer only): while the journal still ends there, no other
+	// process appended and the head need not be read back.
+	tipEnd         int64
+	tip            head
+	rechainScratch []byte
 
 	commits atomic.Int64 // durable appends (tests prove group commit with it)
 
@@ -174,24 +175,6 @@ type appended struct {
 // appends are dropped and the applier reads them back from the journal.
 const maxPendingRows = 1 << 14
 
-const (
-	queued int32 = iota
-	taken
-	canceled
-)
-
-type request struct {
-	kind    Kind
-	payload []byte // canonical
-	state   atomic.Int32
-	done    chan result // buffered 1
-}
-
-type result struct {
-	row Row
-	err error
-}
-
 // Open opens (creating if needed) the store in stateDir: the directory is
 // created 0700, the files 0600. Rows the journal holds beyond the index are
 // applied, and the chain's tail is verified, so a store whose last rows were
@@ -199,7 +182,7 @@ type result struct {
 // all is refused. Every error wraps ErrUnavailable: the caller must not
 // dispatch skills without a store.
 func Open(stateDir string, opts ...Option) (*Store, error) {
-	o := options{maxBatch: DefaultMaxBatch, queueSize: DefaultQueueSize, busyTimeout: DefaultBusyTimeout}
+	o := options{maxBatch: DefaultMaxBatch, busyTimeout: DefaultBusyTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -243,9 +226,9 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	s := &Store{
 		path:      path,
 		opts:      o,
-		queue:     make(chan *request, o.queueSize),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
+		ready:     make(chan struct{}, 1),
 		kick:      make(chan struct{}, 1),
 		applyStop: make(chan struct{}),
 		applyDone: make(chan struct{}),
@@ -392,6 +375,11 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", s.j.path, err)
 	}
 	if last == nil {
+		h, err := s.headOf(nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.path, err)
+		}
+		s.startAt(h, end)
 		return nil
 	}
 	j, err := decodeRow(last)
@@ -408,213 +396,303 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if diff := rowDiff(heads[0], j); diff != "" {
 		return fmt.Errorf("%s: the journal ends at seq %d, the index at seq %d (row %s): they disagree (%s)", s.j.path, j.Seq, heads[0].Seq, heads[0].RowID, diff)
 	}
+	s.startAt(head{j.Seq, j.RowHash}, end)
 	return nil
 }
 
-// Emit validates d, queues it for the writer and returns the stored row once
-// it is durable (in the journal, fdatasynced). An invalid draft fails with
-// ErrInvalidRow and nothing is written. If ctx ends while the row is still
-// queued, Emit returns ctx.Err() and the row is never written; once the
-// writer has taken it, Emit waits for the commit's outcome whatever ctx does,
-// so a nil error always means a durable row. Write failures wrap
-// ErrUnavailable.
+// startAt gives the writer its first guess of the chain head, h at journal
+// offset end (commit checks it under the lock before every append).
+func (s *Store) startAt(h head, end int64) {
+	s.tip, s.tipEnd, s.cur = h, end, newBatch(h, 0, nil)
+}
+
+// Emit validates d, chains its row onto the batch being filled and returns
+// the stored row once that batch is durable (in the journal, fdatasynced).
+// An invalid draft fails with ErrInvalidRow and nothing is written. Emit
+// waits (and gives up with ctx.Err(), writing nothing) only while the batch
+// being filled is full; once its row is in a batch, Emit waits for that
+// batch's outcome whatever ctx does, so a nil error always means a durable
+// row. Write failures wrap ErrUnavailable.
 func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
-	wait, err := s.enqueue(ctx, d)
+	b, i, err := s.add(ctx, d)
 	if err != nil {
 		return Row{}, err
 	}
-	return wait(ctx)
+	return b.result(i)
 }
 
-// Enqueue queues d and returns at once; wait returns when the row is
-// durable (or failed). Rows are written in queue order, so a row emitted
-// after Enqueue returned is never durable before d: the broker answers a
-// tool call once its completed row is queued, and the skill's next call
-// cannot act before its own started row, which follows it, is durable.
+// Enqueue adds d like Emit and returns at once; wait returns when the row
+// is durable (or failed). Rows are written in the order they were added, so
+// a row emitted after Enqueue returned is never durable before d: the broker
+// answers a tool call once its completed row is added, and the skill's next
+// call cannot act before its own started row, which follows it, is durable.
 func (s *Store) Enqueue(ctx context.Context, d Draft) (wait func() (Row, error), err error) {
-	w, err := s.enqueue(ctx, d)
+	b, i, err := s.add(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	return func() (Row, error) { return w(context.WithoutCancel(ctx)) }, nil
+	return func() (Row, error) { return b.result(i) }, nil
 }
 
-func (s *Store) enqueue(ctx context.Context, d Draft) (func(context.Context) (Row, error), error) {
+// The writer. There is no queue and no row-building goroutine: each Emit
+// builds its own row (row_id, ts, seq, prev_hash, row_hash, journal line)
+// under s.pmu, chained after the row added before it, into the batch being
+// filled (s.cur). One goroutine, the syncer (run), takes that whole batch
+// whenever it is free and appends it to the journal in one write and one
+// fdatasync (group commit: N concurrent emitters cost one fdatasync, not N
+// queued behind a lock). While a batch is being synced the next one fills,
+// so a cycle costs one fdatasync, and an emitter costs no goroutine hand-off
+// until its batch is done (one channel close wakes the whole batch).
+//
+// A batch is built on the chain head the writer expects (its base). The
+// syncer checks that under the journal lock: when another process appended
+// meanwhile, or the previous append failed, it chains the batch again from
+// the journal's real head (rechain) and moves the batch being filled onto
+// the new tail, so a stale guess costs CPU, never a fork.
+
+// batch is rows for one append: they continue base, buf holds their lines.
+type batch struct {
+	rows  []Row
+	buf   []byte
+	base  head
+	taken chan struct{} // closed when the syncer takes the batch
+	done  chan struct{} // closed when the append is durable, or failed (err)
+	err   error         // the append's failure, set before done closes
+	bad   error         // a row that could not be hashed (see Row.hashInto)
+}
+
+// head is a chain head: the last row's seq and row_hash (0 and GenesisHash
+// for an empty chain).
+type head struct {
+	seq  int64
+	hash string
+}
+
+func newBatch(base head, rowsHint int, buf []byte) *batch {
+	return &batch{
+		rows:  make([]Row, 0, rowsHint),
+		buf:   buf[:0],
+		base:  base,
+		taken: make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+}
+
+// tail is the head after b's last row.
+func (b *batch) tail() head {
+	if len(b.rows) == 0 {
+		return b.base
+	}
+	last := b.rows[len(b.rows)-1]
+	return head{last.Seq, last.RowHash}
+}
+
+// chain sets row's seq, prev_hash and row_hash to follow b's tail, appends
+// it and its line, and returns scratch for reuse.
+func (b *batch) chain(row Row, scratch []byte) []byte {
+	t := b.tail()
+	row.Seq, row.PrevHash = t.seq+1, t.hash
+	var err error
+	if row.RowHash, scratch, err = row.hashInto(scratch); err != nil && b.bad == nil {
+		b.bad = err
+	}
+	b.rows = append(b.rows, row)
+	b.buf = appendJournalLine(b.buf, row)
+	return scratch
+}
+
+// rechain makes b continue h instead of its base: new seq, prev_hash,
+// row_hash and lines; row_id, ts and payload stay.
+func (b *batch) rechain(h head, scratch []byte) []byte {
+	rows := b.rows
+	b.rows, b.buf, b.base, b.bad = rows[:0], b.buf[:0], h, nil
+	for _, r := range rows {
+		// In place: r is a copy of rows[i], taken before chain writes
+		// index i.
+		scratch = b.chain(r, scratch)
+	}
+	return scratch
+}
+
+// result waits for row i's batch and returns the stored row.
+func (b *batch) result(i int) (Row, error) {
+	<-b.done
+	if b.err != nil {
+		return Row{}, b.err
+	}
+	return b.rows[i], nil
+}
+
+// add builds d's row into the batch being filled and returns that batch and
+// the row's index in it.
+func (s *Store) add(ctx context.Context, d Draft) (*batch, int, error) {
 	payload, err := d.canonical()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	req := &request{kind: d.Kind, payload: payload, done: make(chan result, 1)}
-	s.mu.RLock()
-	if s.shut {
-		s.mu.RUnlock()
-		return nil, ErrClosed
-	}
-	select {
-	case s.queue <- req:
-		s.mu.RUnlock()
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return nil, ctx.Err()
-	}
-	return func(ctx context.Context) (Row, error) {
+	s.pmu.Lock()
+	for !s.shut && len(s.cur.rows) >= s.opts.maxBatch {
+		// Full: wait for the syncer to take it.
+		taken := s.cur.taken
+		s.pmu.Unlock()
+		s.waitingRoom.Add(1)
 		select {
-		case r := <-req.done:
-			return r.row, r.err
+		case <-taken:
 		case <-ctx.Done():
-			if req.state.CompareAndSwap(queued, canceled) {
-				return Row{}, ctx.Err()
-			}
-			r := <-req.done
-			return r.row, r.err
+			s.waitingRoom.Add(-1)
+			return nil, 0, ctx.Err()
 		}
-	}, nil
+		s.waitingRoom.Add(-1)
+		s.pmu.Lock()
+	}
+	if s.shut {
+		s.pmu.Unlock()
+		return nil, 0, ErrClosed
+	}
+	now := time.Now().UTC()
+	id, err := ulid.New(ulid.Timestamp(now), s.entropy)
+	if err != nil {
+		s.pmu.Unlock()
+		return nil, 0, fmt.Errorf("%w: row id: %w", ErrUnavailable, err)
+	}
+	b, i := s.cur, len(s.cur.rows)
+	s.scratch = b.chain(Row{RowID: id.String(), Kind: d.Kind, TS: now.Format(TimeFormat), Payload: payload}, s.scratch)
+	s.pmu.Unlock()
+	if i == 0 {
+		select {
+		case s.ready <- struct{}{}:
+		default:
+		}
+	}
+	return b, i, nil
 }
 
-// run is the single writer. Group commit: it blocks for one request, then
-// takes whatever else is already queued (up to maxBatch), appends them all
-// to the journal in one write and one fdatasync, so N concurrent emitters
-// cost one fdatasync, not N queued behind a lock. While a batch is being
-// synced, the next one gathers in the queue.
+// run is the syncer: it commits each batch and wakes its emitters. After
+// Close it commits what was added before and exits.
 func (s *Store) run() {
 	defer close(s.done)
-	batch := make([]*request, 0, s.opts.maxBatch)
+	var scratch []byte
 	for {
-		var first *request
-		select {
-		case first = <-s.queue:
-		case <-s.stop:
-			// Close stopped new emits; write what is still queued.
-			for {
-				batch = s.fill(batch[:0])
-				if len(batch) == 0 {
-					return
-				}
-				s.writeBatch(batch)
-			}
+		b := s.take()
+		if b == nil {
+			return
 		}
-		batch = s.fill(append(batch[:0], first))
-		s.writeBatch(batch)
-	}
-}
-
-// fill appends queued requests to batch without blocking, up to maxBatch.
-func (s *Store) fill(batch []*request) []*request {
-	for len(batch) < s.opts.maxBatch {
-		select {
-		case r := <-s.queue:
-			batch = append(batch, r)
-		default:
-			return batch
+		after, err := s.commit(b)
+		s.pmu.Lock()
+		// The batch being filled was built on b's tail; make it continue
+		// the head the journal really has now.
+		if s.cur.base != after {
+			scratch = s.cur.rechain(after, scratch)
 		}
-	}
-	return batch
-}
-
-// writeBatch commits the batch's live requests (canceled ones are dropped)
-// and tells every emitter the outcome (see commit).
-func (s *Store) writeBatch(batch []*request) {
-	live := batch[:0]
-	for _, r := range batch {
-		if r.state.CompareAndSwap(queued, taken) {
-			live = append(live, r)
+		if s.spare == nil {
+			s.spare = b.buf[:0]
 		}
-	}
-	if len(live) == 0 {
-		return
-	}
-	rows, err := s.commit(live)
-	for i, r := range live {
+		s.pmu.Unlock()
 		if err != nil {
-			r.done <- result{err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
-		} else {
-			r.done <- result{row: rows[i]}
+			b.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
+		close(b.done)
 	}
-	clear(batch)
 }
 
-// commit appends live's rows to the journal as one write and one
-// fdatasync, under the journal's exclusive lock. The chain head is the
+// take returns the batch being filled once it has rows and starts the next
+// one after it; nil once the store is shut and nothing is left.
+func (s *Store) take() *batch {
+	s.pmu.Lock()
+	for len(s.cur.rows) == 0 {
+		if s.shut {
+			s.pmu.Unlock()
+			return nil
+		}
+		s.pmu.Unlock()
+		select {
+		case <-s.ready:
+		case <-s.stop:
+		}
+		s.pmu.Lock()
+	}
+	b := s.cur
+	s.cur = newBatch(b.tail(), len(b.rows), s.spare)
+	s.spare = nil
+	s.pmu.Unlock()
+	close(b.taken)
+	return b
+}
+
+// commit appends b's lines to the journal as one write and one fdatasync,
+// under the journal's exclusive lock, and returns the chain head after it
+// (b's tail, or the head before it when the append failed). The head is the
 // journal's last line, read under that lock, so writers in other processes
 // cannot fork the chain. A failed append is cut off again before the lock
 // is released: nothing of it remains for the next batch to chain from.
-func (s *Store) commit(live []*request) (_ []Row, err error) {
+func (s *Store) commit(b *batch) (after head, err error) {
 	if err := flock(s.j.w, lockExclusive); err != nil {
-		return nil, fmt.Errorf("lock journal: %w", err)
+		return b.base, fmt.Errorf("lock journal: %w", err)
 	}
 	defer flock(s.j.w, lockNone)
 	start, size, err := findEnd(s.j.w, s.j.whint, s.j.wbuf)
 	if err != nil {
-		return nil, fmt.Errorf("read journal end: %w", err)
+		return b.base, fmt.Errorf("read journal end: %w", err)
 	}
-	seq, prev := s.headSeq, s.headHash
-	if start == 0 || start != s.headEnd {
+	h := s.tip
+	if start == 0 || start != s.tipEnd {
 		// Another process appended since this writer's last batch (or
 		// there was none yet): read the head back.
-		if seq, prev, start, size, err = s.readHead(); err != nil {
-			return nil, err
+		if h, start, size, err = s.readHead(); err != nil {
+			return b.base, err
 		}
 	}
-	rows := make([]Row, len(live))
-	var buf []byte
-	for i, r := range live {
-		now := time.Now().UTC()
-		id, err := ulid.New(ulid.Timestamp(now), s.entropy)
-		if err != nil {
-			return nil, fmt.Errorf("row id: %w", err)
-		}
-		seq++
-		row := Row{Seq: seq, RowID: id.String(), Kind: r.kind, TS: now.Format(TimeFormat), PrevHash: prev, Payload: r.payload}
-		h, ok := row.writerHash()
-		if !ok {
-			if h, err = row.ComputeHash(); err != nil {
-				return nil, err
-			}
-		}
-		row.RowHash = h
-		prev = row.RowHash
-		rows[i] = row
-		buf = appendJournalLine(buf, row)
+	if b.base != h {
+		s.rechainScratch = b.rechain(h, s.rechainScratch)
+	}
+	if b.bad != nil {
+		return h, b.bad
 	}
 	if s.beforeCommit != nil {
 		if err := s.beforeCommit(); err != nil {
-			return nil, err
+			return h, err
 		}
 	}
-	if err := s.j.write(buf, start, size); err != nil {
-		return nil, fmt.Errorf("append seq %d..%d: %w", rows[0].Seq, seq, err)
+	if err := s.j.write(b.buf, start, size); err != nil {
+		return h, fmt.Errorf("append seq %d..%d: %w", b.rows[0].Seq, b.tail().seq, err)
 	}
-	s.headEnd, s.headSeq, s.headHash = start+int64(len(buf)), seq, prev
+	s.tipEnd, s.tip = start+int64(len(b.buf)), b.tail()
 	s.commits.Add(1)
-	s.handOff(appended{start: start, end: start + int64(len(buf)), rows: rows})
-	return rows, nil
+	s.handOff(appended{start: start, end: s.tipEnd, rows: b.rows})
+	return s.tip, nil
 }
 
 // readHead returns the chain head from the journal's last line (cutting a
 // torn tail first), or from the index when the journal is empty (a store
 // from before the journal existed), and the journal's end and size. The
 // journal must be locked.
-func (s *Store) readHead() (seq int64, prev string, end, size int64, err error) {
+func (s *Store) readHead() (h head, end, size int64, err error) {
 	end, size, last, err := s.j.tail()
 	if err != nil {
-		return 0, "", 0, 0, fmt.Errorf("read journal tail: %w", err)
+		return head{}, 0, 0, fmt.Errorf("read journal tail: %w", err)
 	}
+	h, err = s.headOf(last)
+	return h, end, size, err
+}
+
+// headOf returns the chain head given the journal's last line: that row's,
+// or the index's last row's when the journal is empty (nil), or the genesis.
+func (s *Store) headOf(last []byte) (head, error) {
 	if last != nil {
-		head, err := decodeRow(last)
+		r, err := decodeRow(last)
 		if err != nil {
-			return 0, "", 0, 0, fmt.Errorf("journal's last line: %w", err)
+			return head{}, fmt.Errorf("journal's last line: %w", err)
 		}
-		return head.Seq, head.RowHash, end, size, nil
+		return head{r.Seq, r.RowHash}, nil
 	}
-	seq, prev = 0, GenesisHash
-	if err := s.db.QueryRowContext(context.Background(), headQuery).Scan(&seq, &prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, "", 0, 0, fmt.Errorf("read chain head: %w", err)
+	h := head{0, GenesisHash}
+	if err := s.db.QueryRowContext(context.Background(), headQuery).Scan(&h.seq, &h.hash); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return head{}, fmt.Errorf("read chain head: %w", err)
 	}
-	return seq, prev, end, size, nil
+	return h, nil
 }
 
 const headQuery = `SELECT seq, row_hash FROM audit_rows ORDER BY seq DESC LIMIT 1`
@@ -828,13 +906,13 @@ const checkpointPages = 1000
 // Close stops taking rows, writes every row already queued, and closes the
 // database. Emit after Close fails with ErrClosed.
 func (s *Store) Close() error {
-	s.mu.Lock()
+	s.pmu.Lock()
 	if s.shut {
-		s.mu.Unlock()
+		s.pmu.Unlock()
 		return nil
 	}
 	s.shut = true
-	s.mu.Unlock()
+	s.pmu.Unlock()
 	close(s.stop)
 	<-s.done
 	close(s.applyStop)

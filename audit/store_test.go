@@ -237,12 +237,19 @@ func emitBehindHeldBatch(t *testing.T, s *Store, n int, then func(release func()
 	wg.Wait()
 }
 
+// waitQueued waits until n rows wait for the writer: in the batch being
+// filled, or waiting for room in it.
 func waitQueued(t *testing.T, s *Store, n int) {
 	t.Helper()
+	waiting := func() int {
+		s.pmu.Lock()
+		defer s.pmu.Unlock()
+		return len(s.cur.rows) + int(s.waitingRoom.Load())
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for len(s.queue) < n {
+	for waiting() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("queue has %d, want %d", len(s.queue), n)
+			t.Fatalf("%d rows wait for the writer, want %d", waiting(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -289,7 +296,9 @@ func TestInvalidDraftRejected(t *testing.T) {
 }
 
 func TestEmitContextCanceled(t *testing.T) {
-	s := openStore(t, t.TempDir())
+	// maxBatch 1: one row in the commit, one in the batch being filled,
+	// the rest stay queued.
+	s := openStore(t, t.TempDir(), WithMaxBatch(1))
 	// Already canceled: nothing queued.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -297,38 +306,45 @@ func TestEmitContextCanceled(t *testing.T) {
 		t.Fatalf("Emit = %v, want context.Canceled", err)
 	}
 
-	// Canceled while queued behind a commit in progress: returns ctx.Err()
-	// and the row is never written.
+	// Canceled while queued behind a commit in progress and a full batch:
+	// returns ctx.Err() and the row is never written.
 	hold, entered := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	s.beforeCommit = func() error {
 		once.Do(func() { close(entered); <-hold })
 		return nil
 	}
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Emit(context.Background(), NoConnect(common("first"), 1))
-		first <- err
-	}()
+	emitted := make(chan error, 2)
+	emit := func(inv string) {
+		go func() {
+			_, err := s.Emit(context.Background(), NoConnect(common(inv), 1))
+			emitted <- err
+		}()
+	}
+	emit("first")
 	<-entered
+	emit("second")
+	waitQueued(t, s, 1)
 	ctx, cancel = context.WithCancel(context.Background())
 	queuedErr := make(chan error, 1)
 	go func() {
 		_, err := s.Emit(ctx, NoConnect(common("canceled"), 1))
 		queuedErr <- err
 	}()
-	waitQueued(t, s, 1)
+	waitQueued(t, s, 2)
 	cancel()
 	if err := <-queuedErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("queued Emit = %v, want context.Canceled", err)
 	}
 	close(hold)
-	if err := <-first; err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if err := <-emitted; err != nil {
+			t.Fatal(err)
+		}
 	}
 	after := emitAll(t, s, NoConnect(common("after"), 1))[0]
 	rows := allRows(t, s)
-	if len(rows) != 2 || after.Seq != 2 {
+	if len(rows) != 3 || after.Seq != 3 {
 		t.Fatalf("rows %v: the canceled row was written", rows)
 	}
 	for _, r := range rows {
