@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gowebpki/jcs"
 )
@@ -238,16 +239,27 @@ func NoConnect(c Common, waitedMS int64) Draft {
 type payload struct {
 	kind    Kind
 	members []member
+	vals    []byte // every member's canonical value, back to back
 	err     error
+	arr     [12]member
+	valBuf  [512]byte
 }
 
 type member struct {
-	key string
-	val []byte // canonical JSON
+	key        string
+	start, end int // the value is vals[start:end]
 }
 
+// payloads recycles builders: a payload holds room for every kind's
+// members and typical values, so building a draft allocates just the
+// draft's bytes.
+var payloads = sync.Pool{New: func() any { return new(payload) }}
+
+// newPayload starts a payload; draft returns it to payloads.
 func newPayload(k Kind, c Common) *payload {
-	p := &payload{kind: k, members: make([]member, 0, len(commonFields)+6)}
+	p := payloads.Get().(*payload)
+	p.kind, p.err = k, nil
+	p.members, p.vals = p.arr[:0], p.valBuf[:0]
 	p.required("invocation_id", c.InvocationID)
 	p.str("request_id", c.RequestID)
 	p.required("skill_id", c.SkillID)
@@ -256,8 +268,9 @@ func newPayload(k Kind, c Common) *payload {
 	return p
 }
 
-func (p *payload) add(key string, val []byte) {
-	p.members = append(p.members, member{key, val})
+// end records the value appended to vals since start as key's.
+func (p *payload) end(key string, start int) {
+	p.members = append(p.members, member{key, start, len(p.vals)})
 }
 
 func (p *payload) fail(key string, err error) {
@@ -266,7 +279,11 @@ func (p *payload) fail(key string, err error) {
 	}
 }
 
-func (p *payload) str(key, v string) { p.add(key, appendJCSString(nil, v)) }
+func (p *payload) str(key, v string) {
+	start := len(p.vals)
+	p.vals = appendJCSString(p.vals, v)
+	p.end(key, start)
+}
 
 func (p *payload) required(key, v string) {
 	if v == "" {
@@ -277,7 +294,9 @@ func (p *payload) required(key, v string) {
 
 func (p *payload) strOrNull(key, v string) {
 	if v == "" {
-		p.add(key, []byte("null"))
+		start := len(p.vals)
+		p.vals = append(p.vals, "null"...)
+		p.end(key, start)
 		return
 	}
 	p.str(key, v)
@@ -301,7 +320,9 @@ func (p *payload) count(key string, n int64) {
 	if n < 0 || n > maxJSONInt {
 		p.fail(key, fmt.Errorf("want an integer in [0, 2^53), got %d", n))
 	}
-	p.add(key, strconv.AppendInt(nil, n, 10))
+	start := len(p.vals)
+	p.vals = strconv.AppendInt(p.vals, n, 10)
+	p.end(key, start)
 }
 
 func (p *payload) object(key string, v any) {
@@ -315,32 +336,39 @@ func (p *payload) object(key string, v any) {
 	if err != nil {
 		p.fail(key, err)
 	}
-	p.add(key, raw)
+	start := len(p.vals)
+	p.vals = append(p.vals, raw...)
+	p.end(key, start)
 }
 
 // draft encodes the payload. A refused payload is encoded too (as far as
 // it goes) and carries its error, which Emit returns before looking at it.
+// Payload and the draft's private canonical copy share one allocation.
 func (p *payload) draft() Draft {
 	slices.SortFunc(p.members, func(a, b member) int { return strings.Compare(a.key, b.key) })
 	n := 1
 	for _, m := range p.members {
-		n += len(m.key) + len(m.val) + 4
+		n += len(m.key) + 4 + m.end - m.start // "key": and a comma or the closing brace
 	}
-	b := make([]byte, 0, n)
-	b = append(b, '{')
+	both := make([]byte, 0, 2*n)
+	b := append(both, '{')
 	for i, m := range p.members {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJCSString(b, m.key)
-		b = append(b, ':')
-		b = append(b, m.val...)
+		b = append(b, '"')
+		b = append(b, m.key...) // keys are plain ASCII identifiers: nothing to escape
+		b = append(b, '"', ':')
+		b = append(b, p.vals[m.start:m.end]...)
 	}
 	b = append(b, '}')
-	if p.err != nil {
-		return Draft{Kind: p.kind, Payload: b, err: p.err}
+	b = b[:len(b):len(b)] // an append to Payload cannot reach canon
+	d := Draft{Kind: p.kind, Payload: b, err: p.err}
+	if p.err == nil {
+		d.canon, d.canonKind = append(both[len(b):len(b)], b...), p.kind
 	}
-	return Draft{Kind: p.kind, Payload: b, canon: slices.Clone(b), canonKind: p.kind}
+	payloads.Put(p) // d holds nothing of p
+	return d
 }
 
 // appendJCSString appends s as an RFC 8785 string: '"' and '\\' escaped,
