@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 )
@@ -345,7 +346,13 @@ func (p *payload) object(key string, v any) {
 // it goes) and carries its error, which Emit returns before looking at it.
 // Payload and the draft's private canonical copy share one allocation.
 func (p *payload) draft() Draft {
-	slices.SortFunc(p.members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+	// Insertion sort: a dozen members at most, half of them in order.
+	m := p.members
+	for i := 1; i < len(m); i++ {
+		for j := i; j > 0 && m[j].key < m[j-1].key; j-- {
+			m[j], m[j-1] = m[j-1], m[j]
+		}
+	}
 	n := 1
 	for _, m := range p.members {
 		n += len(m.key) + 4 + m.end - m.start // "key": and a comma or the closing brace
@@ -377,8 +384,21 @@ func (p *payload) draft() Draft {
 // bytes) becomes U+FFFD, as encoding/json would make it; the row is kept.
 func appendJCSString(b []byte, s string) []byte {
 	const digits = "0123456789abcdef"
-	s = strings.ToValidUTF8(s, "\uFFFD")
 	b = append(b, '"')
+	// Most strings (ids, hashes, names) are printable ASCII with nothing to
+	// escape: copy that prefix as is.
+	i := 0
+	for i < len(s) {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			break
+		}
+		i++
+	}
+	b = append(b, s[:i]...)
+	if i == len(s) {
+		return append(b, '"')
+	}
+	s = strings.ToValidUTF8(s[i:], "\uFFFD") // s[:i] is ASCII: cutting there keeps runes whole
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '"' || c == '\\':

@@ -133,7 +133,8 @@ type Store struct {
 	pendMu      sync.Mutex
 	pending     []appended
 	pendRows    int
-	kick        chan struct{} // cap 1: wakes the applier
+	kick        chan struct{} // cap 1: wakes the idle applier
+	kicked      atomic.Bool   // a kick was sent since the applier last started applying
 	applyStop   chan struct{}
 	applyDone   chan struct{}
 
@@ -697,7 +698,9 @@ func (s *Store) headOf(last []byte) (head, error) {
 
 const headQuery = `SELECT seq, row_hash FROM audit_rows ORDER BY seq DESC LIMIT 1`
 
-// handOff gives a durable append to the applier.
+// handOff gives a durable append to the applier. Only the first append
+// after the applier went idle wakes it; it watches the rest on its timer,
+// so a busy writer does not wake it once per commit.
 func (s *Store) handOff(a appended) {
 	s.pendMu.Lock()
 	s.pending = append(s.pending, a)
@@ -709,9 +712,11 @@ func (s *Store) handOff(a appended) {
 	}
 	s.pendMu.Unlock()
 	s.written.Store(a.end)
-	select {
-	case s.kick <- struct{}{}:
-	default:
+	if !s.kicked.Swap(true) {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -729,34 +734,37 @@ const (
 // appended (and whatever other processes appended before it).
 func (s *Store) applier() {
 	defer close(s.applyDone)
-	idle := time.NewTimer(time.Hour)
-	idle.Stop()
-	var oldest time.Time // first append not yet applied; zero: none
+	// On exit (the writer has exited) apply the last appends, so the index
+	// is complete when Close returns. A failure is left for the next Open,
+	// which applies the journal first.
+	defer func() { _ = s.apply(context.Background(), s.written.Load()) }()
+	tick := time.NewTimer(time.Hour)
+	tick.Stop()
 	for {
+		// Idle until an append.
 		select {
 		case <-s.kick:
-			now := time.Now()
-			if oldest.IsZero() {
-				oldest = now
+		case <-s.applyStop:
+			return
+		}
+		first, seen := time.Now(), s.written.Load()
+		for wait := true; wait; {
+			tick.Reset(applyIdle)
+			select {
+			case <-tick.C:
+			case <-s.applyStop:
+				tick.Stop()
+				return
 			}
 			s.pendMu.Lock()
 			backlog := s.pendRows
 			s.pendMu.Unlock()
-			if backlog < maxPendingRows && now.Sub(oldest) < applyMaxLag {
-				idle.Reset(applyIdle)
-				continue
-			}
-		case <-idle.C:
-		case <-s.applyStop:
-			// The writer has exited: apply its last appends, so the index
-			// is complete when Close returns. A failure is left for the
-			// next Open, which applies the journal first.
-			idle.Stop()
-			_ = s.apply(context.Background(), s.written.Load())
-			return
+			now := s.written.Load()
+			wait = now != seen && time.Since(first) < applyMaxLag && backlog < maxPendingRows
+			seen = now
 		}
-		idle.Stop()
-		oldest = time.Time{}
+		// Appends from here on wake the applier again.
+		s.kicked.Store(false)
 		// A failure leaves the rows in the journal; the next apply, or a
 		// reader's catch-up (which reports the error), tries again.
 		_ = s.apply(context.Background(), s.written.Load())
