@@ -116,43 +116,52 @@ func (r Row) ComputeHash() (string, error) {
 // writerHash is ComputeHash for a row the writer has just made: its payload
 // is canonical already and its other strings (kind, row_id, ts, prev_hash)
 // are plain ASCII that RFC 8785 leaves unescaped, so the canonical envelope
-// is a concatenation with the keys in their sorted order. This keeps the
-// single writer from spending a full canonicalisation per row inside the
-// commit path; TestWriterHashMatchesComputeHash holds the two together.
-// ok is false for anything else, and the caller uses ComputeHash.
+// is a concatenation with the keys in their sorted order:
+//
+//	{"kind":"K","payload":P,"prev_hash":"   (hashPrefix: fixed once the draft is)
+//	PREV","row_id":"ID","seq":N,"ts":"TS"}  (hashSuffix: known once the row is chained)
+//
+// Emit hashes the prefix itself; the writer, chaining, only the suffix.
+// TestWriterHashMatchesComputeHash holds this to ComputeHash. ok is false
+// for a row the shortcut does not cover, and the caller uses ComputeHash.
 func (r Row) writerHash() (_ string, ok bool) {
-	h, _, err := r.hashInto(nil)
-	return h, err == nil
+	if !plainJSON(string(r.Kind)) || !plainJSON(r.PrevHash) || !plainJSON(r.RowID) || !plainJSON(r.TS) || r.Seq < 0 || r.Seq > maxJSONInt {
+		return "", false
+	}
+	b := appendHashPrefix(nil, r.Kind, r.Payload)
+	b = appendHashSuffix(b, r.PrevHash, r.RowID, r.Seq, r.TS)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), true
 }
 
-// hashInto is writerHash building the hashed text in scratch (returned for
-// reuse); an error means the row is not one writerHash covers.
-func (r Row) hashInto(scratch []byte) (string, []byte, error) {
-	for _, s := range []string{string(r.Kind), r.PrevHash, r.RowID, r.TS} {
-		for i := 0; i < len(s); i++ {
-			if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-				return "", scratch, fmt.Errorf("row %d: %q needs escaping", r.Seq, s)
-			}
+// plainJSON: s is printable ASCII without '"' or '\\' (a JSON string of it
+// is s quoted).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
 		}
 	}
-	if r.Seq < 0 || r.Seq > maxJSONInt {
-		return "", scratch, fmt.Errorf("seq %d out of range", r.Seq)
-	}
-	b := append(scratch[:0], `{"kind":"`...)
-	b = append(b, r.Kind...)
+	return true
+}
+
+func appendHashPrefix(b []byte, kind Kind, payload []byte) []byte {
+	b = append(b, `{"kind":"`...)
+	b = append(b, kind...)
 	b = append(b, `","payload":`...)
-	b = append(b, r.Payload...)
-	b = append(b, `,"prev_hash":"`...)
-	b = append(b, r.PrevHash...)
+	b = append(b, payload...)
+	return append(b, `,"prev_hash":"`...)
+}
+
+func appendHashSuffix(b []byte, prev, rowID string, seq int64, ts string) []byte {
+	b = append(b, prev...)
 	b = append(b, `","row_id":"`...)
-	b = append(b, r.RowID...)
+	b = append(b, rowID...)
 	b = append(b, `","seq":`...)
-	b = strconv.AppendInt(b, r.Seq, 10)
+	b = strconv.AppendInt(b, seq, 10)
 	b = append(b, `,"ts":"`...)
-	b = append(b, r.TS...)
-	b = append(b, `"}`...)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), b, nil
+	b = append(b, ts...)
+	return append(b, `"}`...)
 }
 
 // InvokedStarted is written before a skill is dispatched; if it cannot be
@@ -450,13 +459,13 @@ var kindFields = map[Kind][]field{
 	KindInvokedStarted: {
 		{"version", anyString},
 		{"caller_persona", anyString},
-		{"args_hash", hash},
+		{"args_hash", hexDigest},
 		{"containment", object},
 	},
 	KindInvokedCompleted: {
 		{"outcome", oneOf(invocationOutcomes)},
 		{"duration_ms", nonNegativeInt},
-		{"result_hash", hash},
+		{"result_hash", hexDigest},
 		{"error_message", stringOrNull},
 	},
 	KindTimeout: {
@@ -466,20 +475,20 @@ var kindFields = map[Kind][]field{
 	KindToolCallStarted: {
 		{"call_id", nonEmptyString},
 		{"tool", nonEmptyString},
-		{"args_hash", hash},
+		{"args_hash", hexDigest},
 	},
 	KindToolCallCompleted: {
 		{"call_id", nonEmptyString},
 		{"tool", nonEmptyString},
 		{"outcome", oneOf(toolCallOutcomes)},
 		{"duration_ms", nonNegativeInt},
-		{"result_hash", hash},
+		{"result_hash", hexDigest},
 		{"error_message", stringOrNull},
 	},
 	KindToolDenied: {
 		{"tool", nonEmptyString},
 		{"reason", nonEmptyString},
-		{"attempted_args_hash", hash},
+		{"attempted_args_hash", hexDigest},
 	},
 	KindNoConnect: {
 		{"waited_ms", nonNegativeInt},
@@ -592,7 +601,7 @@ func stringOrNull(v json.RawMessage) error {
 }
 
 // hash accepts "" (nothing to hash) or 64 lowercase hex characters.
-func hash(v json.RawMessage) error {
+func hexDigest(v json.RawMessage) error {
 	s, err := str(v)
 	if err != nil {
 		return err

@@ -323,3 +323,17 @@ func TestWriterHashMatchesComputeHash(t *testing.T) {
 		t.Fatal("writerHash accepted a string that needs escaping")
 	}
 }
+
+// TestStoredRowHashIsComputeHash: the writer hashes in two halves (Emit the
+// prefix, the syncer the suffix from the saved SHA-256 state); every row
+// it stores must carry ComputeHash's hash, escapes and non-ASCII included.
+func TestStoredRowHashIsComputeHash(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	drafts := append(invocation("inv-α"), invocation(`inv "quoted" \ `)...)
+	for _, r := range emitAll(t, s, drafts...) {
+		want, err := r.ComputeHash()
+		if err != nil || r.RowHash != want {
+			t.Fatalf("row %d: stored hash %s, ComputeHash %s (%v)", r.Seq, r.RowHash, want, err)
+		}
+	}
+}

@@ -5,14 +5,19 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
+	"encoding"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	mrand "math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -143,20 +148,21 @@ type Store struct {
 	pmu         sync.Mutex
 	cur         *batch
 	shut        bool
-	spare       []byte                 // a synced batch's line buffer, for the next batch
-	scratch     []byte                 // add's hashing buffer (pmu)
-	entropy     *ulid.MonotonicEntropy // row ids (pmu)
 	ready       chan struct{}
 	stop        chan struct{} // closed by Close: the syncer commits what is left and exits
 	done        chan struct{} // closed by the syncer on exit
 	waitingRoom atomic.Int32  // emitters waiting for room in a full batch
 
-	// The chain head after this writer's last append, and the journal end
-	// it left (syncer only): while the journal still ends there, no other
-	// process appended and the head need not be read back.
-	tipEnd         int64
-	tip            head
-	rechainScratch []byte
+	// The syncer's own: the chain head after this writer's last append and
+	// the journal end it left (while the journal still ends there, no other
+	// process appended and the head need not be read back), row ids, the
+	// hash state for chaining, and the last batch's line buffer for reuse.
+	tipEnd   int64
+	tip      head
+	entropy  *ulid.MonotonicEntropy
+	digest   hash.Hash
+	spare    []byte
+	lastSize int // slots in the last batch: the next one's initial capacity
 
 	commits atomic.Int64 // durable appends (tests prove group commit with it)
 
@@ -234,6 +240,7 @@ func open(stateDir string, o options) (_ *Store, err error) {
 		applyStop: make(chan struct{}),
 		applyDone: make(chan struct{}),
 		entropy:   ulid.Monotonic(rand.Reader, 0),
+		digest:    sha256.New(),
 	}
 	defer func() {
 		if err != nil {
@@ -404,16 +411,16 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 // startAt gives the writer its first guess of the chain head, h at journal
 // offset end (commit checks it under the lock before every append).
 func (s *Store) startAt(h head, end int64) {
-	s.tip, s.tipEnd, s.cur = h, end, newBatch(h, 0, nil)
+	s.tip, s.tipEnd, s.cur = h, end, newBatch(0)
 }
 
-// Emit validates d, chains its row onto the batch being filled and returns
-// the stored row once that batch is durable (in the journal, fdatasynced).
-// An invalid draft fails with ErrInvalidRow and nothing is written. Emit
-// waits (and gives up with ctx.Err(), writing nothing) only while the batch
-// being filled is full; once its row is in a batch, Emit waits for that
-// batch's outcome whatever ctx does, so a nil error always means a durable
-// row. Write failures wrap ErrUnavailable.
+// Emit validates d, adds it to the batch being filled and returns the
+// stored row once that batch is durable (in the journal, fdatasynced). An
+// invalid draft fails with ErrInvalidRow and nothing is written. Emit waits
+// (and gives up with ctx.Err(), writing nothing) only while the batch being
+// filled is full; once its row is in a batch, Emit waits for that batch's
+// outcome whatever ctx does, so a nil error always means a durable row.
+// Write failures wrap ErrUnavailable.
 func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
 	b, i, err := s.add(ctx, d)
 	if err != nil {
@@ -435,84 +442,43 @@ func (s *Store) Enqueue(ctx context.Context, d Draft) (wait func() (Row, error),
 	return func() (Row, error) { return b.result(i) }, nil
 }
 
-// The writer. There is no queue and no row-building goroutine: each Emit
-// builds its own row (row_id, ts, seq, prev_hash, row_hash, journal line)
-// under s.pmu, chained after the row added before it, into the batch being
-// filled (s.cur). One goroutine, the syncer (run), takes that whole batch
-// whenever it is free and appends it to the journal in one write and one
-// fdatasync (group commit: N concurrent emitters cost one fdatasync, not N
-// queued behind a lock). While a batch is being synced the next one fills,
-// so a cycle costs one fdatasync, and an emitter costs no goroutine hand-off
-// until its batch is done (one channel close wakes the whole batch).
-//
-// A batch is built on the chain head the writer expects (its base). The
-// syncer checks that under the journal lock: when another process appended
-// meanwhile, or the previous append failed, it chains the batch again from
-// the journal's real head (rechain) and moves the batch being filled onto
-// the new tail, so a stale guess costs CPU, never a fork.
+// The writer. There is no queue and no goroutine per row: Emit does the
+// work that does not depend on the chain itself (validation, canonical
+// payload, the SHA-256 of the hashed text's prefix, see Row.writerHash)
+// and then only appends that to the batch being filled (s.cur) under s.pmu,
+// a few stores. One goroutine, the syncer (run), takes the whole batch
+// whenever it is free and, under the journal lock, chains it onto the
+// journal's head (seq, row_id, ts, prev_hash, the hash's suffix, the
+// journal lines) and appends it in one write and one fdatasync (group
+// commit: N concurrent emitters cost one fdatasync, not N queued behind a
+// lock). While a batch is being synced the next one fills; one channel
+// close wakes every emitter of a batch.
 
-// batch is rows for one append: they continue base, buf holds their lines.
+// slot is an emitted row waiting in a batch: what Emit could prepare.
+type slot struct {
+	kind    Kind
+	payload []byte
+	prefix  [sha256StateLen]byte // SHA-256 state after appendHashPrefix
+}
+
+// sha256StateLen is the size of a marshalled crypto/sha256 state.
+const sha256StateLen = 108
+
+// batch is the rows of one append.
 type batch struct {
-	rows  []Row
-	buf   []byte
-	base  head
+	slots []slot
+	rows  []Row         // the stored rows, set by commit before done closes
 	taken chan struct{} // closed when the syncer takes the batch
 	done  chan struct{} // closed when the append is durable, or failed (err)
 	err   error         // the append's failure, set before done closes
-	bad   error         // a row that could not be hashed (see Row.hashInto)
 }
 
-// head is a chain head: the last row's seq and row_hash (0 and GenesisHash
-// for an empty chain).
-type head struct {
-	seq  int64
-	hash string
-}
-
-func newBatch(base head, rowsHint int, buf []byte) *batch {
+func newBatch(slotsHint int) *batch {
 	return &batch{
-		rows:  make([]Row, 0, rowsHint),
-		buf:   buf[:0],
-		base:  base,
+		slots: make([]slot, 0, slotsHint),
 		taken: make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-}
-
-// tail is the head after b's last row.
-func (b *batch) tail() head {
-	if len(b.rows) == 0 {
-		return b.base
-	}
-	last := b.rows[len(b.rows)-1]
-	return head{last.Seq, last.RowHash}
-}
-
-// chain sets row's seq, prev_hash and row_hash to follow b's tail, appends
-// it and its line, and returns scratch for reuse.
-func (b *batch) chain(row Row, scratch []byte) []byte {
-	t := b.tail()
-	row.Seq, row.PrevHash = t.seq+1, t.hash
-	var err error
-	if row.RowHash, scratch, err = row.hashInto(scratch); err != nil && b.bad == nil {
-		b.bad = err
-	}
-	b.rows = append(b.rows, row)
-	b.buf = appendJournalLine(b.buf, row)
-	return scratch
-}
-
-// rechain makes b continue h instead of its base: new seq, prev_hash,
-// row_hash and lines; row_id, ts and payload stay.
-func (b *batch) rechain(h head, scratch []byte) []byte {
-	rows := b.rows
-	b.rows, b.buf, b.base, b.bad = rows[:0], b.buf[:0], h, nil
-	for _, r := range rows {
-		// In place: r is a copy of rows[i], taken before chain writes
-		// index i.
-		scratch = b.chain(r, scratch)
-	}
-	return scratch
 }
 
 // result waits for row i's batch and returns the stored row.
@@ -524,8 +490,11 @@ func (b *batch) result(i int) (Row, error) {
 	return b.rows[i], nil
 }
 
-// add builds d's row into the batch being filled and returns that batch and
-// the row's index in it.
+// digests recycles SHA-256 states for Emit's prefix hashing.
+var digests = sync.Pool{New: func() any { return sha256.New() }}
+
+// add prepares d's slot and adds it to the batch being filled; it returns
+// that batch and the slot's index in it.
 func (s *Store) add(ctx context.Context, d Draft) (*batch, int, error) {
 	payload, err := d.canonical()
 	if err != nil {
@@ -534,8 +503,19 @@ func (s *Store) add(ctx context.Context, d Draft) (*batch, int, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
+	sl := slot{kind: d.Kind, payload: payload}
+	h := digests.Get().(hash.Hash)
+	h.Reset()
+	var buf [256]byte
+	h.Write(appendHashPrefix(buf[:0], d.Kind, payload))
+	state, err := h.(encoding.BinaryAppender).AppendBinary(sl.prefix[:0])
+	digests.Put(h)
+	if err != nil || len(state) != sha256StateLen {
+		return nil, 0, fmt.Errorf("%w: sha256 state: %d bytes, %v", ErrUnavailable, len(state), err)
+	}
+
 	s.pmu.Lock()
-	for !s.shut && len(s.cur.rows) >= s.opts.maxBatch {
+	for !s.shut && len(s.cur.slots) >= s.opts.maxBatch {
 		// Full: wait for the syncer to take it.
 		taken := s.cur.taken
 		s.pmu.Unlock()
@@ -553,14 +533,8 @@ func (s *Store) add(ctx context.Context, d Draft) (*batch, int, error) {
 		s.pmu.Unlock()
 		return nil, 0, ErrClosed
 	}
-	now := time.Now().UTC()
-	id, err := ulid.New(ulid.Timestamp(now), s.entropy)
-	if err != nil {
-		s.pmu.Unlock()
-		return nil, 0, fmt.Errorf("%w: row id: %w", ErrUnavailable, err)
-	}
-	b, i := s.cur, len(s.cur.rows)
-	s.scratch = b.chain(Row{RowID: id.String(), Kind: d.Kind, TS: now.Format(TimeFormat), Payload: payload}, s.scratch)
+	b, i := s.cur, len(s.cur.slots)
+	b.slots = append(b.slots, sl)
 	s.pmu.Unlock()
 	if i == 0 {
 		select {
@@ -575,35 +549,28 @@ func (s *Store) add(ctx context.Context, d Draft) (*batch, int, error) {
 // Close it commits what was added before and exits.
 func (s *Store) run() {
 	defer close(s.done)
-	var scratch []byte
 	for {
 		b := s.take()
 		if b == nil {
 			return
 		}
-		after, err := s.commit(b)
-		s.pmu.Lock()
-		// The batch being filled was built on b's tail; make it continue
-		// the head the journal really has now.
-		if s.cur.base != after {
-			scratch = s.cur.rechain(after, scratch)
-		}
-		if s.spare == nil {
-			s.spare = b.buf[:0]
-		}
-		s.pmu.Unlock()
-		if err != nil {
+		if err := s.commit(b); err != nil {
 			b.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		close(b.done)
+		// Let the emitters just woken run before taking the next batch:
+		// those that emit again at once join it instead of waiting a whole
+		// cycle (10 emitters: p50 -40%, rows/s +40%; 1 and 100: no change).
+		runtime.Gosched()
 	}
 }
 
 // take returns the batch being filled once it has rows and starts the next
-// one after it; nil once the store is shut and nothing is left.
+// one; nil once the store is shut and nothing is left.
 func (s *Store) take() *batch {
+	next := newBatch(s.lastSize) // allocated outside the lock emitters wait on
 	s.pmu.Lock()
-	for len(s.cur.rows) == 0 {
+	for len(s.cur.slots) == 0 {
 		if s.shut {
 			s.pmu.Unlock()
 			return nil
@@ -616,54 +583,93 @@ func (s *Store) take() *batch {
 		s.pmu.Lock()
 	}
 	b := s.cur
-	s.cur = newBatch(b.tail(), len(b.rows), s.spare)
-	s.spare = nil
+	s.cur = next
 	s.pmu.Unlock()
 	close(b.taken)
+	s.lastSize = len(b.slots)
 	return b
 }
 
-// commit appends b's lines to the journal as one write and one fdatasync,
-// under the journal's exclusive lock, and returns the chain head after it
-// (b's tail, or the head before it when the append failed). The head is the
-// journal's last line, read under that lock, so writers in other processes
-// cannot fork the chain. A failed append is cut off again before the lock
-// is released: nothing of it remains for the next batch to chain from.
-func (s *Store) commit(b *batch) (after head, err error) {
+// commit chains b's rows onto the journal's head and appends them as one
+// write and one fdatasync, under the journal's exclusive lock. The head is
+// the journal's last line, read under that lock (or remembered from this
+// writer's last append while the journal still ends there), so writers in
+// other processes cannot fork the chain. A failed append is cut off again
+// before the lock is released: nothing of it remains for the next batch to
+// chain from.
+func (s *Store) commit(b *batch) error {
 	if err := flock(s.j.w, lockExclusive); err != nil {
-		return b.base, fmt.Errorf("lock journal: %w", err)
+		return fmt.Errorf("lock journal: %w", err)
 	}
 	defer flock(s.j.w, lockNone)
 	start, size, err := findEnd(s.j.w, s.j.whint, s.j.wbuf)
 	if err != nil {
-		return b.base, fmt.Errorf("read journal end: %w", err)
+		return fmt.Errorf("read journal end: %w", err)
 	}
 	h := s.tip
 	if start == 0 || start != s.tipEnd {
 		// Another process appended since this writer's last batch (or
 		// there was none yet): read the head back.
 		if h, start, size, err = s.readHead(); err != nil {
-			return b.base, err
+			return err
 		}
 	}
-	if b.base != h {
-		s.rechainScratch = b.rechain(h, s.rechainScratch)
-	}
-	if b.bad != nil {
-		return h, b.bad
+	rows, buf, err := s.chain(b.slots, h, s.spare[:0])
+	s.spare = buf
+	if err != nil {
+		return err
 	}
 	if s.beforeCommit != nil {
 		if err := s.beforeCommit(); err != nil {
-			return h, err
+			return err
 		}
 	}
-	if err := s.j.write(b.buf, start, size); err != nil {
-		return h, fmt.Errorf("append seq %d..%d: %w", b.rows[0].Seq, b.tail().seq, err)
+	if err := s.j.write(buf, start, size); err != nil {
+		return fmt.Errorf("append seq %d..%d: %w", rows[0].Seq, rows[len(rows)-1].Seq, err)
 	}
-	s.tipEnd, s.tip = start+int64(len(b.buf)), b.tail()
+	last := rows[len(rows)-1]
+	s.tipEnd, s.tip = start+int64(len(buf)), head{last.Seq, last.RowHash}
 	s.commits.Add(1)
-	s.handOff(appended{start: start, end: s.tipEnd, rows: b.rows})
-	return s.tip, nil
+	s.handOff(appended{start: start, end: s.tipEnd, rows: rows})
+	b.rows = rows
+	return nil
+}
+
+// chain makes the rows of slots, continuing h, and their journal lines
+// (appended to buf). It is the only place rows get seq, row_id, ts,
+// prev_hash and row_hash.
+func (s *Store) chain(slots []slot, h head, buf []byte) ([]Row, []byte, error) {
+	rows := make([]Row, len(slots))
+	var text [256]byte
+	var sum [sha256.Size]byte
+	for i := range slots {
+		sl := &slots[i]
+		now := time.Now().UTC()
+		id, err := ulid.New(ulid.Timestamp(now), s.entropy)
+		if err != nil {
+			return nil, buf, fmt.Errorf("row id: %w", err)
+		}
+		row := Row{Seq: h.seq + 1, RowID: id.String(), Kind: sl.kind, TS: now.Format(TimeFormat), PrevHash: h.hash, Payload: sl.payload}
+		if row.Seq > maxJSONInt {
+			return nil, buf, fmt.Errorf("seq %d out of range", row.Seq)
+		}
+		if err := s.digest.(encoding.BinaryUnmarshaler).UnmarshalBinary(sl.prefix[:]); err != nil {
+			return nil, buf, fmt.Errorf("sha256 state: %w", err)
+		}
+		s.digest.Write(appendHashSuffix(text[:0], row.PrevHash, row.RowID, row.Seq, row.TS))
+		row.RowHash = hex.EncodeToString(s.digest.Sum(sum[:0]))
+		rows[i] = row
+		buf = appendJournalLine(buf, row)
+		h = head{row.Seq, row.RowHash}
+	}
+	return rows, buf, nil
+}
+
+// head is a chain head: the last row's seq and row_hash (0 and GenesisHash
+// for an empty chain).
+type head struct {
+	seq  int64
+	hash string
 }
 
 // readHead returns the chain head from the journal's last line (cutting a

@@ -244,7 +244,7 @@ func waitQueued(t *testing.T, s *Store, n int) {
 	waiting := func() int {
 		s.pmu.Lock()
 		defer s.pmu.Unlock()
-		return len(s.cur.rows) + int(s.waitingRoom.Load())
+		return len(s.cur.slots) + int(s.waitingRoom.Load())
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for waiting() < n {
