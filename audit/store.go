@@ -490,8 +490,16 @@ func (b *batch) result(i int) (Row, error) {
 	return b.rows[i], nil
 }
 
-// digests recycles SHA-256 states for Emit's prefix hashing.
-var digests = sync.Pool{New: func() any { return sha256.New() }}
+// prefixHasher is Emit's scratch for hashing a row's prefix; recycled.
+type prefixHasher struct {
+	h     hash.Hash
+	text  []byte
+	state []byte
+}
+
+var prefixHashers = sync.Pool{New: func() any {
+	return &prefixHasher{h: sha256.New(), text: make([]byte, 0, 1024), state: make([]byte, 0, sha256StateLen)}
+}}
 
 // add prepares d's slot and adds it to the batch being filled; it returns
 // that batch and the slot's index in it.
@@ -504,14 +512,15 @@ func (s *Store) add(ctx context.Context, d Draft) (*batch, int, error) {
 		return nil, 0, err
 	}
 	sl := slot{kind: d.Kind, payload: payload}
-	h := digests.Get().(hash.Hash)
-	h.Reset()
-	var buf [256]byte
-	h.Write(appendHashPrefix(buf[:0], d.Kind, payload))
-	state, err := h.(encoding.BinaryAppender).AppendBinary(sl.prefix[:0])
-	digests.Put(h)
-	if err != nil || len(state) != sha256StateLen {
-		return nil, 0, fmt.Errorf("%w: sha256 state: %d bytes, %v", ErrUnavailable, len(state), err)
+	ph := prefixHashers.Get().(*prefixHasher)
+	ph.text = appendHashPrefix(ph.text[:0], d.Kind, payload)
+	ph.h.Reset()
+	ph.h.Write(ph.text)
+	ph.state, err = ph.h.(encoding.BinaryAppender).AppendBinary(ph.state[:0])
+	n := copy(sl.prefix[:], ph.state)
+	prefixHashers.Put(ph)
+	if err != nil || n != sha256StateLen {
+		return nil, 0, fmt.Errorf("%w: sha256 state: %d bytes, %v", ErrUnavailable, n, err)
 	}
 
 	s.pmu.Lock()
