@@ -611,7 +611,7 @@ func (s *Store) commit(b *batch) error {
 		return fmt.Errorf("lock journal: %w", err)
 	}
 	defer flock(s.j.w, lockNone)
-	start, size, err := findEnd(s.j.w, s.j.whint, s.j.wbuf)
+	start, size, err := s.j.appendPoint()
 	if err != nil {
 		return fmt.Errorf("read journal end: %w", err)
 	}
