@@ -646,19 +646,21 @@ func (s *Store) commit(b *batch) error {
 
 // chain makes the rows of slots, continuing h, and their journal lines
 // (appended to buf). It is the only place rows get seq, row_id, ts,
-// prev_hash and row_hash.
+// prev_hash and row_hash. The rows of one batch are committed together and
+// share its ts; their row ids are monotonic.
 func (s *Store) chain(slots []slot, h head, buf []byte) ([]Row, []byte, error) {
 	rows := make([]Row, len(slots))
 	var text [256]byte
 	var sum [sha256.Size]byte
+	now := time.Now().UTC()
+	ms, ts := ulid.Timestamp(now), now.Format(TimeFormat)
 	for i := range slots {
 		sl := &slots[i]
-		now := time.Now().UTC()
-		id, err := ulid.New(ulid.Timestamp(now), s.entropy)
+		id, err := ulid.New(ms, s.entropy)
 		if err != nil {
 			return nil, buf, fmt.Errorf("row id: %w", err)
 		}
-		row := Row{Seq: h.seq + 1, RowID: id.String(), Kind: sl.kind, TS: now.Format(TimeFormat), PrevHash: h.hash, Payload: sl.payload}
+		row := Row{Seq: h.seq + 1, RowID: id.String(), Kind: sl.kind, TS: ts, PrevHash: h.hash, Payload: sl.payload}
 		if row.Seq > maxJSONInt {
 			return nil, buf, fmt.Errorf("seq %d out of range", row.Seq)
 		}
