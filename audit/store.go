@@ -422,7 +422,7 @@ func (s *Store) startAt(h head, end int64) {
 // outcome whatever ctx does, so a nil error always means a durable row.
 // Write failures wrap ErrUnavailable.
 func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
-	b, i, err := s.add(ctx, d)
+	b, i, err := s.add(ctx, d, true)
 	if err != nil {
 		return Row{}, err
 	}
@@ -434,8 +434,12 @@ func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
 // a row emitted after Enqueue returned is never durable before d: the broker
 // answers a tool call once its completed row is added, and the skill's next
 // call cannot act before its own started row, which follows it, is durable.
+// Nobody needs d durable sooner, so a batch of only enqueued rows waits up
+// to lazyHold for an Emit to share its fdatasync: a skill's calls in a row
+// then cost one fdatasync each (completed row and the next started row
+// together), not two.
 func (s *Store) Enqueue(ctx context.Context, d Draft) (wait func() (Row, error), err error) {
-	b, i, err := s.add(ctx, d)
+	b, i, err := s.add(ctx, d, false)
 	if err != nil {
 		return nil, err
 	}
@@ -471,6 +475,9 @@ type batch struct {
 	taken chan struct{} // closed when the syncer takes the batch
 	done  chan struct{} // closed when the append is durable, or failed (err)
 	err   error         // the append's failure, set before done closes
+
+	urgent bool      // an emitter waits for a row of it (Emit, not Enqueue)
+	since  time.Time // when its first row was added
 }
 
 func newBatch(slotsHint int) *batch {
@@ -501,9 +508,14 @@ var prefixHashers = sync.Pool{New: func() any {
 	return &prefixHasher{h: sha256.New(), text: make([]byte, 0, 1024), state: make([]byte, 0, sha256StateLen)}
 }}
 
+// lazyHold bounds how long a batch of only enqueued rows waits for an
+// emitted one (see Enqueue).
+const lazyHold = time.Millisecond
+
 // add prepares d's slot and adds it to the batch being filled; it returns
-// that batch and the slot's index in it.
-func (s *Store) add(ctx context.Context, d Draft) (*batch, int, error) {
+// that batch and the slot's index in it. urgent: the caller waits for the
+// row (Emit), so the batch goes as soon as the syncer is free.
+func (s *Store) add(ctx context.Context, d Draft, urgent bool) (*batch, int, error) {
 	payload, err := d.canonical()
 	if err != nil {
 		return nil, 0, err
@@ -544,8 +556,13 @@ func (s *Store) add(ctx context.Context, d Draft) (*batch, int, error) {
 	}
 	b, i := s.cur, len(s.cur.slots)
 	b.slots = append(b.slots, sl)
-	s.pmu.Unlock()
+	wake := i == 0 || urgent && !b.urgent
 	if i == 0 {
+		b.since = time.Now()
+	}
+	b.urgent = b.urgent || urgent
+	s.pmu.Unlock()
+	if wake {
 		select {
 		case s.ready <- struct{}{}:
 		default:
@@ -579,15 +596,33 @@ func (s *Store) run() {
 func (s *Store) take() *batch {
 	next := newBatch(s.lastSize) // allocated outside the lock emitters wait on
 	s.pmu.Lock()
-	for len(s.cur.slots) == 0 {
-		if s.shut {
+	for {
+		n := len(s.cur.slots)
+		if n == 0 && s.shut {
 			s.pmu.Unlock()
 			return nil
 		}
+		var hold *time.Timer
+		if n > 0 {
+			left := lazyHold - time.Since(s.cur.since)
+			if s.cur.urgent || s.shut || n >= s.opts.maxBatch || left <= 0 {
+				break
+			}
+			hold = time.NewTimer(left) // only enqueued rows: wait a little for an emitted one
+		}
 		s.pmu.Unlock()
-		select {
-		case <-s.ready:
-		case <-s.stop:
+		if hold == nil {
+			select {
+			case <-s.ready:
+			case <-s.stop:
+			}
+		} else {
+			select {
+			case <-s.ready:
+			case <-s.stop:
+			case <-hold.C:
+			}
+			hold.Stop()
 		}
 		s.pmu.Lock()
 	}

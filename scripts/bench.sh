@@ -29,7 +29,8 @@ for i in $(seq 20); do
 done | sort -n | awk '{a[NR]=$1} END {printf "  cli-median-ms %.1f\n  cli-p95-ms %.1f\n", a[int(NR/2)+1]/1000, a[int(NR*0.95)]/1000}'
 
 echo
-echo "== audit emit, durable (fsync per group commit): latency and rows/s at 1, 10, 100 concurrent emitters"
+echo "== audit emit, durable (fdatasync per group commit): latency and rows/s at 1, 10, 100 concurrent emitters;"
+echo "   BenchmarkEmitFloor, same run, is the reference: the same emitters into the least a group commit can do on this disk"
 go test -run '^$' -bench 'BenchmarkEmit' -benchtime 4000x -count 3 ./audit/ | grep -E '^Benchmark'
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
