@@ -152,6 +152,7 @@ type Store struct {
 	stop        chan struct{} // closed by Close: the syncer commits what is left and exits
 	done        chan struct{} // closed by the syncer on exit
 	waitingRoom atomic.Int32  // emitters waiting for room in a full batch
+	lazyHold    time.Duration // see Enqueue
 
 	// The syncer's own: the chain head after this writer's last append and
 	// the journal end it left (while the journal still ends there, no other
@@ -236,6 +237,7 @@ func open(stateDir string, o options) (_ *Store, err error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		ready:     make(chan struct{}, 1),
+		lazyHold:  lazyHold,
 		kick:      make(chan struct{}, 1),
 		applyStop: make(chan struct{}),
 		applyDone: make(chan struct{}),
@@ -509,7 +511,7 @@ var prefixHashers = sync.Pool{New: func() any {
 }}
 
 // lazyHold bounds how long a batch of only enqueued rows waits for an
-// emitted one (see Enqueue).
+// emitted one (see Enqueue); Store.lazyHold is this unless a test set it.
 const lazyHold = time.Millisecond
 
 // add prepares d's slot and adds it to the batch being filled; it returns
@@ -604,7 +606,7 @@ func (s *Store) take() *batch {
 		}
 		var hold *time.Timer
 		if n > 0 {
-			left := lazyHold - time.Since(s.cur.since)
+			left := s.lazyHold - time.Since(s.cur.since)
 			if s.cur.urgent || s.shut || n >= s.opts.maxBatch || left <= 0 {
 				break
 			}

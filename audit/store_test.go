@@ -784,3 +784,60 @@ func TestEnqueueKeepsQueueOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestEnqueuedRowSharesTheNextEmit: a batch holding only enqueued rows
+// waits for an emitted row, and both go out in one append (one fdatasync).
+func TestEnqueuedRowSharesTheNextEmit(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	s.lazyHold = time.Minute // only the Emit may release the batch
+	ctx := context.Background()
+	wait, err := s.Enqueue(ctx, NoConnect(common("enqueued"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitted, err := s.Emit(ctx, NoConnect(common("emitted"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueued, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enqueued.Seq != 1 || emitted.Seq != 2 {
+		t.Fatalf("seqs %d, %d: want the enqueued row first", enqueued.Seq, emitted.Seq)
+	}
+	if c := s.commits.Load(); c != 1 {
+		t.Fatalf("%d appends for the two rows, want 1", c)
+	}
+}
+
+// TestEnqueuedRowAloneIsWritten: with no Emit after it, an enqueued row is
+// still made durable once the hold passes, and Close writes a held batch
+// at once.
+func TestEnqueuedRowAloneIsWritten(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	s.lazyHold = 50 * time.Millisecond
+	wait, err := s.Enqueue(context.Background(), NoConnect(common("alone"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("an enqueued row alone took %v to be written", d)
+	}
+
+	s.lazyHold = time.Hour
+	wait, err = s.Enqueue(context.Background(), NoConnect(common("at-close"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := wait(); err != nil || r.Seq != 2 {
+		t.Fatalf("row held at Close: %+v %v", r, err)
+	}
+}
