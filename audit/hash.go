@@ -1,9 +1,10 @@
 // Package audit is the durable, hash-chained record of every skill
 // invocation: the rows (built by pure functions from typed values, carrying
 // RFC 8785 canonical-JSON SHA-256 hashes instead of raw args and results),
-// the SQLite store that makes each row durable before Emit returns while
-// concurrent emitters share commits, the chain and pairing check (Verify), and
-// the JSON-lines form `audit export` writes and `audit verify --file` reads.
+// the Store (a journal each row is appended and fdatasynced to before Emit
+// returns, concurrent emitters sharing one append, and a SQLite index every
+// read uses), the chain and pairing check (Verify), and the JSON-lines form
+// `audit export` writes and `audit verify --file` reads.
 package audit
 
 import (
