@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -151,6 +152,51 @@ func TestTwoStoresShareOneStateDir(t *testing.T) {
 	for name, s := range map[string]*Store{"a": a, "b": b} {
 		rep, err := s.Verify(context.Background())
 		if err != nil || !rep.OK || rep.Rows != 2*each {
+			t.Fatalf("store %s: %d rows, ok %v, %v %v", name, rep.Rows, rep.OK, rep.Problems[:min(3, len(rep.Problems))], err)
+		}
+	}
+}
+
+// TestJournalGrownByAnotherStore: while store a is idle, store b appends
+// past the journal's preallocated size (so b extends the file beyond what
+// a last knew of it); a's next rows still continue b's last row, and the
+// journal's end and size are right for both.
+func TestJournalGrownByAnotherStore(t *testing.T) {
+	dir := t.TempDir()
+	a, b := openStore(t, dir), openStore(t, dir)
+	first := emitAll(t, a, NoConnect(common("a-first"), 1))[0]
+	fi, err := os.Stat(filepath.Join(dir, JournalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := fi.Size()
+	// Enough rows from b to cross the preallocated size.
+	var wg sync.WaitGroup
+	var written atomic.Int64
+	for w := range 20 {
+		wg.Go(func() {
+			for i := 0; written.Load() < size+journalChunk/4; i++ {
+				r, err := b.Emit(context.Background(), NoConnect(common(fmt.Sprintf("b-%d-%d-%s", w, i, strings.Repeat("x", 4000))), 1))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				written.Add(int64(len(appendJournalLine(nil, r))))
+			}
+		})
+	}
+	wg.Wait()
+	if fi, err := os.Stat(filepath.Join(dir, JournalName)); err != nil || fi.Size() <= size {
+		t.Fatalf("journal size %d (%v), want past %d", fi.Size(), err, size)
+	}
+	last := allRows(t, b)
+	next := emitAll(t, a, NoConnect(common("a-next"), 1))[0]
+	if tail := last[len(last)-1]; next.Seq != tail.Seq+1 || next.PrevHash != tail.RowHash || first.Seq != 1 {
+		t.Fatalf("a's row seq %d prev %.12s does not continue b's seq %d %.12s", next.Seq, next.PrevHash, tail.Seq, tail.RowHash)
+	}
+	for name, s := range map[string]*Store{"a": a, "b": b} {
+		rep, err := s.Verify(context.Background())
+		if err != nil || !rep.OK || rep.Rows != len(last)+1 {
 			t.Fatalf("store %s: %d rows, ok %v, %v %v", name, rep.Rows, rep.OK, rep.Problems[:min(3, len(rep.Problems))], err)
 		}
 	}
