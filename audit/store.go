@@ -510,6 +510,26 @@ var prefixHashers = sync.Pool{New: func() any {
 	return &prefixHasher{h: sha256.New(), text: make([]byte, 0, 1024), state: make([]byte, 0, sha256StateLen)}
 }}
 
+// prepare validates d and makes its slot: the canonical payload and the
+// SHA-256 state after the hashed text's prefix.
+func prepare(d Draft) (slot, error) {
+	payload, err := d.canonical()
+	if err != nil {
+		return slot{}, err
+	}
+	sl := slot{kind: d.Kind, payload: payload}
+	ph := prefixHashers.Get().(*prefixHasher)
+	defer prefixHashers.Put(ph)
+	ph.text = appendHashPrefix(ph.text[:0], d.Kind, payload)
+	ph.h.Reset()
+	ph.h.Write(ph.text)
+	ph.state, err = ph.h.(encoding.BinaryAppender).AppendBinary(ph.state[:0])
+	if n := copy(sl.prefix[:], ph.state); err != nil || n != sha256StateLen {
+		return slot{}, fmt.Errorf("%w: sha256 state: %d bytes, %v", ErrUnavailable, n, err)
+	}
+	return sl, nil
+}
+
 // lazyHold bounds how long a batch of only enqueued rows waits for an
 // emitted one (see Enqueue); Store.lazyHold is this unless a test set it.
 const lazyHold = time.Millisecond
@@ -518,25 +538,13 @@ const lazyHold = time.Millisecond
 // that batch and the slot's index in it. urgent: the caller waits for the
 // row (Emit), so the batch goes as soon as the syncer is free.
 func (s *Store) add(ctx context.Context, d Draft, urgent bool) (*batch, int, error) {
-	payload, err := d.canonical()
+	sl, err := prepare(d)
 	if err != nil {
 		return nil, 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	sl := slot{kind: d.Kind, payload: payload}
-	ph := prefixHashers.Get().(*prefixHasher)
-	ph.text = appendHashPrefix(ph.text[:0], d.Kind, payload)
-	ph.h.Reset()
-	ph.h.Write(ph.text)
-	ph.state, err = ph.h.(encoding.BinaryAppender).AppendBinary(ph.state[:0])
-	n := copy(sl.prefix[:], ph.state)
-	prefixHashers.Put(ph)
-	if err != nil || n != sha256StateLen {
-		return nil, 0, fmt.Errorf("%w: sha256 state: %d bytes, %v", ErrUnavailable, n, err)
-	}
-
 	s.pmu.Lock()
 	for !s.shut && len(s.cur.slots) >= s.opts.maxBatch {
 		// Full: wait for the syncer to take it.
@@ -653,9 +661,9 @@ func (s *Store) commit(b *batch) error {
 		return fmt.Errorf("read journal end: %w", err)
 	}
 	h := s.tip
-	if start == 0 || start != s.tipEnd {
+	if start != s.tipEnd {
 		// Another process appended since this writer's last batch (or
-		// there was none yet): read the head back.
+		// since Open, which set the tip): read the head back.
 		if h, start, size, err = s.readHead(); err != nil {
 			return err
 		}
