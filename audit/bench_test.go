@@ -56,15 +56,26 @@ func BenchmarkEmitFloor(b *testing.B) {
 // closedLoop runs b.N emits from emitters goroutines, each in a loop, and
 // reports p50/p95/p99 latency of one emit and rows/s. Each emitter is one
 // invocation making tool calls: a started and a completed row per call,
-// built per row as the broker would, outside the timed call.
+// built per row as the broker would, outside the timed call. Steady state:
+// each emitter first emits warmupRows untimed rows (a fresh store's and the
+// runtime's first-use costs: heap growth, pools, the first appends), then
+// all start the timed loop together.
 func closedLoop(b *testing.B, emitters int, emit func(Draft) error) {
+	const warmupRows = 5
 	lat := make([]time.Duration, b.N)
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
+	var wg, warm sync.WaitGroup
+	go1 := make(chan struct{})
+	warm.Add(emitters)
 	for w := range emitters {
 		wg.Go(func() {
 			c := common(fmt.Sprintf("01HZKBENCH%06d", w))
+			for i := range warmupRows {
+				if err := emit(NoConnect(c, int64(i))); err != nil {
+					b.Error(err)
+				}
+			}
+			warm.Done()
+			<-go1
 			for i := w; i < b.N; i += emitters {
 				call := fmt.Sprint(i / 2)
 				d := ToolCallStarted(c, call, "MemoryRead", zeroHash(i))
@@ -80,6 +91,10 @@ func closedLoop(b *testing.B, emitters int, emit func(Draft) error) {
 			}
 		})
 	}
+	warm.Wait()
+	b.ResetTimer()
+	start := time.Now()
+	close(go1)
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
