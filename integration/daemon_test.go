@@ -115,14 +115,7 @@ echo '{"done":true}'
 		_, env, _ := d.invoke(map[string]any{"skill_id": "seq"})
 		fin <- done{env, time.Now()}
 	}()
-	var id string
-	waitFor(t, 20*time.Second, func() bool {
-		if st := d.status(); len(st.Invocations) == 1 {
-			id = st.Invocations[0].InvocationID
-			return true
-		}
-		return false
-	})
+	id := d.onlyInvocation(t)
 	tail := cyberos("skill", "broker", "tail", "--invocation", id, "--json", "--socket", d.adminSocket)
 	out, err := tail.StdoutPipe()
 	if err != nil {
@@ -357,14 +350,7 @@ func TestDaemonSIGTERMDuringLongInvocation(t *testing.T) {
 	if err := inv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var id string
-	waitFor(t, 20*time.Second, func() bool {
-		if st := d.status(); len(st.Invocations) == 1 {
-			id = st.Invocations[0].InvocationID
-			return true
-		}
-		return false
-	})
+	id := d.onlyInvocation(t)
 	if code, _, raw := d.invoke(map[string]any{"skill_id": "slow"}); code != http.StatusTooManyRequests {
 		t.Errorf("second invocation past max_concurrent 1: HTTP %d %s", code, raw)
 	}
@@ -500,4 +486,19 @@ func TestDaemonInvokeRefusals(t *testing.T) {
 		t.Error("the skill ran")
 	}
 	os.Remove(filepath.Join(mnt, "filler"))
+}
+
+// onlyInvocation waits until the daemon runs exactly one invocation and
+// returns its id.
+func (d *daemonProc) onlyInvocation(t *testing.T) string {
+	t.Helper()
+	var id string
+	waitFor(t, 20*time.Second, func() bool {
+		if st := d.status(); len(st.Invocations) == 1 {
+			id = st.Invocations[0].InvocationID
+			return true
+		}
+		return false
+	})
+	return id
 }

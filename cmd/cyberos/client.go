@@ -106,18 +106,7 @@ func newInvokeCmd() *cobra.Command {
 			if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
 				return &exitError{exitRefused, fmt.Errorf("daemon answer: %w", err)}
 			}
-			out := cmd.OutOrStdout()
-			if f.json {
-				if err := json.NewEncoder(out).Encode(env); err != nil {
-					return err
-				}
-			} else {
-				printEnvelope(out, env)
-			}
-			if env.Outcome != supervisor.OutcomeSuccess {
-				return &exitError{exitOutcome, errors.New(string(env.Outcome))}
-			}
-			return nil
+			return writeEnvelope(cmd.OutOrStdout(), env, f.json)
 		},
 	}
 	fl := cmd.Flags()

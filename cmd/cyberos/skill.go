@@ -148,9 +148,15 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	case err != nil:
 		return &exitError{exitRefused, err}
 	}
-	if f.json {
-		enc := json.NewEncoder(out)
-		if err := enc.Encode(env); err != nil {
+	return writeEnvelope(out, env, f.json)
+}
+
+// writeEnvelope prints an invocation's envelope (as JSON with asJSON) and
+// turns an outcome other than success into exit code exitOutcome; `skill
+// run` and `skill invoke` share it.
+func writeEnvelope(out io.Writer, env supervisor.Envelope, asJSON bool) error {
+	if asJSON {
+		if err := json.NewEncoder(out).Encode(env); err != nil {
 			return err
 		}
 	} else {
