@@ -30,7 +30,8 @@ done | sort -n | awk '{a[NR]=$1} END {printf "  cli-median-ms %.1f\n  cli-p95-ms
 
 echo
 echo "== audit emit, durable (fdatasync per group commit): latency and rows/s at 1, 10, 100 concurrent emitters;"
-echo "   BenchmarkEmitFloor, same run, is the reference: the same emitters into the least a group commit can do on this disk"
+echo "   references, same run: BenchmarkEmitFloor (the same emitters into the least a group commit can do on this disk)"
+echo "   and BenchmarkEmitFlush (the disk alone: one 16 KiB write + fdatasync; at 100 emitters a row waits for about two)"
 go test -run '^$' -bench 'BenchmarkEmit' -benchtime 4000x -count 3 ./audit/ | grep -E '^Benchmark'
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
