@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // MaxLineBytes bounds one JSON line ReadJSONL accepts. Rows carry hashes,
@@ -77,13 +78,21 @@ func appendJournalLine(b []byte, r Row) []byte {
 // escaping) leaves as is.
 func plainASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !plainByte[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// plainByte[c]: c is a byte plainASCII accepts. A table: the writer checks
+// some 220 bytes of every row it appends.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		t[c] = !strings.ContainsRune(`"\<>&`, rune(c))
+	}
+	return t
+}()
 
 func appendKey(b []byte, key, val string) []byte {
 	b = append(b, ',', '"')

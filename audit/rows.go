@@ -153,7 +153,7 @@ func appendHashPrefix(b []byte, kind Kind, payload []byte) []byte {
 	return append(b, `,"prev_hash":"`...)
 }
 
-func appendHashSuffix(b []byte, prev, rowID string, seq int64, ts string) []byte {
+func appendHashSuffix[ID string | []byte](b []byte, prev string, rowID ID, seq int64, ts string) []byte {
 	b = append(b, prev...)
 	b = append(b, `","row_id":"`...)
 	b = append(b, rowID...)

@@ -692,28 +692,39 @@ func (s *Store) commit(b *batch) error {
 // chain makes the rows of slots, continuing h, and their journal lines
 // (appended to buf). It is the only place rows get seq, row_id, ts,
 // prev_hash and row_hash. The rows of one batch are committed together and
-// share its ts; their row ids are monotonic.
+// share its ts; their row ids are monotonic. It runs between two
+// fdatasyncs, so it allocates one string per row (row_id and row_hash
+// share it) and nothing else per row.
 func (s *Store) chain(slots []slot, h head, buf []byte) ([]Row, []byte, error) {
 	rows := make([]Row, len(slots))
 	var text [256]byte
 	var sum [sha256.Size]byte
+	var id ulid.ULID
+	var idHash [ulid.EncodedSize + 2*sha256.Size]byte // row_id, then row_hash, as text
 	now := time.Now().UTC()
 	ms, ts := ulid.Timestamp(now), now.Format(TimeFormat)
 	for i := range slots {
 		sl := &slots[i]
-		id, err := ulid.New(ms, s.entropy)
-		if err != nil {
+		seq := h.seq + 1
+		if seq > maxJSONInt {
+			return nil, buf, fmt.Errorf("seq %d out of range", seq)
+		}
+		if err := id.SetTime(ms); err != nil {
 			return nil, buf, fmt.Errorf("row id: %w", err)
 		}
-		row := Row{Seq: h.seq + 1, RowID: id.String(), Kind: sl.kind, TS: ts, PrevHash: h.hash, Payload: sl.payload}
-		if row.Seq > maxJSONInt {
-			return nil, buf, fmt.Errorf("seq %d out of range", row.Seq)
+		if err := s.entropy.MonotonicRead(ms, id[6:]); err != nil {
+			return nil, buf, fmt.Errorf("row id: %w", err)
+		}
+		if err := id.MarshalTextTo(idHash[:ulid.EncodedSize]); err != nil {
+			return nil, buf, fmt.Errorf("row id: %w", err)
 		}
 		if err := s.digest.(encoding.BinaryUnmarshaler).UnmarshalBinary(sl.prefix[:]); err != nil {
 			return nil, buf, fmt.Errorf("sha256 state: %w", err)
 		}
-		s.digest.Write(appendHashSuffix(text[:0], row.PrevHash, row.RowID, row.Seq, row.TS))
-		row.RowHash = hex.EncodeToString(s.digest.Sum(sum[:0]))
+		s.digest.Write(appendHashSuffix(text[:0], h.hash, idHash[:ulid.EncodedSize], seq, ts))
+		hex.Encode(idHash[ulid.EncodedSize:], s.digest.Sum(sum[:0]))
+		both := string(idHash[:])
+		row := Row{Seq: seq, RowID: both[:ulid.EncodedSize], Kind: sl.kind, TS: ts, PrevHash: h.hash, RowHash: both[ulid.EncodedSize:], Payload: sl.payload}
 		rows[i] = row
 		buf = appendJournalLine(buf, row)
 		h = head{row.Seq, row.RowHash}
