@@ -33,6 +33,8 @@ echo "== audit emit, durable (fdatasync per group commit): latency and rows/s at
 echo "   references, same run: BenchmarkEmitFloor (the same emitters into the least a group commit can do on this disk)"
 echo "   and BenchmarkEmitFlush (the disk alone: one 16 KiB write + fdatasync; at 100 emitters a row waits for about two)"
 go test -run '^$' -bench 'BenchmarkEmit' -benchtime 4000x -count 3 ./audit/ | grep -E '^Benchmark'
+echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids, hashes, journal lines):"
+go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark'
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
 go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark'
