@@ -57,8 +57,9 @@ func BenchmarkEmitFloor(b *testing.B) {
 // writes 16 KiB (a batch of about 30 rows) to a preallocated file and
 // fdatasyncs it, b.N times; p50/p95/p99 of one write+fdatasync. An emitter
 // among 100 waits for about two of these (the append in flight when its row
-// arrives, then its own) plus scheduling, so BenchmarkEmit's p95 there
-// follows this p95 as the disk's latency drifts.
+// arrives, then its own) plus the scheduling of the emitters; when
+// BenchmarkEmit and its floor move between runs and this does not, it was
+// the CPU side (this machine's vCPUs), not the disk.
 func BenchmarkEmitFlush(b *testing.B) {
 	f := preallocated(b)
 	buf := make([]byte, 16<<10)
