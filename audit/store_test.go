@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -839,5 +840,112 @@ func TestEnqueuedRowAloneIsWritten(t *testing.T) {
 	}
 	if r, err := wait(); err != nil || r.Seq != 2 {
 		t.Fatalf("row held at Close: %+v %v", r, err)
+	}
+}
+
+// TestSyncerLetsWokenEmittersRun: after an append with two or more Emit
+// callers, the syncer takes the next batch only once every one of them has
+// run again (so that those that emit again at once share it), and no later
+// than resumeWait if one of them does not get to run.
+func TestSyncerLetsWokenEmittersRun(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		resumeWait time.Duration
+		released   bool // whether the next batch may go before the late emitter runs
+	}{
+		{"waits for every emitter", time.Hour, false},
+		{"bounded by resumeWait", 20 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			s.resumeWait = tc.resumeWait
+			ctx := context.Background()
+
+			// Batch 0 (one enqueued row) holds the writer while the two
+			// emitters of batch A queue behind it; batch A, once taken,
+			// holds it while a third emitter, X, queues behind A.
+			hold, entered := make(chan struct{}), make(chan struct{})
+			inA, goA := make(chan struct{}), make(chan struct{})
+			var commitsSeen atomic.Int32
+			s.beforeCommit = func() error {
+				switch commitsSeen.Add(1) {
+				case 1:
+					close(entered)
+					<-hold
+				case 2:
+					close(inA)
+					<-goA
+				}
+				return nil
+			}
+			// The first emitter of A to run again stops before counting
+			// itself, until late is closed.
+			late := make(chan struct{})
+			var first atomic.Bool
+			s.beforeResume = func() {
+				if first.CompareAndSwap(false, true) {
+					<-late
+				}
+			}
+			lateOnce := sync.OnceFunc(func() { close(late) })
+			defer lateOnce()
+
+			wait0, err := s.Enqueue(ctx, NoConnect(common("batch-0"), 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-entered
+			var wg sync.WaitGroup
+			for _, inv := range []string{"a-1", "a-2"} {
+				wg.Go(func() {
+					if _, err := s.Emit(ctx, NoConnect(common(inv), 1)); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			waitQueued(t, s, 2)
+			close(hold)
+			<-inA // batch A (both emitters) is being appended
+			xDone := make(chan error, 1)
+			go func() {
+				_, err := s.Emit(ctx, NoConnect(common("x"), 1))
+				xDone <- err
+			}()
+			waitQueued(t, s, 1)
+			close(goA)
+			if _, err := wait0(); err != nil {
+				t.Fatal(err)
+			}
+
+			if tc.released {
+				// The late emitter is still stopped: resumeWait lets X go.
+				select {
+				case err := <-xDone:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("X's row not appended 10s after the batch before it, resumeWait %v", tc.resumeWait)
+				}
+			} else {
+				select {
+				case err := <-xDone:
+					t.Fatalf("X's row was appended (err %v) while an emitter of the batch before had not run again", err)
+				case <-time.After(200 * time.Millisecond):
+				}
+				if c := s.commits.Load(); c != 2 {
+					t.Fatalf("%d appends while the syncer waits, want 2", c)
+				}
+				lateOnce()
+				if err := <-xDone; err != nil {
+					t.Fatal(err)
+				}
+			}
+			lateOnce()
+			wg.Wait()
+			if c := s.commits.Load(); c != 3 {
+				t.Fatalf("%d appends, want 3 (batch 0, A, X)", c)
+			}
+		})
 	}
 }
