@@ -56,10 +56,11 @@ func BenchmarkEmitFloor(b *testing.B) {
 // BenchmarkEmitFlush is the disk's own figure, same run: one goroutine
 // writes 16 KiB (a batch of about 30 rows) to a preallocated file and
 // fdatasyncs it, b.N times; p50/p95/p99 of one write+fdatasync. An emitter
-// among 100 waits for about two of these (the append in flight when its row
-// arrives, then its own) plus the scheduling of the emitters; when
-// BenchmarkEmit and its floor move between runs and this does not, it was
-// the CPU side (this machine's vCPUs), not the disk.
+// among 100 waits for one of these, its batch's, once the emitters woken
+// with it have run again (see Store.letEmittersRun), plus the chaining and
+// the scheduling of the emitters; when BenchmarkEmit and its floor move
+// between runs and this does not, it was the CPU side (this machine's
+// vCPUs), not the disk.
 func BenchmarkEmitFlush(b *testing.B) {
 	f := preallocated(b)
 	buf := make([]byte, 16<<10)
@@ -222,9 +223,9 @@ func (l *floorLog) emit(d Draft) error {
 }
 
 // BenchmarkChain measures the syncer's work between two fdatasyncs for a
-// batch of 50 rows (what 100 emitters put in one append): seq, row ids, the
-// hashes' suffixes and the journal lines. Every emitter waiting for the
-// next append waits for it too.
+// batch of 50 rows (100 emitters put 50 to 100 in one append): seq, row
+// ids, the hashes' suffixes and the journal lines. Every emitter waiting
+// for the next append waits for it too.
 func BenchmarkChain(b *testing.B) {
 	s := openStore(b, b.TempDir())
 	c := common("01HZKBENCH000001")
