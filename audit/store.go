@@ -159,13 +159,13 @@ type Store struct {
 	// the journal end it left (while the journal still ends there, no other
 	// process appended and the head need not be read back), row ids, the
 	// hash state for chaining, and the last batch's line buffer for reuse.
-	tipEnd   int64
-	tip      head
-	entropy  *ulid.MonotonicEntropy
-	digest   hash.Hash
-	spare    []byte
-	lastSize int         // slots in the last batch: the next one's initial capacity
-	resumed  *time.Timer // bounds letEmittersRun's wait
+	tipEnd      int64
+	tip         head
+	entropy     *ulid.MonotonicEntropy
+	digest      hash.Hash
+	spare       []byte
+	lastSize    int         // slots in the last batch: the next one's initial capacity
+	resumeTimer *time.Timer // bounds letEmittersRun's wait
 
 	commits atomic.Int64 // durable appends (tests prove group commit with it)
 
@@ -237,19 +237,19 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	f.Close()
 
 	s := &Store{
-		path:       path,
-		opts:       o,
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
-		ready:      make(chan struct{}, 1),
-		lazyHold:   lazyHold,
-		resumeWait: resumeWait,
-		resumed:    stoppedTimer(),
-		kick:       make(chan struct{}, 1),
-		applyStop:  make(chan struct{}),
-		applyDone:  make(chan struct{}),
-		entropy:    ulid.Monotonic(rand.Reader, 0),
-		digest:     sha256.New(),
+		path:        path,
+		opts:        o,
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		ready:       make(chan struct{}, 1),
+		lazyHold:    lazyHold,
+		resumeWait:  resumeWait,
+		resumeTimer: stoppedTimer(),
+		kick:        make(chan struct{}, 1),
+		applyStop:   make(chan struct{}),
+		applyDone:   make(chan struct{}),
+		entropy:     ulid.Monotonic(rand.Reader, 0),
+		digest:      sha256.New(),
 	}
 	defer func() {
 		if err != nil {
@@ -640,12 +640,12 @@ func (s *Store) letEmittersRun(b *batch) {
 		runtime.Gosched()
 		return
 	}
-	s.resumed.Reset(s.resumeWait)
+	s.resumeTimer.Reset(s.resumeWait)
 	select {
 	case <-b.ran:
-	case <-s.resumed.C:
+	case <-s.resumeTimer.C:
 	}
-	s.resumed.Stop()
+	s.resumeTimer.Stop()
 }
 
 // stoppedTimer returns a timer that is not running, for Reset.
