@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/internal/unixsock"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/tools"
 	"github.com/cyberos/supervisor/telemetry"
@@ -249,9 +250,8 @@ func checkSocketDir(dir string) error {
 
 // listen binds the socket, which must not exist yet (bind(2) never
 // replaces a file, so an attacker's file or symlink is refused, not
-// unlinked), then gives it mode 0600 and its owner. Between bind and chmod
-// the socket has the umask's mode; the directory is private and every peer
-// is checked on accept, so that window admits no one.
+// unlinked), with mode 0600 from the moment it exists (unixsock.Listen),
+// then gives it its owner.
 func listen(path string, uid, gid int) (*net.UnixListener, error) {
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("broker: socket path %s is longer than %d bytes", path, maxSocketPath)
@@ -261,13 +261,9 @@ func listen(path string, uid, gid int) (*net.UnixListener, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := unixsock.Listen(path, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("broker: listen: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("broker: socket mode: %w", err)
 	}
 	if err := os.Lchown(path, uid, gid); err != nil {
 		ln.Close()

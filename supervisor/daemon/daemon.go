@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/internal/unixsock"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/telemetry"
@@ -200,21 +201,17 @@ func listenAdmin(path string, gid int) (net.Listener, error) {
 		}
 		os.Remove(path)
 	}
-	ln, err := net.Listen("unix", path)
+	ln, err := unixsock.Listen(path, 0o660) // root's group until the chown
 	if err != nil {
 		return nil, fmt.Errorf("admin_socket: %w", err)
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	ln.SetUnlinkOnClose(true)
 	if gid < 0 {
 		gid = 0
 	}
 	if err := os.Chown(path, 0, gid); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("admin_socket: chown: %w", err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("admin_socket: chmod: %w", err)
 	}
 	return ln, nil
 }

@@ -10,6 +10,8 @@ import (
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/internal/unixsock"
 )
 
 // notifyListener is the seccomp agent of a recording sandbox (`cyberos
@@ -37,12 +39,8 @@ type notifyListener struct {
 
 func startNotifyListener(path string, rec *SyscallRecorder) (*notifyListener, error) {
 	_ = os.Remove(path)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := unixsock.Listen(path, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp record listener: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
 		return nil, fmt.Errorf("seccomp record listener: %w", err)
 	}
 	l := &notifyListener{path: path, ln: ln, rec: rec, stop: make(chan struct{})}
