@@ -1,5 +1,5 @@
-// Package unixsock binds Unix sockets whose file never has a wider mode
-// than the one asked for, not even between bind(2) and chmod(2).
+// Package unixsock binds Unix sockets whose file, on Linux, never has a
+// wider mode than the one asked for, not even between bind(2) and chmod(2).
 package unixsock
 
 import (
