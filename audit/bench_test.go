@@ -18,8 +18,11 @@ import (
 // sharing one fresh store in the test's temp dir, each emitter calling Emit
 // in a loop. b.N is the total number of rows. Reported: p50/p95/p99
 // latency of one Emit in ms, rows/s, and rows per commit (the group-commit
-// factor). `make bench` runs:
-// go test -run '^$' -bench BenchmarkEmit -benchtime 40000x -count 3 ./audit/
+// factor). `make bench` runs, three times in a row (so each round has the
+// store and its references, below, within half a minute of each other),
+// and prints the medians and the store/floor ratios
+// (scripts/emit-summary.awk):
+// go test -run '^$' -bench BenchmarkEmit -benchtime 40000x -count 1 ./audit/
 //
 // Why 40 000 rows: at 100 emitters the rows of one commit (about 100) share
 // one latency, so a run of 4 000 rows is some 40 commits and its p95 is

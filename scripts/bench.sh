@@ -33,7 +33,12 @@ echo "== audit emit, durable (fdatasync per group commit): latency and rows/s at
 echo "   references, same run: BenchmarkEmitFloor (the same emitters into the least a group commit can do on this disk)"
 echo "   and BenchmarkEmitFlush (the disk alone: one 16 KiB write + fdatasync; at 100 emitters a row waits for one, its batch's, once the emitters woken with it have run)"
 echo "   40 000 rows per run: some 400 commits at 100 emitters (see BenchmarkEmit)"
-go test -run '^$' -bench 'BenchmarkEmit' -benchtime 40000x -count 3 ./audit/ | grep -E '^Benchmark'
+echo "   3 rounds, each: the store, then its floor, then the disk (so a drift of this machine's disk between rounds moves both)"
+go test -c -o "$tmp/audit.test" ./audit/
+for round in 1 2 3; do
+  "$tmp/audit.test" -test.run '^$' -test.bench 'BenchmarkEmit' -test.benchtime 40000x -test.count 1 | grep -E '^Benchmark'
+done | tee "$tmp/emit.txt"
+awk -f scripts/emit-summary.awk "$tmp/emit.txt"
 echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids, hashes, journal lines):"
 go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark'
 echo
