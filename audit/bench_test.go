@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -283,5 +284,28 @@ func BenchmarkChain(b *testing.B) {
 		if _, buf, err = s.chain(slots, head{1, GenesisHash}, buf[:0]); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkDecodeRow reads one journal line of a tool call's row as the
+// index (Open after a crash, the applier) and Verify read every line:
+// decodeRow, which takes the writer's layout directly (decodeWriterLine),
+// against encoding/json alone (decodeRowJSON), same run.
+func BenchmarkDecodeRow(b *testing.B) {
+	s := openStore(b, b.TempDir())
+	r := emitAll(b, s, ToolCallStarted(common("01HZKBENCH000001"), "1", "MemoryRead", zeroHash(1)))[0]
+	line := bytes.TrimSuffix(appendJournalLine(nil, r), []byte("\n"))
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) (Row, error)
+	}{{"decodeRow", decodeRow}, {"encoding-json", decodeRowJSON}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.decode(line); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
