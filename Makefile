@@ -29,7 +29,7 @@ test: deps lint ## unit + root integration tests, and the macOS build
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
 	@echo "macOS build: ok"
 
-fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC) for FUZZTIME each (default 20s)
+fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC, audit lines) for FUZZTIME each (default 20s)
 	@bash scripts/fuzz.sh
 
 vm-test: ## the root integration + cgroups tests in a cgroup v2 qemu VM (Debian kernel, KVM if the CPU has it); as root, downloads cached in .cache/vm

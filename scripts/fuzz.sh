@@ -19,6 +19,7 @@ targets=(
 	"./supervisor/sandbox FuzzLoadProfile"      # seccomp profile decoding
 	"./supervisor/broker FuzzReadFrame"         # broker frames
 	"./supervisor/broker FuzzDispatch"          # JSON-RPC request decoding and dispatch
+	"./audit FuzzDecodeWriterLine"              # audit journal/export lines read without encoding/json
 )
 
 failed=()
