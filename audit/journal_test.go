@@ -215,3 +215,68 @@ func TestJournalLineIsExportLine(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendPointStatsOnlyWhenItMust: the writer finds where to append
+// without a stat (one makes the next append's fdatasync write the inode
+// too, see appendPoint), also within half a chunk of the file's end, where
+// it used to stat before every append; and when another writer has filled
+// the journal past the size this one knew, it stats and finds the real end.
+func TestAppendPointStatsOnlyWhenItMust(t *testing.T) {
+	path := filepath.Join(t.TempDir(), JournalName)
+	open := func() *journal {
+		j, err := openJournal(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { j.close() })
+		end, size, _, err := j.tail()
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.reserve(end, size)
+		return j
+	}
+	appendLine := func(j *journal, line []byte) int64 {
+		t.Helper()
+		start, size, err := j.appendPoint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.write(line, start, size); err != nil {
+			t.Fatal(err)
+		}
+		return start + int64(len(line))
+	}
+	a := open()
+	// Fill a to within half a chunk of its size.
+	filler := []byte(strings.Repeat(strings.Repeat("f", 1023)+"\n", 1024))
+	for a.wsize-a.whint >= journalChunk/2 {
+		appendLine(a, filler)
+	}
+	size := a.wsize
+	a.wstats = 0
+	line := []byte(strings.Repeat("a", 99) + "\n")
+	var end int64
+	for range 100 {
+		end = appendLine(a, line)
+	}
+	if a.wstats != 0 {
+		t.Fatalf("%d stats for 100 appends within the known size", a.wstats)
+	}
+	// b, another writer, fills the journal past the size a knows and
+	// grows it; a's next append must go after b's last line.
+	b := open()
+	for b.wsize <= size+journalChunk/4 || b.whint <= size {
+		end = appendLine(b, filler)
+	}
+	if got := appendLine(a, line); got != end+int64(len(line)) || a.wstats != 1 {
+		t.Fatalf("a appended up to %d after %d stats, want up to %d after 1", got, a.wstats, end+int64(len(line)))
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexByte(data, 0); int64(i) != end+int64(len(line)) || !bytes.HasSuffix(data[:i], append([]byte("f\n"), line...)) {
+		t.Fatalf("journal ends at %d with %q, want %d", i, data[max(0, i-120):i], end+int64(len(line)))
+	}
+}
