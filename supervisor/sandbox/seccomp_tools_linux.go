@@ -614,6 +614,21 @@ var recordBaseline = []string{
 	"clock_gettime",
 }
 
+// recordUnnotified are allowed, not notified, while recording, and kept in
+// a recorded profile as the base allows them (clone with its conditions).
+// A notified call waits for the listener's answer interruptibly: a signal
+// arriving meanwhile ends it with EINTR where the base profile would have
+// let it run (seccomp_do_user_notification; SECCOMP_FILTER_FLAG_WAIT_
+// KILLABLE_RECV narrows that window only from libseccomp 2.6, and only once
+// the listener has read the notification). Programs expect EINTR where a
+// call may return it, but fork never does: in a shell catching SIGCHLD, an
+// earlier child's exit during a notified clone made dash print "Cannot fork"
+// and the recorded skill fail (seen in the cgroup v2 VM, where the listener
+// answers slowly). So the calls that make processes and threads are not
+// notified, and a recorded profile always allows them: pids.max, not the
+// profile, bounds what a skill may spawn.
+var recordUnnotified = []string{"clone", "fork", "vfork"}
+
 // recordingConfig turns a loaded profile into the filter `seccomp record`
 // runs under: every call the profile allows (conditions included) is
 // notified to the listener at listenerPath instead, which records it and
@@ -627,7 +642,7 @@ func recordingConfig(base *configs.Seccomp, listenerPath string) *configs.Seccom
 	c.Syscalls = make([]*configs.Syscall, 0, len(base.Syscalls))
 	for _, s := range base.Syscalls {
 		s2 := *s
-		if s2.Action == configs.Allow && !slices.Contains(recordBaseline, s2.Name) {
+		if s2.Action == configs.Allow && !slices.Contains(recordBaseline, s2.Name) && !slices.Contains(recordUnnotified, s2.Name) {
 			s2.Action = configs.Notify
 		}
 		c.Syscalls = append(c.Syscalls, &s2)
@@ -640,7 +655,8 @@ func recordingConfig(base *configs.Seccomp, listenerPath string) *configs.Seccom
 // rules cut down to the names used (conditional rules kept whole, so clone
 // still refuses namespace flags and ioctl still refuses TIOCSTI), every
 // refusal rule of the base kept (clone3 → ENOSYS), the base's default
-// action, architectures and flags, plus recordBaseline.
+// action, architectures and flags, plus recordBaseline and
+// recordUnnotified (as far as the base allows them).
 func RecordProfile(basePath string, used []string) ([]byte, error) {
 	base, _, err := LoadProfileFile(basePath)
 	if err != nil {
@@ -650,7 +666,7 @@ func RecordProfile(basePath string, used []string) ([]byte, error) {
 	for _, n := range used {
 		want[n] = true
 	}
-	for _, n := range recordBaseline {
+	for _, n := range append(slices.Clone(recordBaseline), recordUnnotified...) {
 		want[n] = true
 	}
 	out := &specs.LinuxSeccomp{DefaultAction: base.DefaultAction, DefaultErrnoRet: base.DefaultErrnoRet,
