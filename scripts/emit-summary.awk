@@ -1,7 +1,9 @@
 # Summary of the audit emit benchmarks (make bench): for each number of
 # emitters, the median over the runs (-count) of BenchmarkEmit's p50, p95,
 # p99 and rows/s, the same for BenchmarkEmitFloor (its reference, same run),
-# and their ratio; then BenchmarkEmitFlush's median p50 (the disk alone).
+# and the store/floor ratios of p50 and p95 round by round (the k-th store
+# run against the k-th floor run: the disk drifts between rounds) with their
+# median; then BenchmarkEmitFlush's median p50 (the disk alone).
 # Input: `go test -bench` lines, e.g.
 #   BenchmarkEmit/emitters=100-2  40000  9155 ns/op  0.73 p50-ms  1.53 p95-ms  ...
 # Each metric is a value followed by its unit.
@@ -45,10 +47,16 @@ END {
 				median(vals[bench, em, "p50-ms"]), median(vals[bench, em, "p95-ms"]),
 				median(vals[bench, em, "p99-ms"]), median(vals[bench, em, "rows/s"])
 		}
-		f = median(vals["floor", em, "p95-ms"])
-		if (f > 0)
-			printf "   %-10s %-6s p95 store/floor %.2f, p50 store/floor %.2f\n", "", "", median(vals["store", em, "p95-ms"]) / f,
-				median(vals["store", em, "p50-ms"]) / median(vals["floor", em, "p50-ms"])
+		for (m = 1; m <= 2; m++) {
+			metric = m == 1 ? "p50-ms" : "p95-ms"
+			ns = split(vals["store", em, metric], sv, " ")
+			nf = split(vals["floor", em, metric], fv, " ")
+			ratios = ""
+			for (r = 1; r <= ns && r <= nf; r++)
+				if (fv[r] > 0) ratios = ratios sprintf(" %.2f", sv[r] / fv[r])
+			if (ratios != "")
+				printf "   %-10s %-6s %s store/floor, round by round:%s (median %.2f)\n", "", "", substr(metric, 1, 3), ratios, median(ratios)
+		}
 	}
 	if (vals["flush", "-", "p50-ms"] != "")
 		printf "   disk alone (BenchmarkEmitFlush, 16 KiB write + fdatasync): p50 %.3f ms, p95 %.3f ms\n",
