@@ -618,9 +618,10 @@ var recordBaseline = []string{
 // a recorded profile as the base allows them (clone with its conditions).
 // A notified call waits for the listener's answer interruptibly: a signal
 // arriving meanwhile ends it with EINTR where the base profile would have
-// let it run (seccomp_do_user_notification; SECCOMP_FILTER_FLAG_WAIT_
-// KILLABLE_RECV narrows that window only from libseccomp 2.6, and only once
-// the listener has read the notification). Programs expect EINTR where a
+// let it run (seccomp_do_user_notification; the filter flag
+// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV narrows that window only from
+// libseccomp 2.6, and only once the listener has read the notification;
+// Debian 12 has 2.5). Programs expect EINTR where a
 // call may return it, but fork never does: in a shell catching SIGCHLD, an
 // earlier child's exit during a notified clone made dash print "Cannot fork"
 // and the recorded skill fail (seen in the cgroup v2 VM, where the listener
