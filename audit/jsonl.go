@@ -170,9 +170,9 @@ func decodeRowJSON(line []byte) (Row, error) {
 //
 //	{"seq":N,"row_id":"…","kind":"…","ts":"…","prev_hash":"…","row_hash":"…","payload":{…}}
 //
-// byte for byte: N plain decimal digits, strings of printable ASCII with no
-// '"' or '\\', the payload a valid JSON object with nothing around it. Such
-// a line means to encoding/json exactly the Row read here, so decodeRow
+// byte for byte: N plain decimal digits, strings of the bytes the writer
+// leaves unescaped (plainByte), the payload a valid JSON object with
+// nothing around it. Such a line means to encoding/json exactly the Row read here, so decodeRow
 // takes it (ok) without decoding the line twice as JSON, which costs ten
 // times as much: every journal line goes through here when the index is
 // built from the journal (Open after a crash, the applier) and when Verify
@@ -200,7 +200,7 @@ func decodeWriterLine(line []byte) (Row, bool) {
 			return Row{}, false
 		}
 		start := i
-		for i < len(line) && plainStringByte[line[i]] {
+		for i < len(line) && plainByte[line[i]] {
 			i++
 		}
 		spans[k] = [2]int{start, i}
@@ -224,12 +224,3 @@ func skipText(line []byte, i int, text string) (int, bool) {
 	}
 	return i + len(text), true
 }
-
-// plainStringByte[c]: c stands for itself inside a JSON string (printable
-// ASCII but '"' and '\\').
-var plainStringByte = func() (t [256]bool) {
-	for c := 0x20; c <= 0x7e; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
