@@ -501,7 +501,9 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	inv.spec.BrokerSocket = brk.Path()
 	proc, err, hung := s.startWithin(inv.spec, deadline, log)
 	if hung {
+		// startWithin kills whatever the start returns later.
 		env.Outcome = OutcomeTimeout
+		env.SignalSent = "SIGKILL"
 		env.ErrorMessage = fmt.Sprintf("deadline of %v reached while the sandbox was starting", deadline)
 		return env, env.ErrorMessage
 	}

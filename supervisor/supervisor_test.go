@@ -331,6 +331,15 @@ func TestDeadlineBoundsSandboxStart(t *testing.T) {
 	if env.Outcome != OutcomeTimeout || time.Since(t0) > 3*time.Second {
 		t.Fatalf("outcome %s after %v, want timeout at about 300 ms", env.Outcome, time.Since(t0))
 	}
+	// The deadline reached while starting still gets its skill.timeout row
+	// (the late sandbox is killed with SIGKILL).
+	rows := rowsOf(t, s, env.InvocationID)
+	if kinds(rows) != "skill.invoked_started,skill.timeout,skill.invoked_completed" {
+		t.Fatalf("rows %s", kinds(rows))
+	}
+	if to := payload(t, rows[1]); to["signal"] != "SIGKILL" || to["deadline_ms"] != float64(300) {
+		t.Errorf("timeout row %v", to)
+	}
 	close(f.release)
 	testutilWaitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed })
 }

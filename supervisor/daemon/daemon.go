@@ -43,7 +43,8 @@ type InvokeRequest struct {
 	TenantID      string          `json:"tenant_id,omitempty"`
 	CallerPersona string          `json:"caller_persona,omitempty"`
 	Traceparent   string          `json:"traceparent,omitempty"`
-	// DeadlineMS shortens effort_minutes like `skill run --deadline`.
+	// DeadlineMS shortens effort_minutes like `skill run --deadline`; at
+	// most MaxDeadlineMS, 0 keeps effort_minutes.
 	DeadlineMS int64  `json:"deadline_ms,omitempty"`
 	RequestID  string `json:"request_id,omitempty"`
 }
@@ -317,6 +318,10 @@ func validText(s string, max int) bool {
 	return true
 }
 
+// MaxDeadlineMS bounds deadline_ms: a day, far below the milliseconds a
+// time.Duration can hold, so no deadline overflows into a short one.
+const MaxDeadlineMS = 86_400_000
+
 func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	if d.draining.Load() {
 		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
@@ -336,8 +341,8 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	case !validText(req.TenantID, 128) || !validText(req.CallerPersona, 256) || !validText(req.Version, 64) || !validText(req.RequestID, 128):
 		apiErr(w, http.StatusBadRequest, "bad_request", errors.New("tenant_id, caller_persona, version or request_id: too long or holds control characters"))
 		return
-	case req.DeadlineMS < 0:
-		apiErr(w, http.StatusBadRequest, "bad_request", errors.New("deadline_ms must be positive"))
+	case req.DeadlineMS < 0 || req.DeadlineMS > MaxDeadlineMS:
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("deadline_ms %d: must be a whole number of milliseconds from 1 to %d (24 h)", req.DeadlineMS, MaxDeadlineMS))
 		return
 	}
 	dir := filepath.Join(d.cfg.SkillsDir, req.SkillID)
