@@ -79,7 +79,7 @@ func (c *adminClient) do(method, path string, body any) (*http.Response, error) 
 
 func newInvokeCmd() *cobra.Command {
 	var f runFlags
-	var version, socket string
+	var version, socket, requestID string
 	cmd := &cobra.Command{
 		Use:   "invoke SKILL_ID",
 		Short: "Invoke an installed skill through the daemon",
@@ -90,7 +90,7 @@ func newInvokeCmd() *cobra.Command {
 				return err
 			}
 			req := daemon.InvokeRequest{SkillID: a[0], Version: version, TenantID: f.tenant, CallerPersona: f.persona,
-				Traceparent: f.traceparent, DeadlineMS: f.deadline.Milliseconds()}
+				Traceparent: f.traceparent, DeadlineMS: f.deadline.Milliseconds(), RequestID: requestID}
 			if len(bytes.TrimSpace(args)) > 0 {
 				if !json.Valid(args) {
 					return &exitError{exitUsage, errors.New("args: not one valid JSON value")}
@@ -119,6 +119,7 @@ func newInvokeCmd() *cobra.Command {
 	fl.DurationVar(&f.deadline, "deadline", 0, "shorten the deadline below effort_minutes (e.g. 4s)")
 	fl.BoolVar(&f.json, "json", false, "print the envelope as one JSON object")
 	fl.StringVar(&socket, "socket", defaultAdminSocket, "the daemon's admin socket")
+	fl.StringVar(&requestID, "request-id", "", "idempotency key: a repeat within idempotency_window gets the first answer instead of a second run")
 	return cmd
 }
 

@@ -32,6 +32,9 @@ type Config struct {
 	MaxConcurrent      int      `yaml:"max_concurrent"`
 	Defaults           Defaults `yaml:"defaults"`
 	ShutdownGrace      Grace    `yaml:"shutdown_grace"`
+	// IdempotencyWindow is how long a (tenant_id, request_id) is answered
+	// from its first invocation instead of running again; 0 turns it off.
+	IdempotencyWindow Window `yaml:"idempotency_window"`
 }
 
 // Grace is shutdown_grace: a Go duration ("30s", "1m").
@@ -68,6 +71,7 @@ func DefaultConfig() Config {
 		MaxConcurrent:      256,
 		Defaults:           Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default"},
 		ShutdownGrace:      Grace(30 * time.Second),
+		IdempotencyWindow:  Window(24 * time.Hour),
 	}
 }
 
@@ -138,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	if g := time.Duration(c.ShutdownGrace); g < 0 || g > time.Hour {
 		return bad("shutdown_grace", "must be 0..1h, got %v", g)
+	}
+	if w := time.Duration(c.IdempotencyWindow); w < 0 || w > 30*24*time.Hour {
+		return bad("idempotency_window", "must be 0 (off) up to 720h, got %v", w)
 	}
 	if _, err := c.AdminGID(); err != nil {
 		return err

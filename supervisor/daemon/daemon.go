@@ -64,6 +64,8 @@ type Daemon struct {
 	log      *slog.Logger
 	adminGID int
 	hub      *hub
+	// requests holds the idempotency records; nil when idempotency_window is 0.
+	requests *requests
 
 	inflight atomic.Int64
 	// gate orders the admission of an invocation (wg.Add) before shutdown's
@@ -109,6 +111,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("count today's tool calls from the audit rows: %w", err)
 	}
 	d.hub.seed(day, calls, denied)
+	if cfg.IdempotencyWindow > 0 {
+		if d.requests, err = newRequests(cfg.StateDir, time.Duration(cfg.IdempotencyWindow)); err != nil {
+			return nil, err
+		}
+	}
 	d.exposeSkills()
 
 	if d.adminLn, err = listenAdmin(cfg.AdminSocket, gid); err != nil {
@@ -302,6 +309,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// writeRaw sends an answer already encoded by writeJSON's encoder.
+func writeRaw(w http.ResponseWriter, code int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
 func apiErr(w http.ResponseWriter, code int, kind string, err error) {
 	writeJSON(w, code, APIError{Error: err.Error(), Code: kind})
 }
@@ -350,16 +364,61 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no skill %q in %s", req.SkillID, d.cfg.SkillsDir))
 		return
 	}
+	tenant := req.TenantID
+	if tenant == "" {
+		tenant = DefaultTenant
+	}
+	// reply sends the answer; a claimed request_id records it first (an
+	// invocation that ran) or forgets the claim (nothing ran).
+	var cl claim
+	reply := func(code int, v any, ran bool) {
+		b := mustJSON(v)
+		if cl.own {
+			if ran {
+				if err := d.requests.finish(cl.key, code, b); err != nil {
+					d.log.Error("idempotency record not written", "request_id", req.RequestID, "err", err)
+				}
+			} else {
+				d.requests.drop(cl.key, code, b)
+			}
+		}
+		writeRaw(w, code, b)
+	}
+	if req.RequestID != "" && d.requests != nil {
+		var err error
+		cl, err = d.requests.claim(&req, tenant)
+		switch {
+		case errors.Is(err, errRequestConflict):
+			apiErr(w, http.StatusConflict, "request_id_conflict", fmt.Errorf("request_id %q: %w", req.RequestID, err))
+			return
+		case err != nil:
+			apiErr(w, http.StatusServiceUnavailable, "refused", err)
+			return
+		case cl.wait != nil:
+			select {
+			case <-cl.wait.done:
+				writeRaw(w, cl.wait.status, cl.wait.answer)
+			case <-r.Context().Done():
+			}
+			return
+		case cl.rec != nil && cl.rec.Status != 0:
+			writeRaw(w, cl.rec.Status, cl.rec.Answer)
+			return
+		case cl.rec != nil:
+			writeJSON(w, http.StatusOK, lostEnvelope(cl.rec))
+			return
+		}
+	}
 	if n := d.inflight.Add(1); n > int64(d.cfg.MaxConcurrent) {
 		d.inflight.Add(-1)
-		apiErr(w, http.StatusTooManyRequests, "too_many_invocations", fmt.Errorf("max_concurrent (%d) invocations are running", d.cfg.MaxConcurrent))
+		reply(http.StatusTooManyRequests, APIError{Code: "too_many_invocations", Error: fmt.Sprintf("max_concurrent (%d) invocations are running", d.cfg.MaxConcurrent)}, false)
 		return
 	}
 	d.gate.Lock()
 	if d.draining.Load() { // raced with the start of shutdown
 		d.gate.Unlock()
 		d.inflight.Add(-1)
-		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
+		reply(http.StatusServiceUnavailable, APIError{Code: "shutting_down", Error: "the supervisor is shutting down"}, false)
 		return
 	}
 	d.wg.Add(1)
@@ -368,18 +427,20 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		d.inflight.Add(-1)
 		d.wg.Done()
 	}()
-	tenant := req.TenantID
-	if tenant == "" {
-		tenant = DefaultTenant
-	}
 	var id string
 	def := supervisor.Defaults(d.cfg.Defaults)
 	env, err := d.sup.Run(supervisor.Request{
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
 		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
 		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
-		Defaults:   &def,
-		OnStarted:  func(s supervisor.Started) { id = s.InvocationID; d.hub.started(s) },
+		Defaults: &def,
+		OnStarted: func(s supervisor.Started) {
+			id = s.InvocationID
+			if cl.own {
+				d.requests.started(cl.key, s.InvocationID)
+			}
+			d.hub.started(s)
+		},
 		OnToolCall: d.hub.decided,
 		Stop:       d.stop,
 	})
@@ -388,15 +449,15 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, supervisor.ErrNotFound):
-		apiErr(w, http.StatusNotFound, "not_found", err)
+		reply(http.StatusNotFound, APIError{Code: "not_found", Error: err.Error()}, false)
 	case errors.Is(err, supervisor.ErrInvalidSkill):
-		apiErr(w, http.StatusBadRequest, "invalid", err)
+		reply(http.StatusBadRequest, APIError{Code: "invalid", Error: err.Error()}, false)
 	case errors.Is(err, supervisor.ErrRefused):
-		apiErr(w, http.StatusServiceUnavailable, "refused", err)
+		reply(http.StatusServiceUnavailable, APIError{Code: "refused", Error: err.Error()}, false)
 	case err != nil:
-		apiErr(w, http.StatusInternalServerError, "internal", err)
+		reply(http.StatusInternalServerError, APIError{Code: "internal", Error: err.Error()}, false)
 	default:
-		writeJSON(w, http.StatusOK, env)
+		reply(http.StatusOK, env, true)
 	}
 }
 
