@@ -262,6 +262,7 @@ func build(top yaml.MapSlice, plain map[string]any) (*Policy, error) {
 		SeccompProfile:      DefaultSeccompProfile,
 		MemoryMB:            DefaultMemoryMB,
 		PidsMax:             DefaultPidsMax,
+		CPU:                 DefaultCPU,
 	}
 	seen := map[*field]string{} // field → the spelling that set it
 	for _, item := range top {

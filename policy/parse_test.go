@@ -104,6 +104,7 @@ func TestParseDefaults(t *testing.T) {
 		SeccompProfile:      DefaultSeccompProfile,
 		MemoryMB:            DefaultMemoryMB,
 		PidsMax:             DefaultPidsMax,
+		CPU:                 DefaultCPU,
 	}
 	if p.Given("effort_minutes") || p.Given("x-memory-mb") || !p.Given("name") {
 		t.Errorf("Given on a default-only policy: %v", p.given)

@@ -50,6 +50,10 @@ const (
 	DefaultEntrypoint     = "main"
 )
 
+// DefaultCPU is x-cpu where the frontmatter is silent: one CPU of quota, so
+// a skill that spins cannot take the whole host. x-cpu: 0 asks for none.
+const DefaultCPU = 1.0
+
 // Policy is the validated frontmatter of one skill. Lists that were absent are
 // empty: nothing is allowed. Numeric limits always hold their effective value
 // (defaults applied). Policy is immutable after Parse.
@@ -69,7 +73,7 @@ type Policy struct {
 	SeccompProfile     string   `json:"x_seccomp_profile"` // a profile name, [a-z0-9_-]+
 	MemoryMB           int64    `json:"x_memory_mb"`
 	PidsMax            int64    `json:"x_pids_max"`
-	CPU                float64  `json:"x_cpu"`                   // CPUs of quota; 0 = no quota
+	CPU                float64  `json:"x_cpu"`                   // CPUs of quota (default 1); 0 = no quota
 	RateLimitPerMinute int      `json:"x_rate_limit_per_minute"` // 0 = no limit
 	Compensation       bool     `json:"x_compensation"`
 

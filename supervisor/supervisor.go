@@ -123,6 +123,13 @@ type Defaults struct {
 	PidsMax        int64
 	EffortMinutes  int
 	SeccompProfile string
+	// CPU replaces x-cpu where it is unset: 0 is a value (no quota); a
+	// negative CPU keeps the built-in policy.DefaultCPU.
+	CPU float64
+	// FileSizeMB and NoFile are the sandbox's RLIMIT_FSIZE (MiB) and
+	// RLIMIT_NOFILE; 0 keeps the sandbox's defaults.
+	FileSizeMB int64
+	NoFile     int64
 }
 
 // Started describes an invocation whose started row is durable.
@@ -387,6 +394,9 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 		SeccompProfile: pol.SeccompProfile,
 		AllowDegraded:  s.AllowDegraded,
 		Recorder:       req.SeccompRecorder,
+	}
+	if d := req.Defaults; d != nil {
+		inv.spec.FileSizeMB, inv.spec.NoFile = d.FileSizeMB, d.NoFile
 	}
 	if inv.containment, err = s.Runner.Check(inv.spec); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
@@ -723,6 +733,9 @@ func applyDefaults(pol *policy.Policy, d *Defaults) *policy.Policy {
 	if !pol.Given("x-seccomp-profile") && d.SeccompProfile != "" {
 		c.SeccompProfile = d.SeccompProfile
 	}
+	if !pol.Given("x-cpu") && d.CPU >= 0 {
+		c.CPU = d.CPU
+	}
 	return &c
 }
 
@@ -764,6 +777,7 @@ var sigNames = map[syscall.Signal]string{
 	syscall.SIGTERM: "SIGTERM", syscall.SIGBUS: "SIGBUS", syscall.SIGILL: "SIGILL",
 	syscall.SIGFPE: "SIGFPE", syscall.SIGSYS: "SIGSYS", syscall.SIGINT: "SIGINT",
 	syscall.SIGHUP: "SIGHUP", syscall.SIGPIPE: "SIGPIPE", syscall.SIGQUIT: "SIGQUIT",
+	syscall.SIGXFSZ: "SIGXFSZ", // a write past RLIMIT_FSIZE
 }
 
 // oneJSONValue returns b if it holds exactly one JSON value (surrounding

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/supervisor/tools"
 )
@@ -288,6 +289,36 @@ func TestSpecCarriesPolicyAndEnv(t *testing.T) {
 		"CYBEROS_TENANT_ID=t1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
 	if strings.Join(s.Env, "\n") != strings.Join(want, "\n") {
 		t.Errorf("env %q, want %q", s.Env, want)
+	}
+}
+
+// TestSpecDefaults: a frontmatter silent on x-cpu gets one CPU of quota,
+// or the caller's Defaults (0 = no quota); an explicit x-cpu wins. The
+// Defaults' rlimits reach the spec; without Defaults the sandbox's own
+// defaults apply (0 in the spec).
+func TestSpecDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name, fm        string
+		d               *Defaults
+		cpu             float64
+		fsizeMB, nofile int64
+	}{
+		{"built-in", "", nil, policy.DefaultCPU, 0, 0},
+		{"config", "", &Defaults{CPU: 2, FileSizeMB: 16, NoFile: 256}, 2, 16, 256},
+		{"config no quota", "", &Defaults{CPU: 0}, 0, 0, 0},
+		{"negative keeps the built-in", "", &Defaults{CPU: -1}, policy.DefaultCPU, 0, 0},
+		{"frontmatter wins", "x-cpu: 0.5\n", &Defaults{CPU: 2}, 0.5, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeRunner{stdout: "{}"}
+			if _, err := run(t, f, Request{SkillDir: skillDir(t, tc.fm), Defaults: tc.d}); err != nil {
+				t.Fatal(err)
+			}
+			s := f.lastSpec
+			if s.CPU != tc.cpu || s.FileSizeMB != tc.fsizeMB || s.NoFile != tc.nofile {
+				t.Errorf("spec cpu %v fsize %d nofile %d, want %v %d %d", s.CPU, s.FileSizeMB, s.NoFile, tc.cpu, tc.fsizeMB, tc.nofile)
+			}
+		})
 	}
 }
 

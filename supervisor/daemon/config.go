@@ -56,6 +56,12 @@ type Defaults struct {
 	PidsMax        int64  `yaml:"pids_max"`
 	EffortMinutes  int    `yaml:"effort_minutes"`
 	SeccompProfile string `yaml:"seccomp_profile"`
+	// CPU is the CPU quota where x-cpu is unset; 0 = no quota.
+	CPU float64 `yaml:"cpu"`
+	// FileSizeMB and NoFile are the sandbox's RLIMIT_FSIZE (MiB) and
+	// RLIMIT_NOFILE, for every skill (no frontmatter key sets them).
+	FileSizeMB int64 `yaml:"file_size_mb"`
+	NoFile     int64 `yaml:"nofile"`
 }
 
 // DefaultConfig is what an empty file means.
@@ -69,7 +75,7 @@ func DefaultConfig() Config {
 		MetricsListen:      "127.0.0.1:9464",
 		SeccompProfilesDir: "/etc/cyberos/seccomp-profiles",
 		MaxConcurrent:      256,
-		Defaults:           Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default"},
+		Defaults:           Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default", CPU: 1, FileSizeMB: 128, NoFile: 1024},
 		ShutdownGrace:      Grace(30 * time.Second),
 		IdempotencyWindow:  Window(24 * time.Hour),
 	}
@@ -139,6 +145,12 @@ func (c *Config) Validate() error {
 		return bad("defaults.effort_minutes", "must be 1..1440, got %d", d.EffortMinutes)
 	case !profileName.MatchString(d.SeccompProfile):
 		return bad("defaults.seccomp_profile", "must be a profile name ([a-z0-9_-]+), got %q", d.SeccompProfile)
+	case !(d.CPU >= 0 && d.CPU <= 64): // NaN fails too
+		return bad("defaults.cpu", "must be 0 (no quota) to 64 CPUs, got %v", d.CPU)
+	case d.FileSizeMB < 1 || d.FileSizeMB > 1<<20:
+		return bad("defaults.file_size_mb", "must be 1..1048576, got %d", d.FileSizeMB)
+	case d.NoFile < 64 || d.NoFile > 1<<20:
+		return bad("defaults.nofile", "must be 64..1048576, got %d", d.NoFile)
 	}
 	if g := time.Duration(c.ShutdownGrace); g < 0 || g > time.Hour {
 		return bad("shutdown_grace", "must be 0..1h, got %v", g)

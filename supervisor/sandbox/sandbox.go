@@ -27,6 +27,18 @@ const (
 	SkillUID = 1000
 )
 
+// Rlimit defaults of a sandbox whose Spec leaves them 0. RLIMIT_CORE is
+// always 0: a core dump has no reader, and writing one costs the skill's
+// tmpfs and time.
+const (
+	// DefaultFileSizeMB is twice the default /tmp: a file on the sandbox's
+	// own tmpfs never reaches it, any other writable file stops there.
+	DefaultFileSizeMB = 128
+	// DefaultNoFile is RLIMIT_NOFILE: the kernel's open files are a host-wide
+	// resource.
+	DefaultNoFile = 1024
+)
+
 // Errors callers test with errors.Is.
 var (
 	// ErrUnsupported: this platform cannot run a sandbox at all.
@@ -72,6 +84,12 @@ type Spec struct {
 	PidsMax   int64   // pids.max
 	CPU       float64 // CPUs of quota, 0 = none
 	TmpSizeMB int64   // size of the tmpfs at /tmp
+
+	// FileSizeMB is RLIMIT_FSIZE (soft = hard) of every process of the
+	// sandbox, the skill's and the Bash tool's: 0 = DefaultFileSizeMB.
+	FileSizeMB int64
+	// NoFile is RLIMIT_NOFILE (soft = hard): 0 = DefaultNoFile.
+	NoFile int64
 
 	ProfilesDir    string // directory of <name>.json OCI seccomp profiles
 	SeccompProfile string // profile name

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +45,11 @@ func init() {
 // sandboxes of another runner.
 const DefaultCgroupParent = "/cyberos"
 
+// extraMaskedPaths are masked besides runc's defaults: /proc/config.gz is
+// the host kernel's whole build configuration (which hardening options and
+// drivers it has), of no use to a skill.
+var extraMaskedPaths = []string{"/proc/config.gz"}
+
 // DefaultRunDir is where the runner keeps its state unless told otherwise.
 const DefaultRunDir = "/run/cyberos"
 
@@ -72,6 +78,9 @@ type LinuxRunner struct {
 	// landlockABI is the kernel's Landlock ABI (landlockErr when it has none).
 	landlockABI int
 	landlockErr error
+	// initCopy and toolCopy are the binaries' copies in the run dir, the
+	// sources of their bind mounts (copyBinaries).
+	initCopy, toolCopy string
 }
 
 var _ Runner = (*LinuxRunner)(nil)
@@ -127,6 +136,9 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 		if err := os.Chmod(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("sandbox run dir: %w", err)
 		}
+	}
+	if err := r.copyBinaries(); err != nil {
+		return nil, err
 	}
 	r.userNS, r.userNSWhy = userNSAvailable(cfg.DisableUserNS)
 	r.landlockABI, r.landlockErr = kernelLandlockABI()
@@ -456,6 +468,13 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 	if tmpMB <= 0 {
 		tmpMB = 64
 	}
+	fsize, nofile := uint64(DefaultFileSizeMB)<<20, uint64(DefaultNoFile)
+	if spec.FileSizeMB > 0 {
+		fsize = uint64(spec.FileSizeMB) << 20
+	}
+	if spec.NoFile > 0 {
+		nofile = uint64(spec.NoFile)
+	}
 	ns := configs.Namespaces{
 		{Type: configs.NEWNS}, {Type: configs.NEWUTS}, {Type: configs.NEWIPC},
 		{Type: configs.NEWPID}, {Type: configs.NEWNET}, {Type: configs.NEWCGROUP},
@@ -470,7 +489,7 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 		Capabilities:   "none (all sets empty, bounding included)",
 		NoNewPrivs:     true,
 		ReadOnlyRoot:   true,
-		Rlimits:        []string{"nofile=1024", "core=0"},
+		Rlimits:        []string{fmt.Sprintf("fsize=%d", fsize), fmt.Sprintf("nofile=%d", nofile), "core=0"},
 	}
 	const bindRO = unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 	mounts := []*configs.Mount{
@@ -480,7 +499,7 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: fmt.Sprintf("mode=1777,size=%dm", tmpMB)},
 		{Source: "/usr", Destination: "/usr", Device: "bind", Flags: bindRO},
 		{Source: spec.SkillDir, Destination: SkillMount, Device: "bind", Flags: bindRO},
-		{Source: r.cfg.InitBinary, Destination: InitBinPath, Device: "bind", Flags: bindRO},
+		{Source: r.initCopy, Destination: InitBinPath, Device: "bind", Flags: bindRO},
 	}
 	for _, top := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
 		if fi, err := os.Lstat("/" + top); err == nil && fi.IsDir() {
@@ -492,7 +511,7 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 		// socket inode) cannot chmod or chown it (TestHostileSupervisorState).
 		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
 	}
-	mounts = append(mounts, &configs.Mount{Source: r.cfg.ToolBinary, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
+	mounts = append(mounts, &configs.Mount{Source: r.toolCopy, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
 	example := specconv.Example().Linux
 	oomAdj := 1000
 	cfg := &configs.Config{
@@ -502,14 +521,17 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 		Namespaces:      ns,
 		Mounts:          mounts,
 		Devices:         specconv.AllowedDevices,
-		MaskPaths:       example.MaskedPaths,
+		MaskPaths:       append(slices.Clip(example.MaskedPaths), extraMaskedPaths...),
 		ReadonlyPaths:   example.ReadonlyPaths,
 		Capabilities:    &configs.Capabilities{},
 		NoNewPrivileges: true,
 		OomScoreAdj:     &oomAdj,
 		Networks:        []*configs.Network{{Type: "loopback", Address: "127.0.0.1/0", Gateway: "localhost"}},
+		// Set from the host (prlimit) on the sandbox's init and on every
+		// process Exec starts, so the Bash tool's commands get them too.
 		Rlimits: []configs.Rlimit{
-			{Type: unix.RLIMIT_NOFILE, Hard: 1024, Soft: 1024},
+			{Type: unix.RLIMIT_FSIZE, Hard: fsize, Soft: fsize},
+			{Type: unix.RLIMIT_NOFILE, Hard: nofile, Soft: nofile},
 			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
 		},
 		Cgroups: &occgroups.Cgroup{
