@@ -736,6 +736,11 @@ func applyDefaults(pol *policy.Policy, d *Defaults) *policy.Policy {
 	if !pol.Given("x-cpu") && d.CPU >= 0 {
 		c.CPU = d.CPU
 	}
+	// The operator's quota is a ceiling: a frontmatter may lower it, never
+	// raise it or ask for none (x-cpu: 0).
+	if d.CPU > 0 && (c.CPU == 0 || c.CPU > d.CPU) {
+		c.CPU = d.CPU
+	}
 	return &c
 }
 

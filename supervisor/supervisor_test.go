@@ -307,7 +307,11 @@ func TestSpecDefaults(t *testing.T) {
 		{"config", "", &Defaults{CPU: 2, FileSizeMB: 16, NoFile: 256}, 2, 16, 256},
 		{"config no quota", "", &Defaults{CPU: 0}, 0, 0, 0},
 		{"negative keeps the built-in", "", &Defaults{CPU: -1}, policy.DefaultCPU, 0, 0},
-		{"frontmatter wins", "x-cpu: 0.5\n", &Defaults{CPU: 2}, 0.5, 0, 0},
+		{"frontmatter lowers", "x-cpu: 0.5\n", &Defaults{CPU: 2}, 0.5, 0, 0},
+		// Raising the quota, or removing it, is the operator's call.
+		{"frontmatter cannot raise", "x-cpu: 4\n", &Defaults{CPU: 2}, 2, 0, 0},
+		{"frontmatter cannot remove", "x-cpu: 0\n", &Defaults{CPU: 2}, 2, 0, 0},
+		{"operator no quota", "x-cpu: 3\n", &Defaults{CPU: 0}, 3, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeRunner{stdout: "{}"}
