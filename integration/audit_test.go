@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cyberos/supervisor/supervisor/sandbox"
 	_ "modernc.org/sqlite"
 )
 
@@ -261,4 +262,32 @@ func TestAuditNoRawArgs(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDeadlineOutlivesASupervisorKill: `kill -9` of `skill run` while the
+// skill sleeps; with no supervisor left, the sandbox still ends itself by
+// its deadline plus the backstop (cyberos-init's own timer).
+func TestDeadlineOutlivesASupervisorKill(t *testing.T) {
+	e := newEnv(t)
+	deadline := slow(3 * time.Second)
+	cmd := e.command(e.skill("outlive", "", "#!/bin/sh\nexec /bin/sleep 31416\n"), "--deadline", deadline.String())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(procsMatching("sleep 31416")) > 0 })
+	t0 := time.Now()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	// The skill started before t0, so its backstop fires before
+	// t0 + deadline + sandbox.DeadlineBackstop.
+	limit := deadline + sandbox.DeadlineBackstop + slow(time.Second)
+	for len(procsMatching("sleep 31416")) > 0 {
+		if time.Since(t0) > limit {
+			t.Fatalf("the sandbox still runs %v after its supervisor was killed (deadline %v)", time.Since(t0), deadline)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the sandbox ended %v after its supervisor was killed (deadline %v)", time.Since(t0).Round(time.Millisecond), deadline)
+	// The next start closes the orphan and removes what it left.
+	e.run(e.skill("next", "", "#!/bin/sh\necho '{}'\n")).mustOutcome(t, "success")
 }

@@ -32,6 +32,13 @@
  * this reports "landlock ERRNO" on fd 3 and the skill never runs (fail
  * closed: the record never claims more than what ran).
  *
+ * "--deadline-ms N" is the backstop of the invocation's deadline: N ms
+ * after the skill starts, this kills every process of the sandbox and
+ * exits (then the kernel ends the pid namespace), so a sandbox never
+ * outlives its deadline even when no supervisor is left to end it. The
+ * supervisor passes its own deadline plus a margin: it ends the skill first
+ * whenever it is alive.
+ *
  * "--exec" is the mode of the Bash tool's processes, which libcontainer
  * starts in the running sandbox outside this init: apply Landlock, then
  * execvp the program in place (no fork, no status fd), because a Landlock
@@ -47,6 +54,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -222,12 +230,13 @@ static void report(const char *what, int n) {
 }
 
 static int usage(void) {
-	fprintf(stderr, "usage: cyberos-init [--landlock ABI] [--exec] -- PROGRAM [ARGS...]\n");
+	fprintf(stderr, "usage: cyberos-init [--landlock ABI] [--deadline-ms N] [--exec] -- PROGRAM [ARGS...]\n");
 	return 127;
 }
 
 int main(int argc, char **argv) {
 	int abi = 0, exec_mode = 0, i = 1;
+	long long deadline_ms = 0;
 	for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		if (strcmp(argv[i], "--landlock") == 0 && i + 1 < argc) {
 			char *end;
@@ -235,6 +244,12 @@ int main(int argc, char **argv) {
 			if (*end != '\0' || v < 0 || v > LL_MAX_ABI)
 				return usage();
 			abi = (int)v;
+		} else if (strcmp(argv[i], "--deadline-ms") == 0 && i + 1 < argc) {
+			char *end;
+			long long v = strtoll(argv[++i], &end, 10);
+			if (*end != '\0' || v <= 0 || v > 2LL * 86400000)
+				return usage();
+			deadline_ms = v;
 		} else if (strcmp(argv[i], "--exec") == 0) {
 			exec_mode = 1;
 		} else {
@@ -301,6 +316,16 @@ int main(int argc, char **argv) {
 	}
 	close(ep[0]);
 
+	/* Timers are not inherited across fork: only this process gets it. A
+	 * profile refusing setitimer leaves the supervisor's deadline alone. */
+	if (deadline_ms > 0) {
+		struct itimerval it = {0};
+		it.it_value.tv_sec = deadline_ms / 1000;
+		it.it_value.tv_usec = (deadline_ms % 1000) * 1000;
+		if (setitimer(ITIMER_REAL, &it, NULL) != 0)
+			perror("cyberos-init: deadline backstop");
+	}
+
 	for (;;) {
 		siginfo_t si;
 		int sig = sigwaitinfo(&all, &si);
@@ -309,6 +334,13 @@ int main(int argc, char **argv) {
 				continue;
 			perror("cyberos-init: sigwaitinfo");
 			return 127;
+		}
+		if (sig == SIGALRM && si.si_code == SI_KERNEL) {
+			/* Our deadline timer, not a SIGALRM a process sent. */
+			fprintf(stderr, "cyberos-init: deadline backstop reached: killing the sandbox\n");
+			kill(-1, SIGKILL);
+			report("signal", SIGKILL);
+			return 128 + SIGKILL;
 		}
 		if (sig != SIGCHLD) {
 			for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)

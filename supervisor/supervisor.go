@@ -394,6 +394,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 		SeccompProfile: pol.SeccompProfile,
 		AllowDegraded:  s.AllowDegraded,
 		Recorder:       req.SeccompRecorder,
+		Deadline:       deadline,
 	}
 	if d := req.Defaults; d != nil {
 		inv.spec.FileSizeMB, inv.spec.NoFile = d.FileSizeMB, d.NoFile

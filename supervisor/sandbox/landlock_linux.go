@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
@@ -107,6 +108,16 @@ func (p landlockPlan) initArgs(exec bool) []string {
 		args = append(args, "--exec")
 	}
 	return append(args, "--")
+}
+
+// withDeadline adds cyberos-init's deadline backstop (Spec.Deadline plus
+// DeadlineBackstop) to args, which end with "--".
+func withDeadline(args []string, deadline time.Duration) []string {
+	if deadline <= 0 {
+		return args
+	}
+	ms := (deadline + DeadlineBackstop).Milliseconds()
+	return append(args[:len(args)-1:len(args)-1], "--deadline-ms", strconv.FormatInt(ms, 10), "--")
 }
 
 // apply records the plan in cont.

@@ -57,7 +57,10 @@ func TestPlanLandlock(t *testing.T) {
 			if (p.ABI == 0) != notEnforced || (p.ABI == 0) != strings.HasPrefix(cont.Landlock, "unavailable: ") {
 				t.Errorf("containment %q / %v for plan %+v", cont.Landlock, cont.NotEnforced, p)
 			}
-			args := p.initArgs(true)
+			args := withDeadline(p.initArgs(true), 2*time.Second)
+			if i := slices.Index(args, "--deadline-ms"); i < 0 || args[i+1] != "3000" {
+				t.Errorf("init args %v: want --deadline-ms 3000 (the deadline plus the backstop)", args)
+			}
 			if args[0] != InitBinPath || args[len(args)-1] != "--" || !slices.Contains(args, "--exec") ||
 				slices.Contains(args, "--landlock") != (p.ABI > 0) {
 				t.Errorf("init args %v for plan %+v", args, p)

@@ -70,6 +70,10 @@ type Options struct {
 	DisableUserNS bool
 }
 
+// DeadlineBackstop is how long after Spec.Deadline the sandbox ends
+// itself; the supervisor, while alive, ends it at the deadline.
+const DeadlineBackstop = time.Second
+
 // Spec is everything the sandbox needs to start one invocation.
 type Spec struct {
 	ID         string // invocation id: container id, and the leaf of the cgroup path
@@ -90,6 +94,11 @@ type Spec struct {
 	FileSizeMB int64
 	// NoFile is RLIMIT_NOFILE (soft = hard): 0 = DefaultNoFile.
 	NoFile int64
+
+	// Deadline is the invocation's deadline, 0 = none. The sandbox's pid 1
+	// kills it Deadline+DeadlineBackstop after the start if nothing ended
+	// it before: no sandbox outlives a supervisor that died.
+	Deadline time.Duration
 
 	ProfilesDir    string // directory of <name>.json OCI seccomp profiles
 	SeccompProfile string // profile name

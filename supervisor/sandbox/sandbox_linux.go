@@ -420,7 +420,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	defer statusW.Close()
 	uid := SkillUID
 	proc := &libcontainer.Process{
-		Args:       append(ll.initArgs(false), filepath.Join(SkillMount, spec.Entrypoint)),
+		Args:       append(withDeadline(ll.initArgs(false), spec.Deadline), filepath.Join(SkillMount, spec.Entrypoint)),
 		ExtraFiles: []*os.File{statusW},
 		Env:        spec.Env,
 		UID:        uid,
