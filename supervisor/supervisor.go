@@ -47,7 +47,15 @@ var (
 	// ErrNotFound: the skill asked for is not there (or not in that
 	// version); nothing ran.
 	ErrNotFound = errors.New("skill not found")
+	// ErrAuditIncomplete: the skill ran (its effects stand, its envelope is
+	// returned too) but its skill.invoked_completed row could not be made
+	// durable; it is retried in the background. Never reported as success.
+	ErrAuditIncomplete = errors.New("the invocation ran but its completed audit row is not durable yet")
 )
+
+// completedRetries are the waits between the tries of a completed row
+// before the caller is told ErrAuditIncomplete.
+var completedRetries = []time.Duration{20 * time.Millisecond, 200 * time.Millisecond}
 
 // AuditEmitError is the typed error of spec 000's AuditEmitFailed: the
 // row of Stage ("start") could not be written, so the skill was not
@@ -462,16 +470,47 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		}
 	}
 	completed := audit.InvokedCompleted(inv.common, string(env.Outcome), env.DurationMS, env.ResultHash, auditMsg)
-	if _, err := s.Audit.Emit(ctx, completed); err != nil {
-		// sev-1: the skill's effects stand (they cannot be reversed); the
-		// row will be closed as lost by the next reconciliation.
+	var incomplete error
+	if err := s.emitCompleted(ctx, completed); err != nil {
+		// sev-1: the skill's effects stand (they cannot be reversed), and
+		// the caller is told the record is not durable: never a plain
+		// success. The row is retried in the background; if this process
+		// ends first, the next start closes the invocation as lost.
 		s.metrics().AuditEmitFailures.WithLabelValues("completed").Inc()
 		log.Error("audit: skill.invoked_completed not written; sev-1, effects not reversed", "severity", "sev-1", "err", err)
+		go s.retryCompleted(completed, log)
+		incomplete = fmt.Errorf("%w: invocation %s: %v", ErrAuditIncomplete, inv.common.InvocationID, err)
 	}
 	s.metrics().InvokedTotal.WithLabelValues(inv.common.SkillID, string(env.Outcome)).Inc()
 	s.metrics().InvokedDurationMS.WithLabelValues(inv.common.SkillID).Observe(float64(env.DurationMS))
 	envOut = env
-	return env, nil
+	return env, incomplete
+}
+
+// emitCompleted writes the completed row, trying again after each of
+// completedRetries: a full disk may clear as logs are cut.
+func (s *Supervisor) emitCompleted(ctx context.Context, d audit.Draft) error {
+	_, err := s.Audit.Emit(ctx, d)
+	for _, wait := range completedRetries {
+		if err == nil {
+			break
+		}
+		time.Sleep(wait)
+		_, err = s.Audit.Emit(ctx, d)
+	}
+	return err
+}
+
+// retryCompleted keeps trying a completed row that could not be written,
+// every few seconds, for as long as this process lives.
+func (s *Supervisor) retryCompleted(d audit.Draft, log *slog.Logger) {
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		time.Sleep(wait)
+		if _, err := s.Audit.Emit(context.Background(), d); err == nil {
+			log.Warn("audit: skill.invoked_completed written late")
+			return
+		}
+	}
 }
 
 // dispatchRecovered runs the sandbox; a panic anywhere in our dispatch path

@@ -143,6 +143,10 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	switch {
 	case errors.Is(err, supervisor.ErrInvalidSkill):
 		return &exitError{exitUsage, err}
+	case errors.Is(err, supervisor.ErrAuditIncomplete):
+		// The skill ran: show what it did, and fail the command.
+		_ = writeEnvelope(out, env, f.json)
+		return &exitError{exitRefused, err}
 	case errors.Is(err, supervisor.ErrRefused):
 		return &exitError{exitRefused, err}
 	case err != nil:

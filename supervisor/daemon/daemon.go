@@ -452,6 +452,9 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		reply(http.StatusNotFound, APIError{Code: "not_found", Error: err.Error()}, false)
 	case errors.Is(err, supervisor.ErrInvalidSkill):
 		reply(http.StatusBadRequest, APIError{Code: "invalid", Error: err.Error()}, false)
+	case errors.Is(err, supervisor.ErrAuditIncomplete):
+		// The skill ran; its record is not durable: never a success.
+		reply(http.StatusServiceUnavailable, APIError{Code: "audit_incomplete", Error: err.Error()}, true)
 	case errors.Is(err, supervisor.ErrRefused):
 		reply(http.StatusServiceUnavailable, APIError{Code: "refused", Error: err.Error()}, false)
 	case err != nil:
