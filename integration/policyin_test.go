@@ -192,6 +192,24 @@ func TestSkillCannotRewritePolicyDaemon(t *testing.T) {
 	}
 	pol, _ := e.policyHashes(t, "rewriter")
 	if len(pol) != 2 || len(pol[0]) != 64 || pol[0] != pol[1] {
-		t.Errorf("invoked_started carries the same policy_hash run after run: %q", pol)
+		t.Fatalf("invoked_started carries the same policy_hash run after run: %q", pol)
+	}
+	// replay names the policy that judged each call.
+	out, err := cyberos("skill", "broker", "replay", "--invocation", env.InvocationID, "--json", "--socket", d.adminSocket).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(list) {
+		t.Errorf("replay shows %d calls, want %d", len(lines), len(list))
+	}
+	for _, l := range lines {
+		var c struct {
+			Tool       string `json:"tool"`
+			PolicyHash string `json:"policy_hash"`
+		}
+		if err := json.Unmarshal([]byte(l), &c); err != nil || c.PolicyHash != pol[0] {
+			t.Errorf("replay line %s: policy_hash %q, want %q (%v)", l, c.PolicyHash, pol[0], err)
+		}
 	}
 }
