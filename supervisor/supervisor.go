@@ -193,7 +193,9 @@ type Supervisor struct {
 	// ReservedDirs are host directories the file tools refuse whatever a
 	// skill's x-allowed-files says, beside StateDir, SocketDir and
 	// ProfilesDir, which are always reserved: the runner's run dir (the
-	// shared rootfs skeleton, container state), the binaries' directory.
+	// shared rootfs skeleton, container state), the binaries' directory,
+	// the daemon's skills dir and config dir. The invoked skill's own
+	// folder, any skill folder and any SKILL.md are refused as well.
 	ReservedDirs []string
 
 	// Tracer makes the skill.invoke span (and hands itself to the broker for

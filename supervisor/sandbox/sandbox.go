@@ -203,21 +203,22 @@ type Runner interface {
 // the envelope and the audit row. NotEnforced lists what the platform could
 // not apply.
 type Containment struct {
-	Platform      string   `json:"platform"`
-	Namespaces    []string `json:"namespaces,omitempty"`
-	UserNamespace string   `json:"user_namespace"` // "host uid N-M" or why not
-	Seccomp       string   `json:"seccomp"`        // profile name and action, or "none"
+	Platform       string   `json:"platform"`
+	Namespaces     []string `json:"namespaces,omitempty"`
+	UserNamespace  string   `json:"user_namespace"` // "host uid N-M" or why not
+	Seccomp        string   `json:"seccomp"`        // profile name and action, or "none"
+	Landlock       string   `json:"landlock"`       // "ABI N enforced: …" or "unavailable: why"
+	CgroupMode     string   `json:"cgroup_mode,omitempty"`
+	MemoryMaxBytes int64    `json:"memory_max_bytes"`
+	PidsMax        int64    `json:"pids_max"`
+	CPUQuota       float64  `json:"cpu_quota,omitempty"`
+	Capabilities   string   `json:"capabilities"`
+	NoNewPrivs     bool     `json:"no_new_privs"`
+	ReadOnlyRoot   bool     `json:"readonly_root"`
+	Rlimits        []string `json:"rlimits,omitempty"`
+	NotEnforced    []string `json:"not_enforced,omitempty"`
+
 	// SeccompProfileHash is the hex SHA-256 of the profile file's bytes the
 	// filter was built from; empty without seccomp.
-	SeccompProfileHash string   `json:"seccomp_profile_hash,omitempty"`
-	Landlock           string   `json:"landlock"` // "ABI N enforced: …" or "unavailable: why"
-	CgroupMode         string   `json:"cgroup_mode,omitempty"`
-	MemoryMaxBytes     int64    `json:"memory_max_bytes"`
-	PidsMax            int64    `json:"pids_max"`
-	CPUQuota           float64  `json:"cpu_quota,omitempty"`
-	Capabilities       string   `json:"capabilities"`
-	NoNewPrivs         bool     `json:"no_new_privs"`
-	ReadOnlyRoot       bool     `json:"readonly_root"`
-	Rlimits            []string `json:"rlimits,omitempty"`
-	NotEnforced        []string `json:"not_enforced,omitempty"`
+	SeccompProfileHash string `json:"seccomp_profile_hash,omitempty"`
 }
