@@ -169,10 +169,21 @@ func appendHashSuffix[ID string | []byte](b []byte, prev string, rowID ID, seq i
 // the args themselves. containment is what the sandbox actually enforces; it
 // must encode as a JSON object.
 func InvokedStarted(c Common, version, callerPersona, argsHash string, containment any) Draft {
+	return InvokedStartedPolicy(c, version, callerPersona, argsHash, "", containment)
+}
+
+// InvokedStartedPolicy is InvokedStarted with policy_hash: the HashJSON of
+// the effective policy the invocation's enforcer judges by, so an operator
+// sees a policy change between two invocations and replay can tell which
+// policy judged a call. "" leaves the key out (rows written before it).
+func InvokedStartedPolicy(c Common, version, callerPersona, argsHash, policyHash string, containment any) Draft {
 	p := newPayload(KindInvokedStarted, c)
 	p.str("version", version)
 	p.str("caller_persona", callerPersona)
 	p.hash("args_hash", argsHash)
+	if policyHash != "" {
+		p.hash("policy_hash", policyHash)
+	}
 	p.object("containment", containment)
 	return p.draft()
 }
@@ -203,7 +214,7 @@ func Timeout(c Common, deadlineMS int64, signal string) Draft {
 func ToolCallStarted(c Common, callID, tool, argsHash string) Draft {
 	p := newPayload(KindToolCallStarted, c)
 	p.required("call_id", callID)
-	p.required("tool", tool)
+	p.required("tool_name", tool)
 	p.hash("args_hash", argsHash)
 	return p.draft()
 }
@@ -212,7 +223,7 @@ func ToolCallStarted(c Common, callID, tool, argsHash string) Draft {
 func ToolCallCompleted(c Common, callID, tool, outcome string, durationMS int64, resultHash, errorMessage string) Draft {
 	p := newPayload(KindToolCallCompleted, c)
 	p.required("call_id", callID)
-	p.required("tool", tool)
+	p.required("tool_name", tool)
 	p.oneOf("outcome", outcome, toolCallOutcomes)
 	p.count("duration_ms", durationMS)
 	p.hash("result_hash", resultHash)
@@ -224,7 +235,7 @@ func ToolCallCompleted(c Common, callID, tool, outcome string, durationMS int64,
 // data.reason (tool_not_in_allowed_tools, scope_violation, …).
 func ToolDenied(c Common, tool, reason, attemptedArgsHash string) Draft {
 	p := newPayload(KindToolDenied, c)
-	p.required("tool", tool)
+	p.required("tool_name", tool)
 	p.required("reason", reason)
 	p.hash("attempted_args_hash", attemptedArgsHash)
 	return p.draft()
@@ -441,6 +452,14 @@ type field struct {
 	check check
 }
 
+// legacyKeys are payload keys renamed since rows were first written: a
+// payload may hold the old name instead of the new one, never both, and
+// Verify and the readers accept either (spec §8 names the tool tool_name).
+var legacyKeys = map[string]string{"tool_name": "tool"}
+
+// optionalKeys may be absent: rows written before the key existed lack it.
+var optionalKeys = map[string]bool{"policy_hash": true}
+
 var commonFields = []field{
 	{"invocation_id", nonEmptyString},
 	{"request_id", anyString},
@@ -460,6 +479,7 @@ var kindFields = map[Kind][]field{
 		{"version", anyString},
 		{"caller_persona", anyString},
 		{"args_hash", hexDigest},
+		{"policy_hash", hexDigest},
 		{"containment", object},
 	},
 	KindInvokedCompleted: {
@@ -474,19 +494,19 @@ var kindFields = map[Kind][]field{
 	},
 	KindToolCallStarted: {
 		{"call_id", nonEmptyString},
-		{"tool", nonEmptyString},
+		{"tool_name", nonEmptyString},
 		{"args_hash", hexDigest},
 	},
 	KindToolCallCompleted: {
 		{"call_id", nonEmptyString},
-		{"tool", nonEmptyString},
+		{"tool_name", nonEmptyString},
 		{"outcome", oneOf(toolCallOutcomes)},
 		{"duration_ms", nonNegativeInt},
 		{"result_hash", hexDigest},
 		{"error_message", stringOrNull},
 	},
 	KindToolDenied: {
-		{"tool", nonEmptyString},
+		{"tool_name", nonEmptyString},
 		{"reason", nonEmptyString},
 		{"attempted_args_hash", hexDigest},
 	},
@@ -538,21 +558,30 @@ func validatePayload(k Kind, payload []byte) error {
 	if err := json.Unmarshal(payload, &m); err != nil || m == nil {
 		return fmt.Errorf("%w: %s payload is not a JSON object", ErrInvalidRow, k)
 	}
-	want := len(commonFields) + len(fields)
+	seen := 0
 	for _, list := range [][]field{commonFields, fields} {
 		for _, f := range list {
-			v, ok := m[f.name]
-			if !ok {
+			key := f.name
+			v, ok := m[key]
+			if old := legacyKeys[key]; !ok && old != "" {
+				key = old
+				v, ok = m[key]
+			}
+			switch {
+			case !ok && optionalKeys[f.name]:
+				continue
+			case !ok:
 				return fmt.Errorf("%w: %s payload lacks %q", ErrInvalidRow, k, f.name)
 			}
 			if err := f.check(v); err != nil {
-				return fmt.Errorf("%w: %s payload %q: %w", ErrInvalidRow, k, f.name, err)
+				return fmt.Errorf("%w: %s payload %q: %w", ErrInvalidRow, k, key, err)
 			}
+			seen++
 		}
 	}
-	if len(m) != want {
+	if len(m) != seen {
 		for key := range m {
-			if !hasField(key, commonFields) && !hasField(key, fields) {
+			if !hasField(key, m, commonFields) && !hasField(key, m, fields) {
 				return fmt.Errorf("%w: %s payload has unexpected key %q", ErrInvalidRow, k, key)
 			}
 		}
@@ -560,10 +589,16 @@ func validatePayload(k Kind, payload []byte) error {
 	return nil
 }
 
-func hasField(name string, fields []field) bool {
+// hasField reports whether key of payload m is one of fields: its name, or
+// its legacy name when the payload does not also hold the name.
+func hasField(key string, m map[string]json.RawMessage, fields []field) bool {
 	for _, f := range fields {
-		if f.name == name {
+		if f.name == key {
 			return true
+		}
+		if legacyKeys[f.name] == key {
+			_, both := m[f.name]
+			return !both
 		}
 	}
 	return false

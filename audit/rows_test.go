@@ -28,6 +28,9 @@ func TestBuildersProduceDocumentedKeys(t *testing.T) {
 		{InvokedStarted(c, "1.0.0", "cuo-cpo@0.4.1", zeroHash(1), map[string]any{"user_ns": false}), KindInvokedStarted,
 			[]string{"version", "caller_persona", "args_hash", "containment"},
 			map[string]any{"version": "1.0.0", "caller_persona": "cuo-cpo@0.4.1", "args_hash": zeroHash(1), "containment": map[string]any{"user_ns": false}}},
+		{InvokedStartedPolicy(c, "1.0.0", "p", zeroHash(1), zeroHash(5), map[string]any{"seccomp_profile_hash": zeroHash(6)}), KindInvokedStarted,
+			[]string{"version", "caller_persona", "args_hash", "policy_hash", "containment"},
+			map[string]any{"policy_hash": zeroHash(5), "containment": map[string]any{"seccomp_profile_hash": zeroHash(6)}}},
 		{InvokedCompleted(c, OutcomeSuccess, 87, zeroHash(2), ""), KindInvokedCompleted,
 			[]string{"outcome", "duration_ms", "result_hash", "error_message"},
 			map[string]any{"outcome": "success", "duration_ms": 87.0, "result_hash": zeroHash(2), "error_message": nil}},
@@ -36,13 +39,13 @@ func TestBuildersProduceDocumentedKeys(t *testing.T) {
 			map[string]any{"outcome": "panic", "result_hash": "", "error_message": "panicked"}},
 		{Timeout(c, 54000, "SIGTERM"), KindTimeout, []string{"deadline_ms", "signal"},
 			map[string]any{"deadline_ms": 54000.0, "signal": "SIGTERM"}},
-		{ToolCallStarted(c, "call-1", "Read", zeroHash(3)), KindToolCallStarted, []string{"call_id", "tool", "args_hash"},
-			map[string]any{"call_id": "call-1", "tool": "Read", "args_hash": zeroHash(3)}},
+		{ToolCallStarted(c, "call-1", "Read", zeroHash(3)), KindToolCallStarted, []string{"call_id", "tool_name", "args_hash"},
+			map[string]any{"call_id": "call-1", "tool_name": "Read", "args_hash": zeroHash(3)}},
 		{ToolCallCompleted(c, "call-1", "Read", OutcomeError, 5, "", "ENOENT"), KindToolCallCompleted,
-			[]string{"call_id", "tool", "outcome", "duration_ms", "result_hash", "error_message"},
+			[]string{"call_id", "tool_name", "outcome", "duration_ms", "result_hash", "error_message"},
 			map[string]any{"outcome": "error", "duration_ms": 5.0, "error_message": "ENOENT"}},
-		{ToolDenied(c, "Bash", "tool_not_in_allowed_tools", zeroHash(4)), KindToolDenied, []string{"tool", "reason", "attempted_args_hash"},
-			map[string]any{"tool": "Bash", "reason": "tool_not_in_allowed_tools", "attempted_args_hash": zeroHash(4)}},
+		{ToolDenied(c, "Bash", "tool_not_in_allowed_tools", zeroHash(4)), KindToolDenied, []string{"tool_name", "reason", "attempted_args_hash"},
+			map[string]any{"tool_name": "Bash", "reason": "tool_not_in_allowed_tools", "attempted_args_hash": zeroHash(4)}},
 		{NoConnect(c, 60000), KindNoConnect, []string{"waited_ms"}, map[string]any{"waited_ms": 60000.0}},
 	}
 	for _, tc := range cases {
@@ -112,7 +115,7 @@ func TestBuildersMatchJCS(t *testing.T) {
 			t.Fatal(d.err)
 		}
 		m := map[string]any{"invocation_id": s + "x", "request_id": s, "skill_id": "k" + s, "tenant_id": s, "trace_id": s,
-			"call_id": "c" + s, "tool": "t" + s, "outcome": "error", "duration_ms": 1, "result_hash": "", "error_message": s}
+			"call_id": "c" + s, "tool_name": "t" + s, "outcome": "error", "duration_ms": 1, "result_hash": "", "error_message": s}
 		if s == "" {
 			m["error_message"] = nil
 		}
@@ -227,7 +230,7 @@ func TestHandMadeDraftsValidatedLikeBuilders(t *testing.T) {
 		"unknown kind":       {Kind: "skill.exploded", Payload: good.Payload},
 		"empty kind":         {Payload: good.Payload},
 		"extra key":          with("args", map[string]any{"secret": "x"}),
-		"missing key":        with("tool", nil),
+		"missing key":        with("tool_name", nil),
 		"hash wrong type":    with("args_hash", 7),
 		"uppercase hash":     with("args_hash", strings.ToUpper(zeroHash(0xabc))),
 		"empty invocation":   with("invocation_id", ""),
@@ -335,5 +338,52 @@ func TestStoredRowHashIsComputeHash(t *testing.T) {
 		if err != nil || r.RowHash != want {
 			t.Fatalf("row %d: stored hash %s, ComputeHash %s (%v)", r.Seq, r.RowHash, want, err)
 		}
+	}
+}
+
+// TestLegacyAndOptionalKeys: rows written before spec §8's tool_name (with
+// "tool") and before policy_hash still validate; a payload with both tool
+// names, or a malformed policy_hash, does not.
+func TestLegacyAndOptionalKeys(t *testing.T) {
+	c := common("inv")
+	for name, d := range map[string]Draft{
+		"started":   ToolCallStarted(c, "c1", "Read", zeroHash(1)),
+		"completed": ToolCallCompleted(c, "c1", "Read", OutcomeSuccess, 3, zeroHash(2), ""),
+		"denied":    ToolDenied(c, "Bash", "tool_denied", zeroHash(3)),
+	} {
+		var m map[string]any
+		if err := json.Unmarshal(d.Payload, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["tool"] = m["tool_name"]
+		raw, _ := json.Marshal(m)
+		both := Draft{Kind: d.Kind, Payload: raw}
+		if err := both.Validate(); !errors.Is(err, ErrInvalidRow) {
+			t.Errorf("%s with tool and tool_name: %v, want ErrInvalidRow", name, err)
+		}
+		delete(m, "tool_name")
+		raw, _ = json.Marshal(m)
+		if err := (Draft{Kind: d.Kind, Payload: raw}).Validate(); err != nil {
+			t.Errorf("%s written with the legacy key tool: %v", name, err)
+		}
+		delete(m, "tool")
+		raw, _ = json.Marshal(m)
+		if err := (Draft{Kind: d.Kind, Payload: raw}).Validate(); !errors.Is(err, ErrInvalidRow) {
+			t.Errorf("%s without a tool name: %v, want ErrInvalidRow", name, err)
+		}
+	}
+	old := InvokedStarted(c, "1", "p", zeroHash(1), map[string]any{})
+	if strings.Contains(string(old.Payload), "policy_hash") {
+		t.Errorf("InvokedStarted without a policy hash writes one: %s", old.Payload)
+	}
+	if err := (Draft{Kind: old.Kind, Payload: old.Payload}).Validate(); err != nil {
+		t.Errorf("started row without policy_hash: %v", err)
+	}
+	if err := InvokedStartedPolicy(c, "1", "p", "", "NOTAHASH", map[string]any{}).Validate(); !errors.Is(err, ErrInvalidRow) {
+		t.Errorf("malformed policy_hash: %v, want ErrInvalidRow", err)
+	}
+	bad := strings.Replace(string(old.Payload), `{`, `{"policy_hash":"x",`, 1)
+	if err := (Draft{Kind: old.Kind, Payload: json.RawMessage(bad)}).Validate(); !errors.Is(err, ErrInvalidRow) {
+		t.Errorf("hand-made malformed policy_hash: %v, want ErrInvalidRow", err)
 	}
 }

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"slices"
@@ -178,5 +179,49 @@ func TestVerifierStreamsLikeVerify(t *testing.T) {
 	jb, _ := json.Marshal(b)
 	if string(ja) != string(jb) || a.OK {
 		t.Fatalf("streaming %s\nslice %s", ja, jb)
+	}
+}
+
+// TestVerifyReadsLegacyToolRows: a store written before spec §8's tool_name
+// (tool rows saying "tool") and before policy_hash verifies, and so does
+// its export read back; new rows beside them too.
+func TestVerifyReadsLegacyToolRows(t *testing.T) {
+	c := common("old")
+	legacy := func(d Draft) Draft {
+		var m map[string]any
+		if err := json.Unmarshal(d.Payload, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["tool"] = m["tool_name"]
+		delete(m, "tool_name")
+		raw, _ := json.Marshal(m)
+		return Draft{Kind: d.Kind, Payload: raw}
+	}
+	drafts := []Draft{
+		InvokedStarted(c, "1", "p", zeroHash(1), map[string]any{}),
+		legacy(ToolCallStarted(c, "call-1", "Read", zeroHash(2))),
+		legacy(ToolCallCompleted(c, "call-1", "Read", OutcomeSuccess, 3, zeroHash(3), "")),
+		legacy(ToolDenied(c, "Bash", "tool_denied", zeroHash(4))),
+		InvokedCompleted(c, OutcomeSuccess, 5, "", ""),
+		InvokedStartedPolicy(common("new"), "1", "p", zeroHash(1), zeroHash(9), map[string]any{}),
+		ToolDenied(common("new"), "Bash", "tool_denied", zeroHash(4)),
+		InvokedCompleted(common("new"), OutcomeSuccess, 5, "", ""),
+	}
+	rows := chain(t, drafts...)
+	for _, i := range []int{1, 2, 3} {
+		if !strings.Contains(string(rows[i].Payload), `"tool":`) || strings.Contains(string(rows[i].Payload), "tool_name") {
+			t.Fatalf("row %d is not a legacy row: %s", i, rows[i].Payload)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteJSONL(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSONL(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := Verify(back); !rep.OK {
+		t.Fatalf("export with legacy rows: %+v", rep.Problems)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,9 +37,9 @@ type daemonProc struct {
 }
 
 // daemonConfig is the YAML of a daemon on e's temporary paths; extra lines
-// are appended.
+// are appended, and one naming a key of the base config replaces its line.
 func (e *env) daemonConfig(metricsAddr string, extra ...string) string {
-	return strings.Join(append([]string{
+	base := []string{
 		"version: 1",
 		"skills_dir: " + filepath.Join(e.base, "skills"),
 		"state_dir: " + e.stateDir,
@@ -46,7 +47,15 @@ func (e *env) daemonConfig(metricsAddr string, extra ...string) string {
 		"admin_socket: " + filepath.Join(e.base, "admin.sock"),
 		"metrics_listen: " + metricsAddr,
 		"seccomp_profiles_dir: " + filepath.Join(repoRoot, "seccomp-profiles"),
-	}, extra...), "\n") + "\n"
+	}
+	lines := base[:0]
+	for _, b := range base {
+		key, _, _ := strings.Cut(b, ":")
+		if !slices.ContainsFunc(extra, func(x string) bool { return strings.HasPrefix(x, key+":") }) {
+			lines = append(lines, b)
+		}
+	}
+	return strings.Join(append(lines, extra...), "\n") + "\n"
 }
 
 func freePort(t testing.TB) string {
@@ -68,7 +77,11 @@ func startDaemon(t testing.TB, e *env, extra ...string) *daemonProc {
 	}
 	d := &daemonProc{t: t, e: e, metricsAddr: freePort(t), logs: &bytes.Buffer{}, exited: make(chan error, 1),
 		adminSocket: filepath.Join(e.base, "admin.sock"), socketDir: filepath.Join(e.base, "sockets"),
-		skillsDir: filepath.Join(e.base, "skills"), cfgPath: filepath.Join(e.base, "supervisor.yaml")}
+		skillsDir: filepath.Join(e.base, "skills"), cfgPath: filepath.Join(e.base, "etc", "supervisor.yaml")}
+	// The config's directory is reserved to the supervisor: its own one.
+	if err := os.MkdirAll(filepath.Dir(d.cfgPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(d.cfgPath, []byte(e.daemonConfig(d.metricsAddr, extra...)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +251,10 @@ func rowCalls(t testing.TB, rows []audit.Row) (perInv map[string][]callLine, cal
 		_ = json.Unmarshal(r.Payload, &p)
 		s := func(k string) string { v, _ := p[k].(string); return v }
 		inv := s("invocation_id")
+		tool := s("tool_name")
+		if tool == "" {
+			tool = s("tool") // rows written before spec §8's key
+		}
 		switch r.Kind {
 		case audit.KindToolCallStarted:
 			argsHash[s("call_id")] = s("args_hash")
@@ -246,11 +263,11 @@ func rowCalls(t testing.TB, rows []audit.Row) (perInv map[string][]callLine, cal
 				continue
 			}
 			calls++
-			perInv[inv] = append(perInv[inv], callLine{Tool: s("tool"), Outcome: s("outcome"), ArgsHash: argsHash[s("call_id")]})
+			perInv[inv] = append(perInv[inv], callLine{Tool: tool, Outcome: s("outcome"), ArgsHash: argsHash[s("call_id")]})
 		case audit.KindToolDenied:
 			calls++
 			denied++
-			perInv[inv] = append(perInv[inv], callLine{Tool: s("tool"), Outcome: "denied", Reason: s("reason"), ArgsHash: s("attempted_args_hash")})
+			perInv[inv] = append(perInv[inv], callLine{Tool: tool, Outcome: "denied", Reason: s("reason"), ArgsHash: s("attempted_args_hash")})
 		}
 	}
 	return perInv, calls, denied

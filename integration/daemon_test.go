@@ -24,10 +24,18 @@ import (
 // callsSkill installs a skill that makes one allowed Read and one denied
 // Bash call, then succeeds.
 func callsSkill(e *env, name string) {
-	dir := filepath.Join(e.base, "skills", name)
+	// A skill folder is never readable through the file tools: the data
+	// lives beside it.
+	dir := filepath.Join(e.base, "data-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data.txt"), []byte("data\n"), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
 	e.skill(name, "allowed_tools: [Read]\nx-allowed-files: ['"+dir+"/**']\n", `#!/bin/sh
 T=/run/cyberos/bin/cyberos-tool
-$T call Read '{"path":"`+dir+`/SKILL.md"}' >/dev/null || exit 3
+$T call Read '{"path":"`+dir+`/data.txt"}' >/dev/null || exit 3
 $T call Bash '{"command":"true"}' >/dev/null 2>&1
 echo '{"ok":true}'
 `)
@@ -96,13 +104,19 @@ func TestDaemonConcurrentInvocationsStatusMatchesRows(t *testing.T) {
 func TestDaemonTailReplayAndPolicy(t *testing.T) {
 	e := newEnv(t)
 	dir := filepath.Join(e.base, "skills", "seq")
-	e.skill("seq", "allowed_tools: [Read, Glob]\nx-allowed-files: ['"+dir+"/**']\neffort_minutes: 1\n", `#!/bin/sh
+	// The skill reads data beside its folder: a skill folder is never
+	// readable through the file tools.
+	data := filepath.Join(e.base, "seqdata")
+	os.MkdirAll(data, 0o755)
+	os.WriteFile(filepath.Join(data, "a.txt"), []byte("a\n"), 0o644)
+	os.WriteFile(filepath.Join(data, "b.txt"), []byte("b\n"), 0o644)
+	e.skill("seq", "allowed_tools: [Read, Glob]\nx-allowed-files: ['"+data+"/**']\neffort_minutes: 1\n", `#!/bin/sh
 T=/run/cyberos/bin/cyberos-tool
 sleep 1
-$T call Read '{"path":"`+dir+`/SKILL.md"}' >/dev/null; sleep 0.3
+$T call Read '{"path":"`+data+`/a.txt"}' >/dev/null; sleep 0.3
 $T call Bash '{"command":"id"}' >/dev/null 2>&1; sleep 0.3
-$T call Glob '{"pattern":"`+dir+`/*"}' >/dev/null; sleep 0.3
-$T call Read '{"path":"`+dir+`/main"}' >/dev/null; sleep 1
+$T call Glob '{"pattern":"`+data+`/*"}' >/dev/null; sleep 0.3
+$T call Read '{"path":"`+data+`/b.txt"}' >/dev/null; sleep 1
 echo '{"done":true}'
 `)
 	d := startDaemon(t, e)

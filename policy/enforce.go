@@ -58,10 +58,11 @@ type EnforcerOptions struct {
 	// ::1). Set only by the runner's config for tests; never from frontmatter.
 	AllowLoopback bool
 	// ReservedDirs are host directories no file tool may touch, whatever
-	// x-allowed-files says: the supervisor's own state (audit and memory
-	// stores, seccomp profiles, broker sockets, the sandboxes' shared root
-	// skeleton). Absolute, clean paths; a path equal to or below one is a
-	// file_violation. Matching is lexical; the file tools never follow a
+	// x-allowed-files says: the supervisor's own state and every input of
+	// a policy (audit and memory stores, seccomp profiles, broker sockets,
+	// the sandboxes' shared root skeleton, the skills directory, the
+	// config's directory). Absolute, clean paths; a path equal to or below
+	// one is a file_violation, and so is any file named SKILL.md. Matching is lexical; the file tools never follow a
 	// symlink, so a reserved directory is reached only by its own name
 	// (give symlinked directories by their target too).
 	ReservedDirs []string
@@ -530,10 +531,8 @@ func (e *Enforcer) CheckFile(t Tool, p string) (string, error) {
 	}
 	// Paths inside the sandbox are slash-separated whatever the host OS.
 	c := path.Clean(p)
-	for _, d := range e.o.ReservedDirs {
-		if c == d || d == "/" || strings.HasPrefix(c, d+"/") {
-			return "", &Denial{Reason: ReasonFile, Tool: t, Detail: fmt.Sprintf("path %q is reserved to the supervisor", c)}
-		}
+	if e.reserved(c) {
+		return "", &Denial{Reason: ReasonFile, Tool: t, Detail: fmt.Sprintf("path %q is reserved to the supervisor", c)}
 	}
 	if matchGlobs(r.denyGlobs, c) {
 		return "", &Denial{Reason: ReasonToolDenied, Tool: t, Detail: fmt.Sprintf("path %q matches a disallowed_tools rule", c)}
@@ -542,6 +541,31 @@ func (e *Enforcer) CheckFile(t Tool, p string) (string, error) {
 		return c, nil
 	}
 	return "", &Denial{Reason: ReasonFile, Tool: t, Detail: fmt.Sprintf("path %q is not in x-allowed-files", c)}
+}
+
+// SkillFile is the name of a skill's policy file. A directory holding one is
+// a skill folder; the file tools never touch a file of that name, nor
+// anything in a skill folder (supervisor/tools checks the folders on disk).
+const SkillFile = "SKILL.md"
+
+// Reserved reports whether the absolute path p (cleaned lexically) is one
+// no file tool may touch whatever the globs say: a file named SKILL.md, or
+// a path equal to or below one of EnforcerOptions.ReservedDirs. Directory
+// walks use it to skip whole subtrees.
+func (e *Enforcer) Reserved(p string) bool {
+	return e.reserved(path.Clean(p))
+}
+
+func (e *Enforcer) reserved(c string) bool {
+	if path.Base(c) == SkillFile {
+		return true
+	}
+	for _, d := range e.o.ReservedDirs {
+		if c == d || d == "/" || strings.HasPrefix(c, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // FileGlobs returns the absolute globs t may touch (x-allowed-files if a bare

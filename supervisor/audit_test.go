@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
@@ -401,5 +402,53 @@ func TestReconcileClosesLostButNotLive(t *testing.T) {
 	}
 	if un, _ := s.store(t).Unterminated(ctx); len(un) != 1 {
 		t.Errorf("%d unterminated, want the live one only", len(un))
+	}
+}
+
+// TestPolicyHashInStartedRow: skill.invoked_started carries the hash of the
+// effective policy (defaults applied): equal run after run, different when
+// the frontmatter or a default it takes changes; and the invoked skill's own
+// folder is reserved to the supervisor.
+func TestPolicyHashInStartedRow(t *testing.T) {
+	s := newSup(t, &fakeRunner{stdout: "{}"})
+	dir := skillDir(t, "allowed_tools: [Read]\nx-allowed-files: [\"/**\"]\n")
+	hashOf := func(req Request) string {
+		t.Helper()
+		env, err := s.Run(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _ := payload(t, rowsOf(t, s, env.InvocationID)[0])["policy_hash"].(string)
+		return h
+	}
+	first := hashOf(Request{SkillDir: dir})
+	pol, err := policy.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(pol)
+	want, _ := audit.HashJSON(b)
+	if first != want || hashOf(Request{SkillDir: dir}) != first {
+		t.Fatalf("policy_hash %q, want %q run after run", first, want)
+	}
+	if h := hashOf(Request{SkillDir: dir, Defaults: &Defaults{MemoryMB: 96}}); h == first || len(h) != 64 {
+		t.Errorf("a changed default leaves policy_hash %q", h)
+	}
+	md := filepath.Join(dir, "SKILL.md")
+	old, _ := os.ReadFile(md)
+	if err := os.WriteFile(md, append(old[:len(old)-4], []byte("x-memory-mb: 4096\n---\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if h := hashOf(Request{SkillDir: dir}); h == first || len(h) != 64 {
+		t.Errorf("a changed frontmatter leaves policy_hash %q", h)
+	}
+	inv, err := s.prepare(Request{SkillDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "main"), filepath.Join(dir, "data", "x")} {
+		if !inv.enforcer.Reserved(p) {
+			t.Errorf("the invoked skill's own folder is not reserved: %s", p)
+		}
 	}
 }

@@ -208,7 +208,9 @@ type Supervisor struct {
 	// ReservedDirs are host directories the file tools refuse whatever a
 	// skill's x-allowed-files says, beside StateDir, SocketDir and
 	// ProfilesDir, which are always reserved: the runner's run dir (the
-	// shared rootfs skeleton, container state), the binaries' directory.
+	// shared rootfs skeleton, container state), the binaries' directory,
+	// the daemon's skills dir and config dir. The invoked skill's own
+	// folder, any skill folder and any SKILL.md are refused as well.
 	ReservedDirs []string
 
 	// Tracer makes the skill.invoke span (and hands itself to the broker for
@@ -233,8 +235,13 @@ func (s *Supervisor) now() time.Time {
 // one allowed /etc/** the seccomp profile every later sandbox is built from
 // (TestHostileSupervisorState).
 func (s *Supervisor) reservedDirs() []string {
-	var out []string
-	for _, d := range append([]string{s.StateDir, s.SocketDir, s.ProfilesDir}, s.ReservedDirs...) {
+	return withResolved(nil, append([]string{s.StateDir, s.SocketDir, s.ProfilesDir}, s.ReservedDirs...)...)
+}
+
+// withResolved appends each non-empty dir to out by its absolute name and,
+// where that differs, by the name symlinks resolve it to.
+func withResolved(out []string, dirs ...string) []string {
+	for _, d := range dirs {
 		if d == "" {
 			continue
 		}
@@ -248,6 +255,21 @@ func (s *Supervisor) reservedDirs() []string {
 		}
 	}
 	return out
+}
+
+// policyHash is the HashJSON of the effective policy (defaults applied),
+// the one the invocation's enforcer judges by: skill.invoked_started
+// carries it as policy_hash.
+func policyHash(pol *policy.Policy) (string, error) {
+	b, err := json.Marshal(pol)
+	if err != nil {
+		return "", fmt.Errorf("policy cannot be encoded for its hash: %v", err)
+	}
+	h, err := audit.HashJSON(b)
+	if err != nil {
+		return "", fmt.Errorf("policy cannot be canonicalised for its hash: %v", err)
+	}
+	return h, nil
 }
 
 // NewID returns a new ULID string (time-ordered, 26 chars).
@@ -293,6 +315,7 @@ func (s *Supervisor) Run(req Request) (Envelope, error) {
 type invocation struct {
 	pol         *policy.Policy
 	enforcer    *policy.Enforcer
+	policyHash  string // of pol, for skill.invoked_started
 	spec        sandbox.Spec
 	containment sandbox.Containment
 	common      audit.Common
@@ -350,15 +373,30 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
 	}
+	polHash, err := policyHash(pol)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+	}
+	// The skill's own folder is reserved by name too (the file tools also
+	// find any skill folder on disk by its SKILL.md).
 	inv := &invocation{
 		pol:      pol,
-		enforcer: policy.NewEnforcer(pol, policy.EnforcerOptions{AllowLoopback: s.AllowLoopbackHTTP, ReservedDirs: s.reservedDirs()}),
+		enforcer: policy.NewEnforcer(pol, policy.EnforcerOptions{AllowLoopback: s.AllowLoopbackHTTP, ReservedDirs: withResolved(s.reservedDirs(), skillDir)}),
 		persona:  req.Persona,
 		argsHash: argsHash,
 		deadline: deadline,
 		stdout:   &cappedBuffer{max: MaxResultBytes},
 		stderr:   &tailBuffer{max: MaxLogBytes},
 		req:      req,
+	}
+	inv.policyHash = polHash
+	if f := req.OnToolCall; f != nil {
+		// Live tool-call events name the policy that judged them, as
+		// replay does from the started row.
+		inv.req.OnToolCall = func(d broker.Decided) {
+			d.PolicyHash = polHash
+			f(d)
+		}
 	}
 	inv.env = Envelope{
 		InvocationID: NewID(),
@@ -438,7 +476,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		trace.WithAttributes(attribute.String("skill_id", inv.common.SkillID), attribute.String("invocation_id", inv.common.InvocationID),
 			attribute.String("tenant_id", inv.common.TenantID), attribute.String("skill_version", inv.pol.Version)))
 	inv.spanCtx = spanCtx
-	started := audit.InvokedStarted(inv.common, inv.pol.Version, inv.persona, inv.argsHash, inv.containment)
+	started := audit.InvokedStartedPolicy(inv.common, inv.pol.Version, inv.persona, inv.argsHash, inv.policyHash, inv.containment)
 	startedAt := s.now()
 	if _, err := s.Audit.Emit(ctx, started); err != nil {
 		s.metrics().AuditEmitFailures.WithLabelValues("start").Inc()

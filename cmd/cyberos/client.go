@@ -274,5 +274,8 @@ func humanCall(c broker.Decided) string {
 	if c.Reason != "" {
 		s += "  reason " + c.Reason
 	}
+	if len(c.PolicyHash) > 12 {
+		s += "  policy " + c.PolicyHash[:12]
+	}
 	return s
 }

@@ -43,7 +43,7 @@ func newSupervisorCmd() *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", configPath)
 				return nil
 			}
-			return serveDaemon(cfg, runDir, logLevel)
+			return serveDaemon(cfg, configPath, runDir, logLevel)
 		},
 	}
 	fl := serve.Flags()
@@ -56,7 +56,7 @@ func newSupervisorCmd() *cobra.Command {
 	return cmd
 }
 
-func serveDaemon(cfg daemon.Config, runDir, logLevel string) error {
+func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 	log, err := newLogger(logLevel)
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -90,8 +90,9 @@ func serveDaemon(cfg daemon.Config, runDir, logLevel string) error {
 		ProfilesDir: cfg.SeccompProfilesDir,
 		StateDir:    cfg.StateDir,
 		// The file tools never reach the run dir (rootfs skeleton,
-		// containers) or our binaries, whatever a skill's globs say.
-		ReservedDirs: reservedDirs(runDir),
+		// containers), our binaries, the skills or the config, whatever a
+		// skill's globs say.
+		ReservedDirs: append(reservedDirs(runDir), cfg.ReservedPaths(configPath)...),
 		Log:          log,
 	}
 	defer func() {

@@ -62,7 +62,7 @@ func TestToolCallAuditedPair(t *testing.T) {
 	st, co := rows[0], rows[1]
 	for _, r := range rows {
 		if r.str("invocation_id") != e.cfg.Common.InvocationID || r.str("trace_id") != testTraceID ||
-			r.str("skill_id") != "test-skill" || r.str("tenant_id") != e.cfg.Common.TenantID || r.str("tool") != "Read" {
+			r.str("skill_id") != "test-skill" || r.str("tenant_id") != e.cfg.Common.TenantID || r.str("tool_name") != "Read" {
 			t.Errorf("row %v does not carry the invocation and the call's trace", r)
 		}
 	}
@@ -116,7 +116,7 @@ func TestToolNotInAllowedTools(t *testing.T) {
 		t.Fatalf("rows %+v, want one tool_denied", rows)
 	}
 	d := rows[0]
-	if d.str("reason") != "tool_not_in_allowed_tools" || d.str("tool") != "Bash" || d.str("trace_id") != testTraceID ||
+	if d.str("reason") != "tool_not_in_allowed_tools" || d.str("tool_name") != "Bash" || d.str("trace_id") != testTraceID ||
 		d.str("attempted_args_hash") != hashOf(t, `{"cmd":"ls"}`) || d.str("invocation_id") != e.cfg.Common.InvocationID {
 		t.Errorf("denied row %v", d.Payload)
 	}
@@ -146,7 +146,7 @@ func TestDisallowedAndUnknownTools(t *testing.T) {
 	}
 	denied := e.audit.kind(audit.KindToolDenied)
 	if len(denied) != 2 || denied[0].str("reason") != "tool_denied" || denied[1].str("reason") != "unknown_tool" ||
-		denied[1].str("tool") != "NoSuchTool" || denied[1].str("trace_id") != invTraceID {
+		denied[1].str("tool_name") != "NoSuchTool" || denied[1].str("trace_id") != invTraceID {
 		t.Fatalf("denied rows %+v", denied)
 	}
 	if len(e.audit.kind(audit.KindToolCallStarted)) != 0 {

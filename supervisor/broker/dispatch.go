@@ -37,6 +37,9 @@ type Decided struct {
 	ArgsHash   string `json:"args_hash"`
 	// Reason is the denial's data.reason; empty unless Outcome is denied.
 	Reason string `json:"reason,omitempty"`
+	// PolicyHash is the policy_hash of the invocation's
+	// skill.invoked_started row: which policy judged the call.
+	PolicyHash string `json:"policy_hash,omitempty"`
 }
 
 // callObs is what one tool.call tells operators when it is decided: the

@@ -164,6 +164,21 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// ReservedPaths are the paths besides state_dir, socket_dir and
+// seccomp_profiles_dir that feed a policy or the daemon, which no skill's
+// file tools may touch whatever its globs say: skills_dir (every skill's
+// SKILL.md and entrypoint), the admin socket, and the directory of the
+// config file at configPath (when the daemon was given one).
+func (c *Config) ReservedPaths(configPath string) []string {
+	out := []string{c.SkillsDir, c.AdminSocket}
+	if configPath != "" {
+		if abs, err := filepath.Abs(configPath); err == nil {
+			out = append(out, filepath.Dir(abs))
+		}
+	}
+	return out
+}
+
 // AdminGID resolves admin_group (a group name or a numeric gid): -1 when
 // empty (root only).
 func (c *Config) AdminGID() (int, error) {

@@ -199,3 +199,31 @@ func TestRejudge(t *testing.T) {
 		}
 	}
 }
+
+// Replay reads spec §8's tool_name (rows before it say tool, above) and
+// names the policy_hash of the invocation's started row on every call.
+func TestReplayToolNameAndPolicyHash(t *testing.T) {
+	const day = "2026-01-03"
+	rs := rows{
+		row(day+"T00:00:00.000000000Z", audit.KindInvokedStarted, `{"invocation_id":"i","policy_hash":"`+h3+`"}`),
+		row(day+"T00:00:01.000000000Z", audit.KindToolCallStarted, `{"invocation_id":"i","call_id":"c1","tool_name":"Read","args_hash":"`+h1+`"}`),
+		row(day+"T00:00:02.000000000Z", audit.KindToolCallCompleted, `{"invocation_id":"i","call_id":"c1","tool_name":"Read","outcome":"success","duration_ms":5,"error_message":null}`),
+		row(day+"T00:00:03.000000000Z", audit.KindToolDenied, `{"invocation_id":"i","tool_name":"Write","reason":"file_violation","attempted_args_hash":"`+h2+`"}`),
+	}
+	calls, found, err := Replay(context.Background(), rs, "i")
+	if err != nil || !found {
+		t.Fatal(err, found)
+	}
+	want := []broker.Decided{
+		{TS: rs[2].TS, InvocationID: "i", Tool: "Read", Outcome: "success", DurationMS: 5, ArgsHash: h1, PolicyHash: h3},
+		{TS: rs[3].TS, InvocationID: "i", Tool: "Write", Outcome: "denied", ArgsHash: h2, Reason: "file_violation", PolicyHash: h3},
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("%+v", calls)
+	}
+	for i := range want {
+		if calls[i] != want[i] {
+			t.Errorf("call %d: %+v, want %+v", i, calls[i], want[i])
+		}
+	}
+}

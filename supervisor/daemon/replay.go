@@ -18,7 +18,9 @@ const inToolDenialPrefix = "denied: "
 type rowPayload struct {
 	InvocationID      string  `json:"invocation_id"`
 	CallID            string  `json:"call_id"`
+	ToolName          string  `json:"tool_name"` // spec §8; rows written before it say tool
 	Tool              string  `json:"tool"`
+	PolicyHash        string  `json:"policy_hash"`
 	ArgsHash          string  `json:"args_hash"`
 	AttemptedArgsHash string  `json:"attempted_args_hash"`
 	Outcome           string  `json:"outcome"`
@@ -31,6 +33,7 @@ type rowPayload struct {
 type Replayer struct {
 	argsHash map[string]string // call_id → args_hash of its started row
 	pending  map[string]int64  // tool → duration of an in-tool denial awaiting its denied row
+	policy   string            // policy_hash of the invocation's started row
 }
 
 // NewReplayer starts a replay of one invocation's rows (fed in seq order).
@@ -44,7 +47,12 @@ func (r *Replayer) Add(row audit.Row) (broker.Decided, bool) {
 	if err := json.Unmarshal(row.Payload, &p); err != nil {
 		return broker.Decided{}, false
 	}
+	if p.ToolName != "" {
+		p.Tool = p.ToolName
+	}
 	switch row.Kind {
+	case audit.KindInvokedStarted:
+		r.policy = p.PolicyHash
 	case audit.KindToolCallStarted:
 		r.argsHash[p.CallID] = p.ArgsHash
 	case audit.KindToolCallCompleted:
@@ -55,12 +63,12 @@ func (r *Replayer) Add(row audit.Row) (broker.Decided, bool) {
 			return broker.Decided{}, false
 		}
 		return broker.Decided{TS: row.TS, InvocationID: p.InvocationID, Tool: p.Tool, Outcome: p.Outcome,
-			DurationMS: p.DurationMS, ArgsHash: hash}, true
+			DurationMS: p.DurationMS, ArgsHash: hash, PolicyHash: r.policy}, true
 	case audit.KindToolDenied:
 		dur := r.pending[p.Tool]
 		delete(r.pending, p.Tool)
 		return broker.Decided{TS: row.TS, InvocationID: p.InvocationID, Tool: p.Tool, Outcome: "denied",
-			DurationMS: dur, ArgsHash: p.AttemptedArgsHash, Reason: p.Reason}, true
+			DurationMS: dur, ArgsHash: p.AttemptedArgsHash, Reason: p.Reason, PolicyHash: r.policy}, true
 	}
 	return broker.Decided{}, false
 }

@@ -244,4 +244,8 @@ type Containment struct {
 	ReadOnlyRoot   bool     `json:"readonly_root"`
 	Rlimits        []string `json:"rlimits,omitempty"`
 	NotEnforced    []string `json:"not_enforced,omitempty"`
+
+	// SeccompProfileHash is the hex SHA-256 of the profile file's bytes the
+	// filter was built from; empty without seccomp.
+	SeccompProfileHash string `json:"seccomp_profile_hash,omitempty"`
 }

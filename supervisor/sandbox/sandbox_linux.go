@@ -355,12 +355,13 @@ func buildSkeleton(dir, stamp string) error {
 // Check loads the seccomp profile the spec names and says what Start will
 // enforce.
 func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
-	sc, err := LoadProfile(spec.ProfilesDir, spec.SeccompProfile)
+	sc, profileHash, err := loadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
 	if err != nil {
 		return Containment{}, err
 	}
 	_, cont := r.config(spec)
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
+	cont.SeccompProfileHash = profileHash
 	planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile).apply(&cont)
 	if spec.Recorder != nil {
 		cont.Seccomp += recordingNote
@@ -381,13 +382,14 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	if err := r.prepareRootfs(); err != nil {
 		return nil, fmt.Errorf("sandbox rootfs: %w", err)
 	}
-	sc, err := LoadProfile(spec.ProfilesDir, spec.SeccompProfile)
+	sc, profileHash, err := loadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
 	if err != nil {
 		return nil, err
 	}
 	cfg, cont := r.config(spec)
 	cfg.Seccomp = sc
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
+	cont.SeccompProfileHash = profileHash
 	ll := planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile)
 	ll.apply(&cont)
 

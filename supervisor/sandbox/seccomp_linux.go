@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,11 +69,28 @@ func SeccompCompiledIn() bool { return seccomp.Enabled }
 // rule for a syscall that also has an unconditional rule, which libseccomp
 // drops). Every error wraps ErrProfile and names the file and the field.
 func LoadProfile(dir, name string) (*configs.Seccomp, error) {
-	if !profileNameRE.MatchString(name) {
-		return nil, fmt.Errorf("%w: profile name %q: must match %s", ErrProfile, name, profileNameRE)
-	}
-	_, cfg, err := LoadProfileFile(filepath.Join(dir, name+".json"))
+	cfg, _, err := loadProfileHashed(dir, name)
 	return cfg, err
+}
+
+// loadProfileHashed is LoadProfile that also returns the hex SHA-256 of the
+// profile file's bytes it read (Containment.SeccompProfileHash), so the
+// audit names exactly the profile a sandbox was built from.
+func loadProfileHashed(dir, name string) (*configs.Seccomp, string, error) {
+	if !profileNameRE.MatchString(name) {
+		return nil, "", fmt.Errorf("%w: profile name %q: must match %s", ErrProfile, name, profileNameRE)
+	}
+	path := filepath.Join(dir, name+".json")
+	data, err := readProfileFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	_, cfg, err := checkProfileBytes(path, data)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(data)
+	return cfg, hex.EncodeToString(sum[:]), nil
 }
 
 // LoadProfileFile is LoadProfile for a file named by its path (the operator

@@ -75,8 +75,8 @@ func fileEnv(c *Call) (*policy.Enforcer, error) {
 	return c.Env.Enforcer, nil
 }
 
-// checkFile asks the enforcer about path and insists on what the opener
-// relies on: an absolute, clean path.
+// checkFile asks the enforcer about path, insists on what the opener
+// relies on (an absolute, clean path), and refuses a path in a skill folder.
 func checkFile(e *policy.Enforcer, t policy.Tool, p string) (string, error) {
 	clean, err := e.CheckFile(t, p)
 	if err != nil {
@@ -85,7 +85,25 @@ func checkFile(e *policy.Enforcer, t policy.Tool, p string) (string, error) {
 	if !path.IsAbs(clean) || path.Clean(clean) != clean {
 		return "", fileDenial(t, "path must be absolute")
 	}
+	if err := refuseSkillFolder(t, clean); err != nil {
+		return "", err
+	}
 	return clean, nil
+}
+
+// refuseSkillFolder refuses p (clean, absolute) when it is a skill folder or
+// lies in one (inSkillFolder): a skill's SKILL.md, entrypoint and files are
+// the input of its policy and of what runs under it, whatever the globs say.
+// A failed check refuses too.
+func refuseSkillFolder(t policy.Tool, p string) error {
+	in, err := inSkillFolder(p)
+	switch {
+	case err != nil:
+		return fsErr(t, err)
+	case in:
+		return fileDenial(t, "path is in a skill folder")
+	}
+	return nil
 }
 
 // contentHash is the hex SHA-256 of b.

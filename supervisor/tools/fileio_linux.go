@@ -358,6 +358,49 @@ func pathDepth(p string) int {
 	return strings.Count(p, "/")
 }
 
+// holdsSkillFile reports whether the open directory dirfd has an entry
+// named SKILL.md (of any type): whether it is a skill folder.
+func holdsSkillFile(dirfd int) (bool, error) {
+	switch _, err := lstatAt(dirfd, policy.SkillFile); err {
+	case nil:
+		return true, nil
+	case unix.ENOENT, unix.ENOTDIR:
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// inSkillFolder reports whether p (clean, absolute) is a skill folder or
+// lies below one: whether p or a directory above it holds a SKILL.md. It is
+// asked at call time, on disk, so a skill folder counts wherever it lives.
+// Each directory is opened below the one before it (openat2, O_PATH,
+// RESOLVE_BENEATH, no symlinks), as the tools themselves reach a path; the
+// walk ends at the first component that is not a directory it can open (a
+// file, a symlink, nothing), whose own open then fails or is refused.
+func inSkillFolder(p string) (bool, error) {
+	fd, err := openat2(unix.AT_FDCWD, "/", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return false, err
+	}
+	rest := strings.TrimPrefix(p, "/")
+	for {
+		found, err := holdsSkillFile(fd)
+		if err != nil || found || rest == "" {
+			unix.Close(fd)
+			return found, err
+		}
+		var name string
+		name, rest, _ = strings.Cut(rest, "/")
+		next, err := openat2(fd, name, unix.O_PATH|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			return false, nil
+		}
+		fd = next
+	}
+}
+
 // walkHost reports root (clean, absolute) and, when it is a directory,
 // everything below it to fn, depth first in name order. Symlinks and
 // non-regular files below root are skipped silently; root itself being a
@@ -367,6 +410,9 @@ func pathDepth(p string) int {
 // walk without error, or any other error to end it with that error.
 // Directories that cannot be opened below root are skipped.
 func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn func(hostEntry) error) error {
+	if err := refuseSkillFolder(t, root); err != nil {
+		return err
+	}
 	dir, base := splitPath(root)
 	var dirfd int
 	if base == "" {
@@ -445,20 +491,29 @@ func walkDir(ctx context.Context, t policy.Tool, dirfd int, dirPath string, maxD
 		p := prefix + name
 		switch typ := ent.Type(); {
 		case typ.IsDir():
-			switch err := fn(hostEntry{Path: p, Dir: true}); err {
-			case nil:
-			case walkSkipDir:
-				continue
-			default:
-				return err
-			}
 			child, err := openat2(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 			if err != nil {
 				continue // swapped for a symlink, unreadable, gone
 			}
+			// A skill folder is neither listed nor entered.
+			if skill, err := holdsSkillFile(child); skill || err != nil {
+				unix.Close(child)
+				continue
+			}
+			switch err := fn(hostEntry{Path: p, Dir: true}); err {
+			case nil:
+			case walkSkipDir:
+				unix.Close(child)
+				continue
+			default:
+				unix.Close(child)
+				return err
+			}
 			if err := walkDir(ctx, t, child, p, maxDepth, fn); err != nil {
 				return err
 			}
+		case typ.IsRegular() && name == policy.SkillFile:
+			// A stray SKILL.md is a policy input too.
 		case typ.IsRegular():
 			err := fn(hostEntry{Path: p, Read: func(limit int64) ([]byte, error) {
 				return readAt(t, dirfd, name, p, limit)

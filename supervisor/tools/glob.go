@@ -60,6 +60,9 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 	base, _ := doublestar.SplitPattern(pat)
 	asked := path.Clean(base)
 	roots := walkRoots(e.FileGlobs(g.Name()), asked)
+	if len(roots) > 0 && e.Reserved(asked) {
+		return nil, fileDenial(g.Name(), "pattern is in a directory reserved to the supervisor")
+	}
 	if len(roots) == 0 {
 		if err := e.CheckTool(g.Name()); err != nil {
 			return nil, err
@@ -75,6 +78,9 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 	r := globResult{Paths: []string{}}
 	for _, root := range roots {
 		err := walkHost(ctx, g.Name(), root, maxDepth, func(en hostEntry) error {
+			if en.Dir && e.Reserved(en.Path) {
+				return walkSkipDir
+			}
 			if !doublestar.MatchUnvalidated(pat, en.Path) {
 				return nil
 			}

@@ -99,6 +99,9 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 	}
 	p = path.Clean(p)
 	roots := walkRoots(e.FileGlobs(g.Name()), p)
+	if len(roots) > 0 && e.Reserved(p) {
+		return nil, fileDenial(g.Name(), "path is reserved to the supervisor")
+	}
 	if len(roots) == 0 {
 		// Nothing under p can be allowed: the enforcer's own refusal.
 		if _, err := checkFile(e, g.Name(), p); err != nil {
@@ -109,6 +112,9 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 
 	r := grepResult{Matches: []grepMatch{}}
 	visit := func(en hostEntry) error {
+		if en.Dir && e.Reserved(en.Path) {
+			return walkSkipDir
+		}
 		if en.Dir || !match(en.Path) {
 			return nil
 		}
