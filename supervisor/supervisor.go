@@ -217,6 +217,11 @@ type Supervisor struct {
 	// the tool-call spans). Nil: no spans.
 	Tracer trace.Tracer
 
+	// LogBudget caps the bytes of kept skill logs (0: DefaultLogBudget).
+	LogBudget int64
+	logsOnce  sync.Once
+	logs      *logStore
+
 	metricsOnce sync.Once
 	// clock is time.Now unless a test sets it.
 	clock func() time.Time
@@ -830,8 +835,10 @@ func (s *Supervisor) logger() *slog.Logger {
 }
 
 // writeLog keeps the skill's stderr (capped) as the invocation's log.
+// The logs share a budget (LogBudget), oldest removed first.
 func (s *Supervisor) writeLog(id string, b []byte, log *slog.Logger) {
-	if err := os.WriteFile(filepath.Join(s.StateDir, "logs", id+".stderr"), b, 0o600); err != nil {
+	s.logsOnce.Do(func() { s.logs = newLogStore(filepath.Join(s.StateDir, "logs"), s.LogBudget) })
+	if err := s.logs.keep(id, b); err != nil {
 		log.Warn("keep skill log", "err", err)
 	}
 }
