@@ -5,6 +5,7 @@ package integration
 // redirect, be steered there), whatever x-allowed-domains says.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -119,12 +120,19 @@ func TestHttpFetchCannotReachHost(t *testing.T) {
 	hostAddrs(t, egressDocAddr, egressGlobalAddr)
 	anyIPRoute(t, egressAnyIPNet)
 
-	type target struct{ name, addr, port string }
+	// Each address is refused by its own layer, named in the denial: the
+	// special-purpose tables, the host's interface addresses, the route.
+	type target struct{ name, addr, class, port string }
 	var targets []target
 	var hits []*atomic.Int64
-	for _, a := range []struct{ name, addr string }{{"doc", egressDocAddr}, {"global", egressGlobalAddr}, {"anyip", egressAnyIPAddr}} {
+	for _, a := range []target{
+		{name: "doc", addr: egressDocAddr, class: "(documentation)"},
+		{name: "global", addr: egressGlobalAddr, class: "(host address)"},
+		{name: "anyip", addr: egressAnyIPAddr, class: "(routed to the host)"},
+	} {
 		port, h := countingServer(t, a.addr)
-		targets = append(targets, target{a.name, a.addr, port})
+		a.port = port
+		targets = append(targets, a)
 		hits = append(hits, h)
 	}
 	// The loopback server the skill may reach redirects to the host's
@@ -162,10 +170,31 @@ func TestHttpFetchCannotReachHost(t *testing.T) {
 	fm := "allowed_tools: [HttpFetch, HttpPost]\nx-allowed-domains: [" + strings.Join(domains, ", ") + "]\n"
 	r := e.run(e.skill("egress", fm, callScript(cs...)), "--allow-loopback-http")
 	m := calls(t, r)
+	var env struct {
+		Containment struct{ Egress string } `json:"containment"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &env); err != nil || env.Containment.Egress != "address filter" {
+		t.Errorf("containment.egress = %q (%v), want \"address filter\"", env.Containment.Egress, err)
+	}
 	for _, c := range cs[:len(cs)-1] {
 		mustRefuse(t, m, c[0], "domain_violation")
 	}
 	mustOK(t, m, "loopback")
+	var details map[string]struct {
+		Err *struct {
+			Data struct{ Detail string } `json:"data"`
+		} `json:"err"`
+	}
+	if err := json.Unmarshal(r.env.Result, &details); err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		for _, c := range []string{"fetch-", "post-", "redirect-"} {
+			if e := details[c+tg.name].Err; e != nil && !strings.Contains(e.Data.Detail, tg.class) {
+				t.Errorf("%s%s: refused with %q, want the class %s", c, tg.name, e.Data.Detail, tg.class)
+			}
+		}
+	}
 	for i, tg := range targets {
 		if n := hits[i].Load(); n != 0 {
 			t.Errorf("%s (%s): the host's listener saw %d requests", tg.name, tg.addr, n)

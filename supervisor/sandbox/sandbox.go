@@ -217,4 +217,8 @@ type Containment struct {
 	ReadOnlyRoot   bool     `json:"readonly_root"`
 	Rlimits        []string `json:"rlimits,omitempty"`
 	NotEnforced    []string `json:"not_enforced,omitempty"`
+	// Egress is how the broker's Http tools, which connect from the host,
+	// are kept off the host and its neighbours (tools.EgressMode); the
+	// supervisor fills it in.
+	Egress string `json:"egress,omitempty"`
 }
