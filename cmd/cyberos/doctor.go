@@ -44,7 +44,7 @@ func egressFinding() sandbox.Finding {
 	f := sandbox.Finding{Control: "egress", OK: true, Detail: tools.EgressDetail}
 	if _, err := tools.HostAddrs(); err != nil {
 		f.OK, f.Detail = false, fmt.Sprintf("%s; the host's addresses cannot be read (%v): every Http connection is refused", tools.EgressDetail, err)
-	} else if _, err := tools.LocalRoute(netip.MustParseAddr("127.0.0.1")); err != nil {
+	} else if _, err := tools.KernelRoute(netip.MustParseAddr("127.0.0.1")); err != nil {
 		f.OK, f.Detail = false, fmt.Sprintf("%s; the route lookup fails (%v): every Http connection is refused", tools.EgressDetail, err)
 	}
 	return f

@@ -19,6 +19,15 @@ const (
 	EgressDetail = EgressMode + " (host addresses and IANA special-purpose ranges refused at each dial)"
 )
 
+// RouteKind is where the kernel would send a connection (KernelRoute).
+type RouteKind int
+
+const (
+	RouteOut  RouteKind = iota // through a gateway, a point-to-point link, or nowhere
+	RouteHost                  // to the host itself (local, broadcast, anycast, multicast)
+	RouteLink                  // straight onto a broadcast link: a neighbour of the host
+)
+
 // HostAddrs lists the addresses assigned to the host's interfaces (every
 // interface, up or down), read anew at each call.
 func HostAddrs() ([]netip.Addr, error) {
@@ -44,7 +53,8 @@ func HostAddrs() ([]netip.Addr, error) {
 
 // egressGuard judges the addresses one Http connection may go to: the
 // enforcer's tables (CheckAddr), then the host's own addresses and the
-// kernel's routing, which only the supervisor's side can see. It runs before
+// kernel's routing (the host itself, or a neighbour on one of its links),
+// which only the supervisor's side can see. It runs before
 // the first connect for every address a name resolved to, and again in the
 // dialer's Control hook for the address each socket is about to connect to
 // (so every dial, redirects included, is judged on the very address used).
@@ -89,16 +99,17 @@ func (g egressGuard) check(ips ...netip.Addr) error {
 		if slices.ContainsFunc(own, func(a netip.Addr) bool { return a.Unmap() == ip }) {
 			return g.refuse("host address")
 		}
-		localRoute := g.env.LocalRoute
-		if localRoute == nil {
-			localRoute = LocalRoute
+		route := g.env.KernelRoute
+		if route == nil {
+			route = KernelRoute
 		}
-		local, err := localRoute(ip)
-		if err != nil {
+		switch kind, err := route(ip); {
+		case err != nil:
 			return g.refuse("route lookup failed")
-		}
-		if local {
+		case kind == RouteHost:
 			return g.refuse("routed to the host")
+		case kind == RouteLink:
+			return g.refuse("on the host's link")
 		}
 	}
 	return nil

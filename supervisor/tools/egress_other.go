@@ -4,6 +4,6 @@ package tools
 
 import "net/netip"
 
-// LocalRoute has no portable route lookup outside Linux; the host-address
+// KernelRoute has no portable route lookup outside Linux; the host-address
 // check still applies there.
-func LocalRoute(netip.Addr) (bool, error) { return false, nil }
+func KernelRoute(netip.Addr) (RouteKind, error) { return RouteOut, nil }

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -15,12 +16,14 @@ import (
 	"github.com/cyberos/supervisor/policy"
 )
 
-// egressSource is an injected view of the host: its interface addresses and
-// the prefixes the kernel routes to the host, changeable while a test runs.
+// egressSource is an injected view of the host: its interface addresses,
+// the prefixes the kernel routes to the host and those on its links,
+// changeable while a test runs.
 type egressSource struct {
 	mu       sync.Mutex
 	addrs    []netip.Addr
 	local    []netip.Prefix
+	link     []netip.Prefix
 	addrErr  error
 	addrRead atomic.Int32
 }
@@ -32,15 +35,20 @@ func (s *egressSource) hostAddrs() ([]netip.Addr, error) {
 	return slices.Clone(s.addrs), s.addrErr
 }
 
-func (s *egressSource) localRoute(ip netip.Addr) (bool, error) {
+func (s *egressSource) kernelRoute(ip netip.Addr) (RouteKind, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.local {
 		if p.Contains(ip) {
-			return true, nil
+			return RouteHost, nil
 		}
 	}
-	return false, nil
+	for _, p := range s.link {
+		if p.Contains(ip) {
+			return RouteLink, nil
+		}
+	}
+	return RouteOut, nil
 }
 
 func (s *egressSource) add(a string) {
@@ -52,7 +60,7 @@ func (s *egressSource) add(a string) {
 func egressEnv(t *testing.T, allowLoopback bool, names map[string][]netip.Addr, extra ...string) (*Env, *egressSource) {
 	env, _ := htEnv(t, allowLoopback, names, extra...)
 	src := &egressSource{}
-	env.HostAddrs, env.LocalRoute = src.hostAddrs, src.localRoute
+	env.HostAddrs, env.KernelRoute = src.hostAddrs, src.kernelRoute
 	return env, src
 }
 
@@ -87,6 +95,14 @@ func TestEgressNewHostAddressCounts(t *testing.T) {
 	d = mtDenial(t, g.check(netip.MustParseAddr("192.52.193.77")), policy.ReasonDomain, policy.ToolHttpFetch)
 	if !strings.Contains(d.Detail, "(routed to the host)") {
 		t.Fatalf("denial detail = %q", d.Detail)
+	}
+	// A neighbour on one of the host's broadcast links (a public LAN).
+	src.link = []netip.Prefix{netip.MustParsePrefix("192.175.48.0/24"), netip.MustParsePrefix("2a00:1450:4001::/64")}
+	for _, s := range []string{"192.175.48.42", "::ffff:192.175.48.42", "2a00:1450:4001::42"} {
+		d = mtDenial(t, g.check(netip.MustParseAddr(s)), policy.ReasonDomain, policy.ToolHttpFetch)
+		if !strings.Contains(d.Detail, "(on the host's link)") {
+			t.Fatalf("%s: denial detail = %q", s, d.Detail)
+		}
 	}
 	// Public addresses that are neither pass.
 	for _, s := range []string{"8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"} {
@@ -183,8 +199,9 @@ func TestHttpFetchSpecialPurposeAddresses(t *testing.T) {
 	}
 }
 
-// The system sources: lo's 127.0.0.1 is among the host's addresses, and the
-// kernel routes 127.0.0.1 to the host.
+// The system sources: lo's 127.0.0.1 is among the host's addresses and the
+// kernel routes it to the host; so is every address of this host, and
+// another address of a broadcast interface's subnet is on its link.
 func TestEgressSystemSources(t *testing.T) {
 	addrs, err := HostAddrs()
 	if err != nil {
@@ -193,16 +210,36 @@ func TestEgressSystemSources(t *testing.T) {
 	if !slices.Contains(addrs, netip.MustParseAddr("127.0.0.1")) {
 		t.Errorf("HostAddrs = %v, want 127.0.0.1 among them", addrs)
 	}
-	local, err := LocalRoute(netip.MustParseAddr("127.0.0.1"))
-	if err != nil || !local {
-		t.Errorf("LocalRoute(127.0.0.1) = %v, %v; want true", local, err)
+	if kind, err := KernelRoute(netip.MustParseAddr("127.0.0.1")); err != nil || kind != RouteHost {
+		t.Errorf("KernelRoute(127.0.0.1) = %v, %v; want RouteHost", kind, err)
 	}
-	for _, a := range addrs {
-		if a.IsLoopback() || a.Zone() != "" || a.IsLinkLocalUnicast() {
-			continue
-		}
-		if local, err := LocalRoute(a); err != nil || !local {
-			t.Errorf("LocalRoute(%s), an address of this host, = %v, %v; want true", a, local, err)
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ifi := range ifs {
+		as, _ := ifi.Addrs()
+		for _, a := range as {
+			n, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			p, ok := netip.AddrFromSlice(n.IP)
+			if p = p.Unmap(); !ok || p.IsLoopback() || p.IsLinkLocalUnicast() {
+				continue
+			}
+			if kind, err := KernelRoute(p); err != nil || kind != RouteHost {
+				t.Errorf("KernelRoute(%s), an address of %s, = %v, %v; want RouteHost", p, ifi.Name, kind, err)
+			}
+			ones, bits := n.Mask.Size()
+			other := netip.PrefixFrom(p, ones).Masked().Addr().Next()
+			if ifi.Flags&net.FlagUp == 0 || ifi.Flags&net.FlagBroadcast == 0 || ifi.Flags&net.FlagPointToPoint != 0 || bits-ones < 2 || other == p {
+				continue
+			}
+			t.Logf("%s on %s: its subnet's %s is on the link", p, ifi.Name, other)
+			if kind, err := KernelRoute(other); err != nil || kind != RouteLink {
+				t.Errorf("KernelRoute(%s), on %s's subnet, = %v, %v; want RouteLink", other, ifi.Name, kind, err)
+			}
 		}
 	}
 }
@@ -233,9 +270,9 @@ func BenchmarkEgressCheck(b *testing.B) {
 			}
 		}
 	})
-	b.Run("LocalRoute", func(b *testing.B) {
+	b.Run("KernelRoute", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := LocalRoute(ip); err != nil {
+			if _, err := KernelRoute(ip); err != nil {
 				b.Fatal(err)
 			}
 		}
