@@ -54,10 +54,10 @@ func HostAddrs() ([]netip.Addr, error) {
 // egressGuard judges the addresses one Http connection may go to: the
 // enforcer's tables (CheckAddr), then the host's own addresses and the
 // kernel's routing (the host itself, or a neighbour on one of its links),
-// which only the supervisor's side can see. It runs before
-// the first connect for every address a name resolved to, and again in the
-// dialer's Control hook for the address each socket is about to connect to
-// (so every dial, redirects included, is judged on the very address used).
+// which only the supervisor's side can see. It runs before the first
+// connect for every address a name resolved to, and again in the dialer's
+// Control hook for the address each socket is about to connect to (so every
+// dial, redirects included, is judged on the very address used).
 type egressGuard struct {
 	env  *Env
 	tool policy.Tool
@@ -77,31 +77,29 @@ func (g egressGuard) check(ips ...netip.Addr) error {
 			return err
 		}
 	}
+	hostAddrs, route := g.env.HostAddrs, g.env.KernelRoute
+	if hostAddrs == nil {
+		hostAddrs = HostAddrs
+	}
+	if route == nil {
+		route = KernelRoute
+	}
 	var own []netip.Addr
+	read := false
 	for _, ip := range ips {
 		ip = ip.Unmap()
 		if ip.IsLoopback() {
 			continue
 		}
-		if own == nil {
-			hostAddrs := g.env.HostAddrs
-			if hostAddrs == nil {
-				hostAddrs = HostAddrs
-			}
+		if !read {
 			var err error
 			if own, err = hostAddrs(); err != nil {
 				return g.refuse("the host's addresses cannot be read")
 			}
-			if own == nil {
-				own = []netip.Addr{}
-			}
+			read = true
 		}
 		if slices.ContainsFunc(own, func(a netip.Addr) bool { return a.Unmap() == ip }) {
 			return g.refuse("host address")
-		}
-		route := g.env.KernelRoute
-		if route == nil {
-			route = KernelRoute
 		}
 		switch kind, err := route(ip); {
 		case err != nil:

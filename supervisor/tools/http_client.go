@@ -297,8 +297,8 @@ func (h httpTool) dialContext(env *Env) func(ctx context.Context, network, addr 
 			if err == nil {
 				return conn, nil
 			}
-			if d, ok := isDenial(err); ok {
-				return nil, d
+			if den, ok := isDenial(err); ok {
+				return nil, den
 			}
 			if firstErr == nil {
 				firstErr = err
