@@ -204,3 +204,29 @@ func TestHttpFetchCannotReachHost(t *testing.T) {
 		t.Errorf("the loopback server saw %d requests, want %d (each redirect and the plain fetch)", n, len(targets)+1)
 	}
 }
+
+// TestEgressDoctor: `cyberos doctor` says which egress control is in force,
+// and that it can read what it needs on this host.
+func TestEgressDoctor(t *testing.T) {
+	out, err := cyberos("doctor", "--json").Output()
+	if err != nil {
+		t.Fatalf("doctor: %v", err)
+	}
+	var fs []struct {
+		Control string `json:"control"`
+		OK      bool   `json:"ok"`
+		Detail  string `json:"detail"`
+	}
+	if err := json.Unmarshal(out, &fs); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	for _, f := range fs {
+		if f.Control == "egress" {
+			if want := "address filter (host addresses and IANA special-purpose ranges refused at each dial)"; !f.OK || f.Detail != want {
+				t.Errorf("doctor egress: ok=%v %q, want ok %q", f.OK, f.Detail, want)
+			}
+			return
+		}
+	}
+	t.Errorf("doctor has no egress finding:\n%s", out)
+}
