@@ -699,19 +699,33 @@ type addrClass struct {
 
 // refusedV4 and refusedV6 are checked in order; the first hit names the
 // class. Loopback is handled separately (EnforcerOptions.AllowLoopback).
+//
+// They hold every block of the IANA "IPv4 Special-Purpose Address Registry"
+// and "IPv6 Special-Purpose Address Registry" (iana-ipv4-special-registry,
+// iana-ipv6-special-registry, RFC 6890) whose "Globally Reachable" is not
+// True, plus what those registries leave to others: multicast, the cloud
+// metadata addresses, and the deprecated IPv6 site-local, IPv4-compatible
+// and IPv4-translated forms. The registries' globally reachable blocks inside
+// a refused one are in globalV4 and globalV6. 192.0.0.0/24 and 192.88.99.0/24
+// are refused whole: their globally reachable /32s are anycast services an
+// Http tool has no business calling.
 var (
 	refusedV4 = []addrClass{
 		{"metadata", netip.MustParsePrefix("169.254.169.254/32")},
 		{"metadata", netip.MustParsePrefix("100.100.100.200/32")},
 		{"broadcast", netip.MustParsePrefix("255.255.255.255/32")},
-		{"unspecified", netip.MustParsePrefix("0.0.0.0/8")},
+		{"unspecified", netip.MustParsePrefix("0.0.0.0/8")}, // "this network"
 		{"private", netip.MustParsePrefix("10.0.0.0/8")},
-		{"cgnat", netip.MustParsePrefix("100.64.0.0/10")},
+		{"cgnat", netip.MustParsePrefix("100.64.0.0/10")}, // shared address space
 		{"link-local", netip.MustParsePrefix("169.254.0.0/16")},
 		{"private", netip.MustParsePrefix("172.16.0.0/12")},
-		{"special-purpose", netip.MustParsePrefix("192.0.0.0/24")},
+		{"special-purpose", netip.MustParsePrefix("192.0.0.0/24")}, // IETF protocol assignments
+		{"documentation", netip.MustParsePrefix("192.0.2.0/24")},   // TEST-NET-1
+		{"6to4-relay", netip.MustParsePrefix("192.88.99.0/24")},    // deprecated 6to4 relay anycast
 		{"private", netip.MustParsePrefix("192.168.0.0/16")},
 		{"benchmarking", netip.MustParsePrefix("198.18.0.0/15")},
+		{"documentation", netip.MustParsePrefix("198.51.100.0/24")}, // TEST-NET-2
+		{"documentation", netip.MustParsePrefix("203.0.113.0/24")},  // TEST-NET-3
 		{"multicast", netip.MustParsePrefix("224.0.0.0/4")},
 		{"reserved", netip.MustParsePrefix("240.0.0.0/4")},
 	}
@@ -721,13 +735,30 @@ var (
 		{"ipv4-compatible", netip.MustParsePrefix("::/96")},
 		{"ipv4-translated", netip.MustParsePrefix("::ffff:0:0:0/96")},
 		{"discard", netip.MustParsePrefix("100::/64")},
+		{"dummy", netip.MustParsePrefix("100:0:0:1::/64")},
 		{"nat64-local", netip.MustParsePrefix("64:ff9b:1::/48")},
 		{"teredo", netip.MustParsePrefix("2001::/32")},
+		{"benchmarking", netip.MustParsePrefix("2001:2::/48")},
+		{"special-purpose", netip.MustParsePrefix("2001::/23")}, // IETF protocol assignments
+		{"documentation", netip.MustParsePrefix("2001:db8::/32")},
 		{"6to4", netip.MustParsePrefix("2002::/16")},
+		{"documentation", netip.MustParsePrefix("3fff::/20")},
+		{"srv6-sid", netip.MustParsePrefix("5f00::/16")},
 		{"unique-local", netip.MustParsePrefix("fc00::/7")},
 		{"link-local", netip.MustParsePrefix("fe80::/10")},
 		{"site-local", netip.MustParsePrefix("fec0::/10")},
 		{"multicast", netip.MustParsePrefix("ff00::/8")},
+	}
+	// globalV6 are the blocks inside 2001::/23 that the IPv6 registry marks
+	// globally reachable; they are not refused.
+	globalV6 = []netip.Prefix{
+		netip.MustParsePrefix("2001:1::1/128"),   // PCP anycast
+		netip.MustParsePrefix("2001:1::2/128"),   // TURN anycast
+		netip.MustParsePrefix("2001:1::3/128"),   // DNS-SD SRP anycast
+		netip.MustParsePrefix("2001:3::/32"),     // AMT
+		netip.MustParsePrefix("2001:4:112::/48"), // AS112-v6
+		netip.MustParsePrefix("2001:20::/28"),    // ORCHIDv2
+		netip.MustParsePrefix("2001:30::/28"),    // drone remote ID entity tags
 	}
 	loopbackV4 = netip.MustParsePrefix("127.0.0.0/8")
 	loopbackV6 = netip.IPv6Loopback()
@@ -735,14 +766,17 @@ var (
 )
 
 // CheckAddr judges one address host resolved to (or host's IP literal)
-// before an Http tool connects to it. Refused (domain_violation): the
-// unspecified, loopback (unless AllowLoopback), private, unique-local,
-// link-local, site-local, CGNAT, cloud metadata, multicast, broadcast and
-// reserved blocks, 0.0.0.0/8, the IETF special-purpose and benchmarking
-// blocks, 6to4, Teredo, IPv4-compatible and local-use NAT64 addresses
-// entirely, IPv6 zones, and any IPv4-mapped or NAT64 (64:ff9b::/96) address
-// embedding a refused IPv4 one (NAT64 never counts as loopback). The denial
-// names the class, not the address: DNS answers stay on the host.
+// before an Http tool connects to it. Refused (domain_violation): loopback
+// (unless AllowLoopback), every IANA special-purpose block that is not
+// globally reachable (private, unique-local, link-local, CGNAT,
+// documentation, benchmarking, reserved, 0.0.0.0/8, broadcast, ...; see
+// refusedV4 and refusedV6), multicast, cloud metadata, site-local, 6to4,
+// Teredo, IPv4-compatible and local-use NAT64 addresses entirely, IPv6
+// zones, and any IPv4-mapped or NAT64 (64:ff9b::/96) address embedding a
+// refused IPv4 one (NAT64 never counts as loopback). The denial names the
+// class, not the address: DNS answers stay on the host. The host's own
+// addresses are judged by the Http tools' dialer (supervisor/tools), which
+// can see them.
 func (e *Enforcer) CheckAddr(t Tool, host string, ip netip.Addr) error {
 	if _, err := e.toolRulesOf(t, kindHTTP, "CheckAddr"); err != nil {
 		return err
@@ -783,6 +817,11 @@ func refusedClass(ip netip.Addr, allowLoopback bool) string {
 			return "nat64 of " + c
 		}
 		return ""
+	}
+	for _, p := range globalV6 {
+		if p.Contains(ip) {
+			return ""
+		}
 	}
 	return firstClass(refusedV6, ip)
 }

@@ -453,6 +453,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	if inv.containment, err = s.Runner.Check(inv.spec); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
 	}
+	inv.containment.Egress = tools.EgressMode
 	if err := s.checkStateDir(); err != nil {
 		return nil, err
 	}
@@ -613,6 +614,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		}
 	}()
 	env.Containment = proc.Containment()
+	env.Containment.Egress = tools.EgressMode
 	env.SandboxStartMS = float64(proc.StartLatency().Microseconds()) / 1000
 	s.metrics().SandboxStartMS.Observe(env.SandboxStartMS)
 

@@ -189,6 +189,9 @@ func printEnvelope(w io.Writer, e supervisor.Envelope) {
 	fmt.Fprintf(w, "  user          %s\n", c.UserNamespace)
 	fmt.Fprintf(w, "  seccomp       %s\n", c.Seccomp)
 	fmt.Fprintf(w, "  landlock      %s\n", c.Landlock)
+	if c.Egress != "" {
+		fmt.Fprintf(w, "  egress        %s\n", c.Egress)
+	}
 	fmt.Fprintf(w, "  capabilities  %s; no_new_privs=%v; read-only root=%v\n", c.Capabilities, c.NoNewPrivs, c.ReadOnlyRoot)
 	fmt.Fprintf(w, "  cgroup (%s) memory.max=%d MiB pids.max=%d", c.CgroupMode, c.MemoryMaxBytes>>20, c.PidsMax)
 	if c.CPUQuota > 0 {

@@ -248,4 +248,8 @@ type Containment struct {
 	// SeccompProfileHash is the hex SHA-256 of the profile file's bytes the
 	// filter was built from; empty without seccomp.
 	SeccompProfileHash string `json:"seccomp_profile_hash,omitempty"`
+	// Egress is how the broker's Http tools, which connect from the host,
+	// are kept off the host and its neighbours (tools.EgressMode); the
+	// supervisor fills it in.
+	Egress string `json:"egress,omitempty"`
 }

@@ -256,13 +256,15 @@ func (h httpTool) checkRedirect(env *Env) func(*http.Request, []*http.Request) e
 }
 
 // dialContext resolves the host once (Env.Resolve when set, else the
-// system resolver), checks every address with CheckAddr, and only then
+// system resolver), checks every address with egressGuard (the enforcer's
+// CheckAddr, the host's own addresses, the kernel's route), and only then
 // connects to one of those very addresses: no second lookup, so a name that
 // re-resolves (DNS rebinding) cannot switch to an address that was not
-// checked. One refused address refuses the name. IP-literal hosts are checked
-// the same way. Resolution and connecting share HTTPDialTimeout.
+// checked. One refused address refuses the name. The dialer's Control hook
+// judges the address of each socket again just before it connects, with the
+// host's addresses read anew. IP-literal hosts are checked the same way.
+// Resolution and connecting share HTTPDialTimeout.
 func (h httpTool) dialContext(env *Env) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: HTTPDialTimeout}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if network != "tcp" && network != "tcp4" && network != "tcp6" {
 			return nil, fmt.Errorf("network %q not supported", network)
@@ -281,11 +283,11 @@ func (h httpTool) dialContext(env *Env) func(ctx context.Context, network, addr 
 		if err != nil {
 			return nil, err
 		}
-		for _, ip := range ips {
-			if err := env.Enforcer.CheckAddr(h.tool, host, ip); err != nil {
-				return nil, err
-			}
+		guard := egressGuard{env: env, tool: h.tool, host: host}
+		if err := guard.check(ips...); err != nil {
+			return nil, err
 		}
+		d := &net.Dialer{Timeout: HTTPDialTimeout, Control: guard.control}
 		var firstErr error
 		for _, ip := range ips {
 			if network == "tcp4" && !ip.Is4() || network == "tcp6" && !ip.Is6() {
@@ -294,6 +296,9 @@ func (h httpTool) dialContext(env *Env) func(ctx context.Context, network, addr 
 			conn, err := d.DialContext(ctx, "tcp", netip.AddrPortFrom(ip, uint16(port)).String())
 			if err == nil {
 				return conn, nil
+			}
+			if den, ok := isDenial(err); ok {
+				return nil, den
 			}
 			if firstErr == nil {
 				firstErr = err

@@ -67,6 +67,11 @@ type Env struct {
 	// Resolve, when set, replaces DNS for the Http tools (tests map names
 	// to 127.0.0.1 with it). Every address is still checked by the enforcer.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// HostAddrs and KernelRoute, when set, replace the host's interface
+	// addresses (HostAddrs) and the kernel's route lookup (KernelRoute) for
+	// the Http tools' egress check; tests inject them.
+	HostAddrs   func() ([]netip.Addr, error)
+	KernelRoute func(netip.Addr) (RouteKind, error)
 }
 
 // Call is one tool.call.
