@@ -241,11 +241,6 @@ type Containment struct {
 	Platform       string   `json:"platform"`
 	Namespaces     []string `json:"namespaces,omitempty"`
 	UserNamespace  string   `json:"user_namespace"` // "host uid N-M" or why not
-	// HostUID is the host uid the skill runs as (0 until one is reserved).
-	HostUID int `json:"host_uid,omitempty"`
-	// UsernsOwner is who owns the user namespace: the kernel charges the
-	// sandbox's per-user counters (inotify, keys, …) to that host uid.
-	UsernsOwner string `json:"userns_owner,omitempty"`
 	Seccomp        string   `json:"seccomp"`        // profile name and action, or "none"
 	Landlock       string   `json:"landlock"`       // "ABI N enforced: …" or "unavailable: why"
 	CgroupMode     string   `json:"cgroup_mode,omitempty"`
@@ -257,4 +252,10 @@ type Containment struct {
 	ReadOnlyRoot   bool     `json:"readonly_root"`
 	Rlimits        []string `json:"rlimits,omitempty"`
 	NotEnforced    []string `json:"not_enforced,omitempty"`
+
+	// HostUID is the host uid the skill runs as (0 until one is reserved).
+	HostUID int `json:"host_uid,omitempty"`
+	// UsernsOwner is who owns the user namespace: the kernel charges the
+	// sandbox's per-user counters (inotify, keys, …) to that host uid.
+	UsernsOwner string `json:"userns_owner,omitempty"`
 }

@@ -604,9 +604,9 @@ type linuxProcess struct {
 	lease  *idLease // the sandbox's host id range, held until cleanup
 	// initRlimits are cyberos-init's --rlimit arguments (moveRlimitsToInit).
 	initRlimits []string
-	status *os.File // read end of cyberos-init's status pipe
-	notify *notifyListener
-	cont   Containment
+	status      *os.File // read end of cyberos-init's status pipe
+	notify      *notifyListener
+	cont        Containment
 	// landlock is what cyberos-init applies, to Exec'd processes too.
 	landlock landlockPlan
 	started  time.Time
