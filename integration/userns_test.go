@@ -107,7 +107,9 @@ func TestInotifyExhaustionIsContained(t *testing.T) {
 	profiles := inotifyProfiles(t, e)
 	dir := e.skill("inotify-hog", "x-seccomp-profile: inotify\n", "probe:inotifyhold")
 	done := make(chan result, 1)
-	go func() { done <- e.run(dir, "--deadline", slow(60*time.Second).String(), "--seccomp-profiles", profiles) }()
+	go func() {
+		done <- e.run(dir, "--deadline", slow(60*time.Second).String(), "--seccomp-profiles", profiles)
+	}()
 	var pid int
 	waitFor(t, 30*time.Second, func() bool {
 		for _, p := range skillPids(e) {

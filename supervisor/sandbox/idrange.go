@@ -13,6 +13,9 @@ import (
 // container ids 0..65535.
 const IDRangeSize = 65536
 
+// DefaultHostIDBase is far above the uids a Debian host hands out.
+const DefaultHostIDBase = 1_000_000
+
 // DefaultIDRanges is how many sandboxes may hold a range at once unless
 // configured: the daemon's default max_concurrent.
 const DefaultIDRanges = 256

@@ -56,9 +56,6 @@ func CgroupParentFor(runDir string) string {
 	return DefaultCgroupParent + "-" + hex.EncodeToString(sum[:6])
 }
 
-// DefaultHostIDBase is far above the uids a Debian host hands out.
-const DefaultHostIDBase = 1_000_000
-
 // LinuxRunner starts libcontainer sandboxes.
 type LinuxRunner struct {
 	cfg        Options
@@ -120,7 +117,7 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 	if cfg.IDRanges == 0 {
 		cfg.IDRanges = DefaultIDRanges
 	}
-	if err := CheckIDRanges("host_id_base", "ranges", cfg.HostIDBase, cfg.IDRanges, nil); err != nil {
+	if err := CheckIDRanges("userns.host_id_base", "userns.ranges", cfg.HostIDBase, cfg.IDRanges, HostIDFiles); err != nil {
 		return nil, err
 	}
 	r := &LinuxRunner{cfg: cfg, cgroupMode: cgroups.DetectMode(), cgroupParent: CgroupParentFor(cfg.RunDir), leases: map[string]*idLease{}}
