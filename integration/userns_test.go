@@ -39,12 +39,16 @@ func inotifyProfiles(t *testing.T, e *env) string {
 	return dir
 }
 
-// skillPids are the host pids of this env's skills (cmdline /skill/main),
-// by invocation id (the leaf of their cgroup).
-func skillPids(e *env) map[string]int {
+// heldPids are the host pids of this env's inotifyhold skills that are
+// holding (their comm says so), by invocation id (the leaf of their
+// cgroup).
+func heldPids(e *env) map[string]int {
 	out := map[string]int{}
 	parent := sandbox.CgroupParentFor(e.runDir) + "/"
 	for _, pid := range procsMatching("/skill/main") {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) != "inotify-held" {
+			continue
+		}
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		for _, line := range strings.Split(string(b), "\n") {
 			if _, path, ok := strings.Cut(line, parent); ok {
@@ -112,11 +116,9 @@ func TestInotifyExhaustionIsContained(t *testing.T) {
 	}()
 	var pid int
 	waitFor(t, 30*time.Second, func() bool {
-		for _, p := range skillPids(e) {
-			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(b)) == "inotify-held" {
-				pid = p
-				return true
-			}
+		for _, p := range heldPids(e) {
+			pid = p
+			return true
 		}
 		select {
 		case r := <-done:
@@ -161,11 +163,9 @@ func TestDefaultProfileRefusesInotify(t *testing.T) {
 	go func() { done <- e.run(dir, "--deadline", slow(60*time.Second).String()) }()
 	var pid int
 	waitFor(t, 30*time.Second, func() bool {
-		for _, p := range skillPids(e) {
-			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(b)) == "inotify-held" {
-				pid = p
-				return true
-			}
+		for _, p := range heldPids(e) {
+			pid = p
+			return true
 		}
 		return false
 	})
@@ -197,14 +197,16 @@ type hostIdentity struct {
 // containment says so; and a range is free again once its sandbox closed.
 func TestConcurrentSandboxesHaveDistinctHostUIDs(t *testing.T) {
 	e := newEnv(t)
-	dir := e.skill("idle", "", "#!/bin/sh\ntrap 'echo {}; exit 0' TERM\nwhile :; do sleep 0.05; done\n")
+	// inotifyhold waits for SIGTERM without forking (under the default
+	// profile it holds no instance).
+	dir := e.skill("idle", "", "probe:inotifyhold")
 	done := make(chan result, 2)
 	for range 2 {
 		go func() { done <- e.run(dir, "--deadline", slow(60*time.Second).String()) }()
 	}
 	var pids map[string]int
 	waitFor(t, 30*time.Second, func() bool {
-		pids = skillPids(e)
+		pids = heldPids(e)
 		return len(pids) == 2
 	})
 	base := int(sandbox.DefaultHostIDBase)
