@@ -156,24 +156,19 @@ func startNSHolder(initBinary string, start uint32) (*nsHolder, error) {
 // path is the holder's user namespace, for libcontainer to join.
 func (h *nsHolder) path() string { return fmt.Sprintf("/proc/%d/ns/user", h.cmd.Process.Pid) }
 
-// stop ends the holder (it exits when its stdin closes) and reaps it; the
-// namespace lives on as long as the sandbox's processes are in it.
+// stop tells the holder to exit (it does when its stdin closes) and reaps
+// it in the background, off the start's path; the namespace lives on as
+// long as the sandbox's processes are in it.
 func (h *nsHolder) stop() {
 	if h == nil {
 		return
 	}
 	h.stdin.Close()
-	done := make(chan struct{})
 	go func() {
+		t := time.AfterFunc(holderStopWait, func() { _ = h.cmd.Process.Signal(unix.SIGKILL) })
 		_ = h.cmd.Wait()
-		close(done)
+		t.Stop()
 	}()
-	select {
-	case <-done:
-	case <-time.After(holderStopWait):
-		_ = h.cmd.Process.Signal(unix.SIGKILL)
-		<-done
-	}
 }
 
 // holderStopWait bounds how long a holder may take to exit once told.
