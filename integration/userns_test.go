@@ -228,6 +228,22 @@ func TestConcurrentSandboxesHaveDistinctHostUIDs(t *testing.T) {
 		}
 		uids[uid] = true
 		ranges[(start-base)/sandbox.IDRangeSize] = true
+		// The rlimits hold though the host can no longer prlimit a process
+		// in a namespace it does not own (cyberos-init sets them).
+		limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+		must(t, err)
+		for _, want := range [][]string{{"Max open files", "1024", "1024"}, {"Max core file size", "0", "0"}} {
+			found := false
+			for _, line := range strings.Split(string(limits), "\n") {
+				if rest, ok := strings.CutPrefix(line, want[0]); ok {
+					f := strings.Fields(rest)
+					found = len(f) >= 2 && f[0] == want[1] && f[1] == want[2]
+				}
+			}
+			if !found {
+				t.Fatalf("the skill's %s is not %s/%s:\n%s", want[0], want[1], want[2], limits)
+			}
+		}
 	}
 	if len(uids) != 2 || len(ranges) != 2 {
 		t.Fatalf("two concurrent sandboxes share a host uid or range: uids %v ranges %v", uids, ranges)
