@@ -267,6 +267,20 @@ func TestConcurrentSandboxesHaveDistinctHostUIDs(t *testing.T) {
 			lowest = id.Containment.HostUID
 		}
 	}
+	// The started rows, written before the skill ran, name the host uid.
+	_, rows := e.export("--kind", "skill.invoked_started")
+	seen := map[int]bool{}
+	for _, r := range rows {
+		c, _ := r.field("containment").(map[string]any)
+		if uid, ok := c["host_uid"].(float64); ok {
+			seen[int(uid)] = true
+		}
+	}
+	for uid := range uids {
+		if !seen[uid] {
+			t.Fatalf("no skill.invoked_started row names host uid %d (rows name %v)", uid, seen)
+		}
+	}
 	// Both closed: a third run takes the lowest range again.
 	quick := e.skill("quick", "", "#!/bin/sh\necho {}\n")
 	r := e.run(quick)
