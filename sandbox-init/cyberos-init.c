@@ -43,6 +43,22 @@
  * starts in the running sandbox outside this init: apply Landlock, then
  * execvp the program in place (no fork, no status fd), because a Landlock
  * domain only covers the process that made it and its descendants.
+ *
+ * "--rlimit RESOURCE:SOFT:HARD" (repeatable, numbers as in setrlimit(2),
+ * 18446744073709551615 = unlimited) sets a resource limit on itself first
+ * thing, in both modes, so the skill and the Bash tool's processes inherit
+ * it. The supervisor passes them here when the sandbox's user namespace is
+ * owned by the sandbox's own uid: setting them from the host (prlimit) then
+ * needs CAP_SYS_RESOURCE, while lowering one's own limit needs nothing. A
+ * limit that cannot be set is reported as "rlimit ERRNO" on fd 3 (the skill
+ * is not started).
+ *
+ * "--userns-hold" runs on the host, not in a sandbox: the supervisor starts
+ * it as the sandbox's own unprivileged host uid, it makes a user namespace
+ * (so that uid, not root, owns it and is charged for what the sandbox
+ * uses), says "ready" on stdout, and keeps the namespace alive until its
+ * stdin closes, while the supervisor writes the id maps and libcontainer
+ * joins it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -52,6 +68,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -230,15 +248,78 @@ static void report(const char *what, int n) {
 }
 
 static int usage(void) {
-	fprintf(stderr, "usage: cyberos-init [--landlock ABI] [--deadline-ms N] [--exec] -- PROGRAM [ARGS...]\n");
+	fprintf(stderr, "usage: cyberos-init [--rlimit RES:SOFT:HARD]... [--landlock ABI] [--deadline-ms N] [--exec] -- PROGRAM [ARGS...]\n"
+			"       cyberos-init --userns-hold\n");
 	return 127;
+}
+
+#define MAX_RLIMITS 16
+
+struct init_rlimit {
+	int resource;
+	struct rlimit lim;
+};
+
+/* parse_rlimit reads "RESOURCE:SOFT:HARD"; it returns 0 or -1. */
+static int parse_rlimit(const char *s, struct init_rlimit *out) {
+	char *end;
+	errno = 0;
+	long r = strtol(s, &end, 10);
+	if (errno || *end != ':' || r < 0 || r >= RLIM_NLIMITS)
+		return -1;
+	unsigned long long soft = strtoull(end + 1, &end, 10);
+	if (errno || *end != ':')
+		return -1;
+	unsigned long long hard = strtoull(end + 1, &end, 10);
+	if (errno || *end != '\0' || soft > hard)
+		return -1;
+	out->resource = (int)r;
+	out->lim.rlim_cur = (rlim_t)soft;
+	out->lim.rlim_max = (rlim_t)hard;
+	return 0;
+}
+
+/* set_rlimits applies every parsed limit; it returns 0 or an errno. */
+static int set_rlimits(const struct init_rlimit *l, int n) {
+	for (int i = 0; i < n; i++) {
+		if (setrlimit(l[i].resource, &l[i].lim) < 0) {
+			int e = errno;
+			fprintf(stderr, "cyberos-init: setrlimit %d: %s\n", l[i].resource, strerror(e));
+			return e;
+		}
+	}
+	return 0;
+}
+
+/* userns_hold: see "--userns-hold" above. */
+static int userns_hold(void) {
+	if (unshare(CLONE_NEWUSER) < 0) {
+		fprintf(stderr, "cyberos-init: unshare(CLONE_NEWUSER): %s\n", strerror(errno));
+		return 1;
+	}
+	if (write(STDOUT_FILENO, "ready\n", 6) != 6)
+		return 1;
+	char buf[64];
+	ssize_t n;
+	while ((n = read(STDIN_FILENO, buf, sizeof buf)) != 0)
+		if (n < 0 && errno != EINTR)
+			break;
+	return 0;
 }
 
 int main(int argc, char **argv) {
 	int abi = 0, exec_mode = 0, i = 1;
 	long long deadline_ms = 0;
+	struct init_rlimit rlimits[MAX_RLIMITS];
+	int nrlimits = 0;
+	if (argc == 2 && strcmp(argv[1], "--userns-hold") == 0)
+		return userns_hold();
 	for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
-		if (strcmp(argv[i], "--landlock") == 0 && i + 1 < argc) {
+		if (strcmp(argv[i], "--rlimit") == 0 && i + 1 < argc) {
+			if (nrlimits == MAX_RLIMITS || parse_rlimit(argv[++i], &rlimits[nrlimits]) != 0)
+				return usage();
+			nrlimits++;
+		} else if (strcmp(argv[i], "--landlock") == 0 && i + 1 < argc) {
 			char *end;
 			long v = strtol(argv[++i], &end, 10);
 			if (*end != '\0' || v < 0 || v > LL_MAX_ABI)
@@ -261,6 +342,8 @@ int main(int argc, char **argv) {
 	char **prog = &argv[i + 1];
 
 	if (exec_mode) {
+		if (set_rlimits(rlimits, nrlimits) != 0)
+			return 127;
 		if (abi > 0 && apply_landlock(abi) != 0)
 			return 127;
 		execvp(prog[0], prog);
@@ -271,6 +354,12 @@ int main(int argc, char **argv) {
 	/* The skill must see only fds 0, 1 and 2. */
 	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0) {
 		perror("cyberos-init: status fd");
+		return 127;
+	}
+
+	int rerr = set_rlimits(rlimits, nrlimits);
+	if (rerr != 0) {
+		report("rlimit", rerr);
 		return 127;
 	}
 

@@ -45,7 +45,7 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 			return res, nil
 		},
 	}
-	uid, gid := s.Runner.SkillIDs()
+	uid, gid := inv.ident.UID, inv.ident.GID
 	tp := inv.trace.String()
 	if sc := trace.SpanContextFromContext(inv.spanCtx); sc.IsValid() && !sc.IsRemote() {
 		// Tool calls (and what they send on, e.g. HttpFetch's header) are

@@ -323,6 +323,7 @@ type invocation struct {
 	policyHash  string // of pol, for skill.invoked_started
 	spec        sandbox.Spec
 	containment sandbox.Containment
+	ident       sandbox.Identity
 	common      audit.Common
 	trace       telemetry.TraceContext
 	persona     string
@@ -476,6 +477,13 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		return Envelope{}, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	defer releaseInflight(s.StateDir, inv.common.InvocationID, lock)
+	// The sandbox's own host identity, taken before the started row (which
+	// records it) and the broker socket (which it owns).
+	if inv.ident, err = s.Runner.Reserve(inv.spec.ID); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	defer s.Runner.Release(inv.spec.ID)
+	inv.ident.Describe(&inv.containment)
 
 	spanCtx, span := s.tracer().Start(telemetry.ContextWithRemoteParent(ctx, inv.trace), "skill.invoke",
 		trace.WithSpanKind(trace.SpanKindServer),

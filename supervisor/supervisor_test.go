@@ -40,7 +40,10 @@ type fakeRunner struct {
 	lastSpec sandbox.Spec
 }
 
-func (f *fakeRunner) SkillIDs() (int, int)           { return os.Getuid(), os.Getgid() }
+func (f *fakeRunner) Reserve(string) (sandbox.Identity, error) {
+	return sandbox.Identity{UID: os.Getuid(), GID: os.Getgid(), RangeStart: -1, Owner: -1}, nil
+}
+func (f *fakeRunner) Release(string)                 {}
 func (f *fakeRunner) Owns(id string, pid int32) bool { return pid == int32(os.Getpid()) }
 
 func (f *fakeRunner) Check(sandbox.Spec) (sandbox.Containment, error) {

@@ -61,7 +61,7 @@ func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
-	runner, err := sandbox.New(sandbox.Options{RunDir: runDir})
+	runner, err := sandbox.New(sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges()})
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
 // ErrConfig: the daemon config is invalid; the message names the key.
@@ -32,9 +34,26 @@ type Config struct {
 	MaxConcurrent      int      `yaml:"max_concurrent"`
 	Defaults           Defaults `yaml:"defaults"`
 	ShutdownGrace      Grace    `yaml:"shutdown_grace"`
+	Userns             Userns   `yaml:"userns"`
 	// IdempotencyWindow is how long a (tenant_id, request_id) is answered
 	// from its first invocation instead of running again; 0 turns it off.
 	IdempotencyWindow Window `yaml:"idempotency_window"`
+}
+
+// Userns are the host id ranges of the sandboxes: each running sandbox
+// holds one range of 65536 ids of its own, from host_id_base on.
+type Userns struct {
+	HostIDBase uint32 `yaml:"host_id_base"`
+	// Ranges is how many ranges there are; 0 means max_concurrent.
+	Ranges int `yaml:"ranges"`
+}
+
+// IDRanges is the number of ranges in force.
+func (c *Config) IDRanges() int {
+	if c.Userns.Ranges == 0 {
+		return c.MaxConcurrent
+	}
+	return c.Userns.Ranges
 }
 
 // Grace is shutdown_grace: a Go duration ("30s", "1m").
@@ -78,6 +97,7 @@ func DefaultConfig() Config {
 		Defaults:           Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default", CPU: 1, FileSizeMB: 128, NoFile: 1024},
 		ShutdownGrace:      Grace(30 * time.Second),
 		IdempotencyWindow:  Window(24 * time.Hour),
+		Userns:             Userns{HostIDBase: sandbox.DefaultHostIDBase},
 	}
 }
 
@@ -160,6 +180,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.AdminGID(); err != nil {
 		return err
+	}
+	if c.Userns.Ranges != 0 && c.Userns.Ranges < c.MaxConcurrent {
+		return bad("userns.ranges", "%d is below max_concurrent %d: each running sandbox holds a range (0 means max_concurrent)", c.Userns.Ranges, c.MaxConcurrent)
+	}
+	if err := sandbox.CheckIDRanges("userns.host_id_base", "userns.ranges", c.Userns.HostIDBase, c.IDRanges(), sandbox.HostIDFiles); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return nil
 }

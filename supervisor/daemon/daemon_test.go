@@ -13,6 +13,7 @@ import (
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/broker"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
 func TestExampleConfigIsValid(t *testing.T) {
@@ -43,6 +44,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\nmetrics_listen: nocolon\n", "metrics_listen"},
 		{"version: 1\nadmin_group: no-such-group-cyberos\n", "admin_group"},
 		{"version: 1\nmax_concurrent: many\n", "max_concurrent"},
+		{"version: 1\nuserns: {ranges: 8}\n", "userns.ranges"},
+		{"version: 1\nuserns: {host_id_base: 0}\n", "userns.host_id_base"},
+		{"version: 1\nuserns: {host_id_base: 4294000000}\n", "userns.host_id_base"},
+		{"version: 1\nuserns: {host_id_base: 1000000, ranges: 70000, extra: 1}\n", "extra"},
 	} {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(p, []byte(tc.yaml), 0o644)
@@ -50,6 +55,29 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.key) {
 			t.Errorf("%q: err %v, want ErrConfig naming %s", tc.yaml, err, tc.key)
 		}
+	}
+}
+
+// The sandboxes' id ranges may not overlap the host's users, groups or
+// subordinate ids; the error names the setting and the file.
+func TestConfigUsernsOverlapsHostIDs(t *testing.T) {
+	dir := t.TempDir()
+	subuid := filepath.Join(dir, "subuid")
+	os.WriteFile(subuid, []byte("alice:1100000:65536\n"), 0o644)
+	old := sandbox.HostIDFiles
+	sandbox.HostIDFiles = []string{subuid}
+	defer func() { sandbox.HostIDFiles = old }()
+	c := DefaultConfig()
+	err := c.Validate()
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "userns.host_id_base") || !strings.Contains(err.Error(), subuid) {
+		t.Fatalf("default ranges over a subuid range: err %v, want ErrConfig naming userns.host_id_base and %s", err, subuid)
+	}
+	c.Userns.HostIDBase = 1100000 + 65536
+	if err := c.Validate(); err != nil {
+		t.Fatalf("ranges after the subuid range: %v", err)
+	}
+	if c.IDRanges() != c.MaxConcurrent {
+		t.Fatalf("ranges %d, want max_concurrent %d by default", c.IDRanges(), c.MaxConcurrent)
 	}
 }
 

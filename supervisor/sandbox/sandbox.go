@@ -6,6 +6,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -63,9 +64,13 @@ type Options struct {
 	// RunDir holds libcontainer state, the shared read-only rootfs skeleton
 	// and per-invocation lock files. Default /run/cyberos.
 	RunDir string
-	// HostIDBase is the first host uid/gid of the range mapped into the
-	// user namespace (container 0..65535 → HostIDBase..HostIDBase+65535).
+	// HostIDBase is the first host uid/gid of the id ranges: range n maps
+	// container ids 0..65535 to HostIDBase+n*65536 onwards.
 	HostIDBase uint32
+	// IDRanges is how many ranges there are, so how many sandboxes may run
+	// at once with a user namespace (default DefaultIDRanges). Each running
+	// sandbox holds one range of its own.
+	IDRanges int
 	// DisableUserNS forces running without a user namespace.
 	DisableUserNS bool
 }
@@ -218,12 +223,42 @@ type Runner interface {
 	// achieve, so it can be recorded before the skill runs.
 	Check(spec Spec) (Containment, error)
 	Start(spec Spec) (Process, error)
-	// SkillIDs is the host uid and gid the skill's processes run as; the
-	// broker socket is owned by them.
-	SkillIDs() (uid, gid int)
+	// Reserve takes the host identity sandbox id will run as (its own id
+	// range), before its broker socket is made; Start uses it and its
+	// Close gives it back. Release gives it back when no Start took it.
+	Reserve(id string) (Identity, error)
+	// Release frees what Reserve took for id unless a Start took it over.
+	Release(id string)
 	// Owns reports whether host pid belongs to sandbox id (the broker's
 	// peer check). It holds from the skill's first instruction on.
 	Owns(id string, pid int32) bool
+}
+
+// Identity is the host identity of one sandbox.
+type Identity struct {
+	// UID and GID are the host ids the skill's processes run as; the
+	// broker socket is owned by them.
+	UID, GID int
+	// RangeStart is the first host id of the sandbox's range (its container
+	// root), -1 without a user namespace.
+	RangeStart int
+	// Owner is the host uid that owns the sandbox's user namespace (the one
+	// the kernel charges its per-user counters to), -1 without one.
+	Owner int
+}
+
+// Describe records id in c.
+func (id Identity) Describe(c *Containment) {
+	c.HostUID = id.UID
+	if id.Owner >= 0 {
+		c.UsernsOwner = fmt.Sprintf("host uid %d", id.Owner)
+		if id.Owner == 0 {
+			c.UsernsOwner = "host root"
+		}
+	}
+	if id.RangeStart >= 0 {
+		c.UserNamespace = fmt.Sprintf("skill runs as uid %d = host uid %d (map %d-%d, this sandbox's own range)", SkillUID, id.UID, id.RangeStart, id.RangeStart+IDRangeSize-1)
+	}
 }
 
 // Containment records what was enforced for one invocation; it goes into
@@ -252,4 +287,9 @@ type Containment struct {
 	// are kept off the host and its neighbours (tools.EgressMode); the
 	// supervisor fills it in.
 	Egress string `json:"egress,omitempty"`
+	// HostUID is the host uid the skill runs as (0 until one is reserved).
+	HostUID int `json:"host_uid,omitempty"`
+	// UsernsOwner is who owns the user namespace: the kernel charges the
+	// sandbox's per-user counters (inotify, keys, …) to that host uid.
+	UsernsOwner string `json:"userns_owner,omitempty"`
 }

@@ -54,8 +54,12 @@ func (r *darwinRunner) Owns(id string, pid int32) bool {
 	return ok && err == nil && got == pg
 }
 
-// SkillIDs: the skill runs as the supervisor's own user on macOS.
-func (*darwinRunner) SkillIDs() (int, int) { return os.Getuid(), os.Getgid() }
+// Reserve: the skill runs as the supervisor's own user on macOS.
+func (*darwinRunner) Reserve(string) (Identity, error) {
+	return Identity{UID: os.Getuid(), GID: os.Getgid(), RangeStart: -1, Owner: -1}, nil
+}
+
+func (*darwinRunner) Release(string) {}
 
 func (*darwinRunner) Check(spec Spec) (Containment, error) {
 	if spec.Recorder != nil {

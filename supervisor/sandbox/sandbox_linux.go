@@ -62,9 +62,6 @@ func CgroupParentFor(runDir string) string {
 	return DefaultCgroupParent + "-" + hex.EncodeToString(sum[:6])
 }
 
-// DefaultHostIDBase is far above the uids a Debian host hands out.
-const DefaultHostIDBase = 1_000_000
-
 // LinuxRunner starts libcontainer sandboxes.
 type LinuxRunner struct {
 	cfg        Options
@@ -81,6 +78,13 @@ type LinuxRunner struct {
 	// initCopy and toolCopy are the binaries' copies in the run dir, the
 	// sources of their bind mounts (copyBinaries).
 	initCopy, toolCopy string
+	// ownedNS: each sandbox's user namespace is made by a holder running as
+	// the sandbox's own host uid (ownedNSWhy says why not).
+	ownedNS    bool
+	ownedNSWhy string
+	// leases are the id ranges reserved for sandboxes not started yet.
+	leaseMu sync.Mutex
+	leases  map[string]*idLease
 }
 
 var _ Runner = (*LinuxRunner)(nil)
@@ -119,7 +123,13 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 	if cfg.HostIDBase == 0 {
 		cfg.HostIDBase = DefaultHostIDBase
 	}
-	r := &LinuxRunner{cfg: cfg, cgroupMode: cgroups.DetectMode(), cgroupParent: CgroupParentFor(cfg.RunDir)}
+	if cfg.IDRanges == 0 {
+		cfg.IDRanges = DefaultIDRanges
+	}
+	if err := CheckIDRanges("userns.host_id_base", "userns.ranges", cfg.HostIDBase, cfg.IDRanges, HostIDFiles); err != nil {
+		return nil, err
+	}
+	r := &LinuxRunner{cfg: cfg, cgroupMode: cgroups.DetectMode(), cgroupParent: CgroupParentFor(cfg.RunDir), leases: map[string]*idLease{}}
 	// The container root user must be able to traverse to the rootfs, so
 	// the run dir and the skeleton are 0711/0755, state and locks 0700.
 	for _, d := range []struct {
@@ -129,6 +139,7 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 		{cfg.RunDir, 0o711},
 		{r.stateRoot(), 0o700},
 		{r.lockDir(), 0o700},
+		{r.idRangeDir(), 0o700},
 	} {
 		if err := os.MkdirAll(d.path, d.mode); err != nil {
 			return nil, fmt.Errorf("sandbox run dir: %w", err)
@@ -141,6 +152,9 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 		return nil, err
 	}
 	r.userNS, r.userNSWhy = userNSAvailable(cfg.DisableUserNS)
+	if r.userNS {
+		r.ownedNS, r.ownedNSWhy = probeOwnedNS(cfg.InitBinary, cfg.HostIDBase)
+	}
 	r.landlockABI, r.landlockErr = kernelLandlockABI()
 	if _, err := r.CleanLeftovers(); err != nil {
 		return nil, err
@@ -164,15 +178,6 @@ func userNSAvailable(disabled bool) (bool, string) {
 		return false, fmt.Sprintf("kernel refused a user namespace: %v", err)
 	}
 	return true, ""
-}
-
-// SkillIDs is the host uid/gid of the skill's processes.
-func (r *LinuxRunner) SkillIDs() (int, int) {
-	if r.userNS {
-		id := int(r.cfg.HostIDBase) + SkillUID
-		return id, id
-	}
-	return 65534, 65534
 }
 
 // UserNamespace reports whether sandboxes get a user namespace, and if not why.
@@ -359,7 +364,12 @@ func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
 	if err != nil {
 		return Containment{}, err
 	}
-	_, cont := r.config(spec)
+	_, cont := r.config(spec, nil)
+	r.leaseMu.Lock()
+	if l, ok := r.leases[spec.ID]; ok {
+		l.identity(r.nsOwner(l)).Describe(&cont)
+	}
+	r.leaseMu.Unlock()
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
 	cont.SeccompProfileHash = profileHash
 	planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile).apply(&cont)
@@ -386,18 +396,42 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, cont := r.config(spec)
+	lock, ok := tryLock(r.lockPath(spec.ID))
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: already running", spec.ID)
+	}
+	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, started: start}
+	var holder *nsHolder
+	defer func() { holder.stop() }()
+	if r.userNS {
+		if p.lease, err = r.takeLease(spec.ID); err != nil {
+			p.cleanup()
+			return nil, err
+		}
+		if r.ownedNS {
+			if holder, err = startNSHolder(r.cfg.InitBinary, p.lease.start); err != nil {
+				p.cleanup()
+				return nil, fmt.Errorf("sandbox start: %w", err)
+			}
+		}
+	}
+	cfg, cont := r.config(spec, p.lease)
+	if holder != nil {
+		for i := range cfg.Namespaces {
+			if cfg.Namespaces[i].Type == configs.NEWUSER {
+				cfg.Namespaces[i].Path = holder.path()
+			}
+		}
+	}
+	if holder != nil {
+		p.initRlimits = moveRlimitsToInit(cfg)
+	}
 	cfg.Seccomp = sc
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
 	cont.SeccompProfileHash = profileHash
 	ll := planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile)
 	ll.apply(&cont)
-
-	lock, ok := tryLock(r.lockPath(spec.ID))
-	if !ok {
-		return nil, fmt.Errorf("sandbox %s: already running", spec.ID)
-	}
-	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, cont: cont, landlock: ll, started: start}
+	p.cont, p.landlock = cont, ll
 	if spec.Recorder != nil {
 		if p.notify, err = startNotifyListener(filepath.Join(r.lockDir(), spec.ID+".notify.sock"), spec.Recorder); err != nil {
 			p.cleanup()
@@ -422,7 +456,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	defer statusW.Close()
 	uid := SkillUID
 	proc := &libcontainer.Process{
-		Args:       append(withDeadline(ll.initArgs(false), spec.Deadline), filepath.Join(SkillMount, spec.Entrypoint)),
+		Args:       append(withDeadline(withInitRlimits(ll.initArgs(false), p.initRlimits), spec.Deadline), filepath.Join(SkillMount, spec.Entrypoint)),
 		ExtraFiles: []*os.File{statusW},
 		Env:        spec.Env,
 		UID:        uid,
@@ -440,6 +474,9 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 		p.cleanup()
 		return nil, fmt.Errorf("sandbox start: %w", err)
 	}
+	// The sandbox's processes keep its user namespace alive now.
+	holder.stop()
+	holder = nil
 	p.proc = proc
 	p.latency = time.Since(start)
 	return p, nil
@@ -462,8 +499,9 @@ func runContainer(c *libcontainer.Container, proc *libcontainer.Process) (err er
 
 // config maps a Spec onto a libcontainer config. Every security control is
 // set here, in one place: namespaces, id maps, mounts, masked paths, no
-// capabilities, no_new_privs, cgroup limits, rlimits.
-func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
+// capabilities, no_new_privs, cgroup limits, rlimits. lease is the
+// sandbox's id range (nil in Check, before one is taken).
+func (r *LinuxRunner) config(spec Spec, lease *idLease) (*configs.Config, Containment) {
 	memBytes := spec.MemoryMB << 20
 	pids := spec.PidsMax
 	tmpMB := spec.TmpSizeMB
@@ -554,12 +592,22 @@ func (r *LinuxRunner) config(spec Spec) (*configs.Config, Containment) {
 		cfg.Cgroups.Resources.CpuQuota = int64(spec.CPU * period)
 	}
 	if r.userNS {
-		base := r.cfg.HostIDBase
-		cfg.Namespaces = append(cfg.Namespaces, configs.Namespace{Type: configs.NEWUSER})
-		cfg.UIDMappings = []configs.IDMap{{ContainerID: 0, HostID: int64(base), Size: 65536}}
-		cfg.GIDMappings = []configs.IDMap{{ContainerID: 0, HostID: int64(base), Size: 65536}}
 		cont.Namespaces = append(cont.Namespaces, "user")
-		cont.UserNamespace = fmt.Sprintf("skill runs as uid %d = host uid %d (map %d-%d)", SkillUID, base+SkillUID, base, base+65535)
+		last := uint64(r.cfg.HostIDBase) + uint64(r.cfg.IDRanges)*IDRangeSize - 1
+		cont.UserNamespace = fmt.Sprintf("skill runs as uid %d in a host id range of its own (one of %d in %d-%d)", SkillUID, r.cfg.IDRanges, r.cfg.HostIDBase, last)
+		if r.ownedNS {
+			cont.UsernsOwner = "the range's own host uid"
+		} else {
+			cont.UsernsOwner = "host root"
+			cont.NotEnforced = append(cont.NotEnforced, "user namespace owned by the sandbox's uid: "+r.ownedNSWhy)
+		}
+		if lease != nil {
+			base := lease.start
+			cfg.Namespaces = append(cfg.Namespaces, configs.Namespace{Type: configs.NEWUSER})
+			cfg.UIDMappings = []configs.IDMap{{ContainerID: 0, HostID: int64(base), Size: IDRangeSize}}
+			cfg.GIDMappings = []configs.IDMap{{ContainerID: 0, HostID: int64(base), Size: IDRangeSize}}
+			lease.identity(r.nsOwner(lease)).Describe(&cont)
+		}
 	} else {
 		cont.UserNamespace = "none (" + r.userNSWhy + "); skill runs as host uid 65534"
 		cont.NotEnforced = append(cont.NotEnforced, "user namespace: "+r.userNSWhy)
@@ -574,9 +622,12 @@ type linuxProcess struct {
 	c      *libcontainer.Container
 	proc   *libcontainer.Process
 	lock   *os.File
-	status *os.File // read end of cyberos-init's status pipe
-	notify *notifyListener
-	cont   Containment
+	lease  *idLease // the sandbox's host id range, held until cleanup
+	// initRlimits are cyberos-init's --rlimit arguments (moveRlimitsToInit).
+	initRlimits []string
+	status      *os.File // read end of cyberos-init's status pipe
+	notify      *notifyListener
+	cont        Containment
 	// landlock is what cyberos-init applies, to Exec'd processes too.
 	landlock landlockPlan
 	started  time.Time
@@ -632,6 +683,8 @@ func readInitStatus(f *os.File) (Exit, bool) {
 		return Exit{Code: -1, Signal: syscall.Signal(n)}, true
 	case scan(b, "exec %d", &n):
 		return Exit{Code: 127, ExecError: syscall.Errno(n).Error()}, true
+	case scan(b, "rlimit %d", &n):
+		return Exit{Code: 127, ExecError: "the sandbox could not set its resource limits: " + syscall.Errno(n).Error()}, true
 	case scan(b, "landlock %d", &n):
 		return Exit{Code: 127, ExecError: "the sandbox could not apply Landlock: " + syscall.Errno(n).Error()}, true
 	}
@@ -681,6 +734,11 @@ func (p *linuxProcess) cleanup() error {
 	if p.notify != nil {
 		p.notify.Close()
 	}
+	// Every process of the range is gone (reaped above): it may be reused.
+	// A sandbox that could not be destroyed keeps its range.
+	if len(errs) == 0 {
+		p.lease.release()
+	}
 	return errors.Join(errs...)
 }
 
@@ -709,7 +767,7 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 	// Through cyberos-init --exec, which applies the skill's Landlock rules
 	// and execs r.Argv in place.
 	proc := &libcontainer.Process{
-		Args: append(p.landlock.initArgs(true), r.Argv...), Env: r.Env, UID: uid, GID: uid, Cwd: "/tmp",
+		Args: append(withInitRlimits(p.landlock.initArgs(true), p.initRlimits), r.Argv...), Env: r.Env, UID: uid, GID: uid, Cwd: "/tmp",
 		Stdin: r.Stdin, Stdout: outW, Stderr: errW, Init: false,
 	}
 	if proc.Stdin == nil {
