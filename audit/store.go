@@ -209,6 +209,13 @@ func Open(stateDir string, opts ...Option) (*Store, error) {
 			return s, nil
 		}
 		if !isBusy(err) || time.Now().After(deadline) {
+			if errors.Is(err, ErrNeedsRepair) {
+				return nil, err
+			}
+			if isCorrupt(err) {
+				dir, _ := filepath.Abs(stateDir)
+				return nil, fmt.Errorf("%w: %w; %s", ErrNeedsRepair, err, repairHint(dir))
+			}
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		time.Sleep(time.Duration(5+mrand.IntN(20)) * time.Millisecond)
@@ -256,7 +263,17 @@ func open(stateDir string, o options) (_ *Store, err error) {
 			s.closeDB()
 		}
 	}()
-	if s.j, err = openJournal(filepath.Join(dir, JournalName)); err != nil {
+	jpath := filepath.Join(dir, JournalName)
+	if _, lerr := os.Lstat(jpath); os.IsNotExist(lerr) {
+		// Created here: if this Open fails, remove it again while nothing
+		// was written to it, so a refused Open leaves the state dir as it was.
+		defer func() {
+			if fi, serr := os.Stat(jpath); err != nil && serr == nil && fi.Size() == 0 {
+				_ = os.Remove(jpath)
+			}
+		}()
+	}
+	if s.j, err = openJournal(jpath); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 
@@ -387,6 +404,9 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.j.path, err)
 	}
+	if err := s.checkJournalLength(ctx, end, last); err != nil {
+		return err
+	}
 	s.j.reserve(end, size)
 	if err := s.apply(ctx, end); err != nil {
 		return fmt.Errorf("%s: %w", s.j.path, err)
@@ -415,6 +435,33 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	}
 	s.startAt(head{j.Seq, j.RowHash}, end)
 	return nil
+}
+
+// checkJournalLength refuses a journal shorter than what the index says it
+// applied from it (deleted, or its tail cut): a new row would start a chain
+// from nothing, or from an older head, while the index holds later rows.
+func (s *Store) checkJournalLength(ctx context.Context, end int64, last []byte) error {
+	var applied int64
+	if err := s.wconn.QueryRowContext(ctx, `SELECT applied FROM journal_state`).Scan(&applied); err != nil {
+		return fmt.Errorf("%s: read applied offset: %w", s.path, err)
+	}
+	if end >= applied {
+		return nil
+	}
+	var seq int64
+	if err := s.wconn.QueryRowContext(ctx, headQuery).Scan(&seq, new(string)); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: read chain head: %w", s.path, err)
+	}
+	what := fmt.Sprintf("the journal %s is missing or empty", s.j.path)
+	if last != nil {
+		what = fmt.Sprintf("the journal %s is %d bytes long", s.j.path, end)
+		if r, err := decodeRow(last); err == nil {
+			what = fmt.Sprintf("the journal ends at seq %d (%s, %d bytes)", r.Seq, s.j.path, end)
+		}
+	}
+	dir := filepath.Dir(s.path)
+	return fmt.Errorf("%w: %s, but the index %s holds rows up to seq %d, applied from %d journal bytes: refusing to write rows that would not continue that chain; %s",
+		ErrNeedsRepair, what, s.path, seq, applied, repairHint(dir))
 }
 
 // startAt gives the writer its first guess of the chain head, h at journal

@@ -1,0 +1,225 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// journalStore makes a closed store with two whole invocations (12 rows)
+// and returns its dir and the journal's lines.
+func journalStore(t *testing.T) (string, [][]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitAll(t, s, append(invocation("inv-a"), invocation("inv-b")...)...)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, journalLines(t, dir)
+}
+
+func journalLines(t *testing.T, dir string) [][]byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, JournalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexByte(raw, 0); i >= 0 {
+		raw = raw[:i]
+	}
+	return bytes.Split(bytes.TrimSuffix(raw, []byte("\n")), []byte("\n"))
+}
+
+// writeJournal replaces the journal with lines.
+func writeJournal(t *testing.T, dir string, lines [][]byte) {
+	t.Helper()
+	data := append(bytes.Join(lines, []byte("\n")), '\n')
+	if len(lines) == 0 {
+		data = nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, JournalName), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rowIDOf(line []byte) string {
+	i := bytes.Index(line, []byte(`"row_id":"`)) + len(`"row_id":"`)
+	return string(line[i : i+26])
+}
+
+func verifyDir(t *testing.T, dir string) Report {
+	t.Helper()
+	rep, err := VerifyDir(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// firstBad returns the first problem, failing when there is none.
+func firstBad(t *testing.T, rep Report) Problem {
+	t.Helper()
+	if rep.OK || len(rep.Problems) == 0 {
+		t.Fatalf("verify found nothing: %+v", rep)
+	}
+	return rep.Problems[0]
+}
+
+func TestVerifyDirIntact(t *testing.T) {
+	dir, _ := journalStore(t)
+	rep := verifyDir(t, dir)
+	if !rep.OK || rep.Rows != 12 || rep.LastSeq != 12 {
+		t.Fatalf("intact store: %+v", rep)
+	}
+}
+
+// TestVerifyDirJournalPayloadByte: one byte of an old row's payload in the
+// journal, the index intact: the row, the file, the line and the field.
+func TestVerifyDirJournalPayloadByte(t *testing.T) {
+	dir, lines := journalStore(t)
+	l := lines[2] // seq 3: skill.tool_call_completed
+	i := bytes.Index(l, []byte(`"duration_ms":`)) + len(`"duration_ms":`)
+	l[i]++
+	writeJournal(t, dir, lines)
+	p := firstBad(t, verifyDir(t, dir))
+	if p.Seq != 3 || p.RowID != rowIDOf(l) || p.File != JournalName || p.Line != 3 || p.Field != "payload" {
+		t.Errorf("first problem %+v, want seq 3, %s, %s line 3, field payload", p, rowIDOf(l), JournalName)
+	}
+}
+
+// TestVerifyDirJournalHashByte: one byte of a row_hash in the journal.
+func TestVerifyDirJournalHashByte(t *testing.T) {
+	dir, lines := journalStore(t)
+	l := lines[4]
+	i := bytes.Index(l, []byte(`"row_hash":"`)) + len(`"row_hash":"`) + 10
+	if l[i] == 'f' {
+		l[i] = 'e'
+	} else {
+		l[i] = 'f'
+	}
+	writeJournal(t, dir, lines)
+	p := firstBad(t, verifyDir(t, dir))
+	if p.Seq != 5 || p.File != JournalName || p.Line != 5 || p.Field != "row_hash" {
+		t.Errorf("first problem %+v, want seq 5, %s line 5, field row_hash", p, JournalName)
+	}
+}
+
+// TestVerifyDirJournalLineDeleted: a line deleted from the middle.
+func TestVerifyDirJournalLineDeleted(t *testing.T) {
+	dir, lines := journalStore(t)
+	lines = append(lines[:6:6], lines[7:]...) // seq 7 gone
+	writeJournal(t, dir, lines)
+	rep := verifyDir(t, dir)
+	p := firstBad(t, rep)
+	if p.Seq != 7 || p.File != JournalName || p.Line != 7 {
+		t.Errorf("first problem %+v, want seq 7 missing at %s line 7", p, JournalName)
+	}
+}
+
+// TestVerifyDirJournalTruncated: the journal's tail is cut (and the index
+// still has the rows): named, with the repair command.
+func TestVerifyDirJournalTruncated(t *testing.T) {
+	dir, lines := journalStore(t)
+	writeJournal(t, dir, lines[:9])
+	p := firstBad(t, verifyDir(t, dir))
+	if p.Seq != 10 || p.File != JournalName || !strings.Contains(p.Reason, RepairCommand(dir)) {
+		t.Errorf("first problem %+v, want seq 10 only in the index, naming %q", p, RepairCommand(dir))
+	}
+	// A line cut in the middle is not a valid row.
+	lines = journalLines(t, dir)
+	writeJournal(t, dir, append(lines[:8:8], lines[8][:40]))
+	p = firstBad(t, verifyDir(t, dir))
+	if p.Seq != 9 || p.File != JournalName || p.Line != 9 || !strings.Contains(p.Reason, "not a valid row") {
+		t.Errorf("first problem %+v, want seq 9 not a valid row at line 9", p)
+	}
+}
+
+// TestVerifyDirIndexByte: a row altered in the index only.
+func TestVerifyDirIndexByte(t *testing.T) {
+	dir, _ := journalStore(t)
+	db := rawDB(t, dir, true)
+	if _, err := db.Exec(`UPDATE audit_rows SET ts = replace(ts, '2', '3') WHERE seq = 4`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	p := firstBad(t, verifyDir(t, dir))
+	if p.Seq != 4 || p.File != FileName || p.Field != "ts" {
+		t.Errorf("first problem %+v, want seq 4 in %s, field ts", p, FileName)
+	}
+}
+
+// TestOpenRefusesMissingJournal: the journal deleted, the index kept: Open
+// refuses naming the index's last seq and the repair, creates nothing, and
+// Repair rewrites the journal from the index.
+func TestOpenRefusesMissingJournal(t *testing.T) {
+	dir, _ := journalStore(t)
+	jpath := filepath.Join(dir, JournalName)
+	if err := os.Remove(jpath); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(dir)
+	if !errors.Is(err, ErrNeedsRepair) || !errors.Is(err, ErrUnavailable) ||
+		!strings.Contains(err.Error(), "seq 12") || !strings.Contains(err.Error(), RepairCommand(dir)) {
+		t.Fatalf("Open without the journal: %v", err)
+	}
+	if _, err := os.Stat(jpath); !os.IsNotExist(err) {
+		t.Errorf("Open left a journal: %v", err)
+	}
+	res, err := Repair(context.Background(), dir)
+	if err != nil || res.Rows != 12 {
+		t.Fatalf("repair: %+v %v", res, err)
+	}
+	s := openStore(t, dir)
+	emitAll(t, s, invocation("inv-c")...)
+	s.Close()
+	if rep := verifyDir(t, dir); !rep.OK || rep.Rows != 18 {
+		t.Errorf("after repair and 6 more rows: %+v", rep)
+	}
+}
+
+// TestRepairRebuildsIndex: the index is not a database any more; Repair
+// keeps it aside and rebuilds it from the journal.
+func TestRepairRebuildsIndex(t *testing.T) {
+	dir, _ := journalStore(t)
+	f, err := os.OpenFile(filepath.Join(dir, FileName), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(bytes.Repeat([]byte{0xa5}, 4096), 0)
+	f.Close()
+	if _, err := Open(dir); !errors.Is(err, ErrNeedsRepair) || !strings.Contains(err.Error(), RepairCommand(dir)) {
+		t.Errorf("Open of a garbage index: %v", err)
+	}
+	if rep := verifyDir(t, dir); rep.OK {
+		t.Errorf("verify of a garbage index: %+v", rep)
+	}
+	res, err := Repair(context.Background(), dir)
+	if err != nil || res.Rows != 12 || len(res.Moved) == 0 {
+		t.Fatalf("repair: %+v %v", res, err)
+	}
+	if rep := verifyDir(t, dir); !rep.OK || rep.Rows != 12 {
+		t.Errorf("after repair: %+v", rep)
+	}
+}
+
+// TestRepairRefusesWithoutGoodCopy: the journal altered and the index
+// gone: nothing verifies, nothing is changed.
+func TestRepairRefusesWithoutGoodCopy(t *testing.T) {
+	dir, lines := journalStore(t)
+	lines[3][len(lines[3])-3]++
+	writeJournal(t, dir, lines)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(filepath.Join(dir, FileName+suffix))
+	}
+	if _, err := Repair(context.Background(), dir); err == nil || !strings.Contains(err.Error(), "not repaired") {
+		t.Errorf("repair without a good copy: %v", err)
+	}
+}
