@@ -92,6 +92,7 @@ const (
 type options struct {
 	maxBatch    int
 	busyTimeout time.Duration
+	checkIndex  bool
 }
 
 // Option tunes Open.
@@ -101,6 +102,12 @@ type Option func(*options)
 // most two batches are in flight (one being synced, one filling); Emit
 // waits, or gives up with its ctx, while the filling one is full.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = max(n, 1) } }
+
+// WithIndexCheck makes Open run SQLite's quick_check over the whole index
+// (a cost that grows with it: for the daemon's start, not every `skill
+// run`), so a damaged page anywhere is refused, not only in the rows Open
+// reads.
+func WithIndexCheck() Option { return func(o *options) { o.checkIndex = true } }
 
 // WithBusyTimeout sets how long a statement waits for another process's
 // lock on the file (e.g. a concurrent `audit verify`) before failing.
@@ -297,6 +304,15 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	}
 	if err := s.initSchema(ctx); err != nil {
 		return nil, err
+	}
+	if o.checkIndex {
+		var check string
+		if err := s.wconn.QueryRowContext(ctx, `PRAGMA quick_check(1)`).Scan(&check); err != nil {
+			return nil, fmt.Errorf("%s: quick_check: %w", s.path, err)
+		}
+		if check != "ok" {
+			return nil, fmt.Errorf("%w: %s is damaged (quick_check: %s); %s", ErrNeedsRepair, s.path, check, repairHint(dir))
+		}
 	}
 	if s.db, err = sql.Open("sqlite", uri+"?"+params+"&_pragma=query_only(1)"); err != nil {
 		return nil, err

@@ -89,6 +89,7 @@ func TestAuditFaultJournalByteFlipped(t *testing.T) {
 	if code != 1 {
 		t.Errorf("verify exit %d, want 1", code)
 	}
+	t.Logf("verify:\n%s", out)
 	mustContain(t, "verify", out, "seq 2", rowID, "audit.jsonl line 2", "payload")
 }
 
@@ -118,6 +119,7 @@ func TestAuditFaultIndexByteFlipped(t *testing.T) {
 	if code != 1 {
 		t.Errorf("verify exit %d, want 1", code)
 	}
+	t.Logf("verify:\n%s", out)
 	mustContain(t, "verify", out, "seq 3", string(rowID), "audit.db", "row_id")
 }
 
@@ -137,27 +139,14 @@ func TestAuditFaultJournalDeleted(t *testing.T) {
 	if r.code != 3 {
 		t.Errorf("skill run exit %d, want 3\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
+	t.Logf("skill run: %s", r.stderr)
 	mustContain(t, "skill run", r.stderr, "audit.jsonl", "seq 4", "cyberos audit repair --state-dir "+e.stateDir)
 	if _, err := os.Stat(journal); !os.IsNotExist(err) {
 		t.Errorf("skill run left a journal behind: %v", err)
 	}
 
 	// The daemon refuses too.
-	if err := os.MkdirAll(filepath.Join(e.base, "skills"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(e.base, "supervisor.yaml")
-	if err := os.WriteFile(cfg, []byte(e.daemonConfig(freePort(t))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), slow(30*time.Second))
-	defer cancel()
-	serve := exec.CommandContext(ctx, cyberosBin, "supervisor", "serve", "--config", cfg, "--run-dir", e.runDir)
-	out, err := serve.CombinedOutput()
-	if code := exitCode(err); code != 3 {
-		t.Errorf("serve exit %d (%v), want 3:\n%s", code, err, out)
-	}
-	mustContain(t, "serve", string(out), "audit.jsonl", "seq 4", "cyberos audit repair --state-dir "+e.stateDir)
+	serveRefuses(t, e, "audit.jsonl", "seq 4", "cyberos audit repair --state-dir "+e.stateDir)
 	if _, err := os.Stat(journal); !os.IsNotExist(err) {
 		t.Errorf("serve left a journal behind: %v", err)
 	}
@@ -196,6 +185,7 @@ func TestAuditFaultIndexGarbage(t *testing.T) {
 	if code != 1 {
 		t.Errorf("verify exit %d, want 1", code)
 	}
+	t.Logf("verify:\n%s", out)
 	mustContain(t, "verify", out, "audit.db", "cyberos audit repair --state-dir "+e.stateDir)
 
 	var stderr bytes.Buffer
@@ -204,6 +194,7 @@ func TestAuditFaultIndexGarbage(t *testing.T) {
 	if err := export.Run(); err == nil {
 		t.Error("export of a damaged index succeeded")
 	}
+	t.Logf("export: %s", stderr.String())
 	mustContain(t, "export", stderr.String(), "audit.db", "cyberos audit repair --state-dir "+e.stateDir)
 
 	r := e.run(filepath.Join(e.base, "skills", "drill"))
@@ -212,10 +203,13 @@ func TestAuditFaultIndexGarbage(t *testing.T) {
 	}
 	mustContain(t, "skill run", r.stderr, "cyberos audit repair --state-dir "+e.stateDir)
 
+	serveRefuses(t, e, "audit.db", "cyberos audit repair --state-dir "+e.stateDir)
+
 	rep, err := cyberos("audit", "repair", "--state-dir", e.stateDir).CombinedOutput()
 	if err != nil {
 		t.Fatalf("repair: %v\n%s", err, rep)
 	}
+	t.Logf("repair: %s", rep)
 	damaged, _ := filepath.Glob(filepath.Join(e.stateDir, "audit.db.damaged-*"))
 	if len(damaged) != 1 {
 		t.Errorf("damaged index kept as %v, want one audit.db.damaged-*", damaged)
@@ -269,4 +263,25 @@ func dirNames(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// serveRefuses runs `cyberos supervisor serve` on e's state dir and fails
+// unless it exits 3 at once saying every one of want.
+func serveRefuses(t *testing.T, e *env, want ...string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(e.base, "skills"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(e.base, "supervisor.yaml")
+	if err := os.WriteFile(cfg, []byte(e.daemonConfig(freePort(t))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), slow(30*time.Second))
+	defer cancel()
+	serve := exec.CommandContext(ctx, cyberosBin, "supervisor", "serve", "--config", cfg, "--run-dir", e.runDir)
+	out, err := serve.CombinedOutput()
+	if code := exitCode(err); code != 3 {
+		t.Errorf("serve exit %d (%v), want 3:\n%s", code, err, out)
+	}
+	mustContain(t, "serve", string(out), want...)
 }
