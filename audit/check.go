@@ -63,32 +63,47 @@ func OpenReader(stateDir string) (*Reader, error) {
 		return nil, fmt.Errorf("%w: state dir %s: not a directory (%v)", ErrUnavailable, dir, err)
 	}
 	r := &Reader{dir: dir, applied: -1}
-	jpath := filepath.Join(dir, JournalName)
-	if f, err := os.Open(jpath); err == nil {
-		r.j = f
-		if err := flock(f, lockShared); err != nil { // no writer mid-append
-			f.Close()
-			return nil, fmt.Errorf("%w: %s: lock: %w", ErrUnavailable, jpath, err)
-		}
-		r.jend, _, err = findEnd(f, 0, make([]byte, 64<<10))
-		_ = flock(f, lockNone)
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, jpath, err)
-		}
-	} else if !os.IsNotExist(err) {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
+	// The index first: the journal's end read after it is at or past
+	// every row the index holds (rows are applied only once durable).
 	r.db, r.dbErr = openIndexReadOnly(filepath.Join(dir, FileName))
 	if r.db != nil {
 		if err := r.db.QueryRow(`SELECT applied FROM journal_state`).Scan(&r.applied); err != nil {
 			r.dbErr, r.applied = err, -1
 		}
 	}
+	jpath := filepath.Join(dir, JournalName)
+	if f, err := os.Open(jpath); err == nil {
+		r.j = f
+		if err := r.readEnd(); err != nil {
+			r.Close()
+			return nil, err
+		}
+	} else if !os.IsNotExist(err) {
+		r.Close()
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	if r.db == nil && r.j == nil && r.dbErr == nil {
 		return nil, fmt.Errorf("%w: no audit store in %s (neither %s nor %s)", ErrUnavailable, dir, JournalName, FileName)
 	}
 	return r, nil
+}
+
+// readEnd reads the journal's durable end (under a shared lock: no writer
+// is mid-append).
+func (r *Reader) readEnd() error {
+	if r.j == nil {
+		return nil
+	}
+	if err := flock(r.j, lockShared); err != nil {
+		return fmt.Errorf("%w: %s: lock: %w", ErrUnavailable, r.j.Name(), err)
+	}
+	defer flock(r.j, lockNone)
+	end, _, err := findEnd(r.j, r.jend, make([]byte, 64<<10))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, r.j.Name(), err)
+	}
+	r.jend = end
+	return nil
 }
 
 // openIndexReadOnly opens the index read-only (nil, nil when there is
@@ -155,9 +170,13 @@ func (r *Reader) Each(ctx context.Context, f Filter, fn func(Row) error) error {
 		return fn(row)
 	}
 	if r.db != nil {
+		// The head first: the rows above it come from the journal.
+		if err := r.db.QueryRowContext(ctx, headQuery).Scan(&last, new(string)); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return r.indexErr(err)
+		}
 		s := &Store{}
-		var where []string
-		var args []any
+		where := []string{`seq <= ?`}
+		args := []any{last}
 		if f.InvocationID != "" {
 			where, args = append(where, `invocation_id = ?`), append(args, f.InvocationID)
 		}
@@ -178,12 +197,12 @@ func (r *Reader) Each(ctx context.Context, f Filter, fn func(Row) error) error {
 		if err != nil {
 			return r.indexErr(err)
 		}
-		if err := r.db.QueryRowContext(ctx, headQuery).Scan(&last, new(string)); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return r.indexErr(err)
-		}
 	}
 	if r.j == nil {
 		return nil
+	}
+	if err := r.readEnd(); err != nil { // rows durable since the index was read
+		return err
 	}
 	from := max(r.applied, 0)
 	err := r.journalLines(from, func(line int, row Row, err error) error {
@@ -286,6 +305,10 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 	// Index rows older than the journal's first row come from a store made
 	// before the journal existed: they are the only copy, so the chain
 	// starts with them.
+	idx.next() // the index's read snapshot starts here
+	if err := r.readEnd(); err != nil {
+		return Report{}, err
+	}
 	firstSeq := int64(-1)
 	if r.j != nil {
 		_ = r.journalLines(0, func(_ int, row Row, err error) error {
@@ -296,7 +319,7 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 		})
 	}
 	legacy := firstSeq < 0 && r.applied <= 0 // no journal line, and the index was never fed by one
-	for idx.next(); idx.ok() && (legacy || idx.row.Seq < firstSeq); idx.next() {
+	for ; idx.ok() && (legacy || idx.row.Seq < firstSeq); idx.next() {
 		n := len(v.problems)
 		v.Add(idx.row)
 		v.locate(n, dbFile, 0)
@@ -390,7 +413,7 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 		indexBroken(idx.err)
 	}
 	if behind > 0 {
-		notes = append(notes, fmt.Sprintf("the index lacks the journal's last %d rows: the next start applies them", behind))
+		notes = append(notes, fmt.Sprintf("the index lacks the journal's last %d rows: not applied yet (the daemon's applier or the next start applies them)", behind))
 	}
 	rep := v.Report()
 	rep.Notes = notes

@@ -254,3 +254,47 @@ func TestIndexCheckAtOpen(t *testing.T) {
 	s := openStore(t, dir, WithIndexCheck())
 	s.Close()
 }
+
+// TestReaderEachMatchesStore: export's read-only path returns what the
+// store's reads return, filtered alike, with the index and without it (the
+// rows then come from the journal).
+func TestReaderEachMatchesStore(t *testing.T) {
+	dir, _ := journalStore(t)
+	s := openStore(t, dir)
+	filters := []Filter{{}, {InvocationID: "inv-b"}, {Kind: KindToolCallStarted}, {AfterSeq: 5, Limit: 3}}
+	want := make([][]Row, len(filters))
+	for i, f := range filters {
+		var err error
+		if want[i], err = s.Rows(context.Background(), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	check := func(what string) {
+		t.Helper()
+		r, err := OpenReader(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		for i, f := range filters {
+			var got []Row
+			if err := r.Each(context.Background(), f, func(row Row) error { got = append(got, row); return nil }); err != nil {
+				t.Fatalf("%s: %+v: %v", what, f, err)
+			}
+			if len(got) != len(want[i]) {
+				t.Fatalf("%s: %+v: %d rows, want %d", what, f, len(got), len(want[i]))
+			}
+			for j := range got {
+				if !rowsEqual(got[j], want[i][j]) {
+					t.Errorf("%s: %+v: row %d = %+v, want %+v", what, f, j, got[j], want[i][j])
+				}
+			}
+		}
+	}
+	check("with the index")
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(filepath.Join(dir, FileName+suffix))
+	}
+	check("without the index")
+}
