@@ -230,6 +230,9 @@ func (r *Reader) Each(ctx context.Context, f Filter, fn func(Row) error) error {
 
 var errStop = errors.New("stop")
 
+// rowsLost starts the reason of a chain that ends before its anchor.
+const rowsLost = "rows lost"
+
 // journalLines calls fn with each whole line of the journal from byte
 // offset from to its durable end, decoded, and its line number counted
 // from from (1 is the first line read).
@@ -271,6 +274,13 @@ func VerifyDir(ctx context.Context, stateDir string) (Report, error) {
 func (r *Reader) Verify(ctx context.Context) (Report, error) {
 	v := NewVerifier()
 	var notes []string
+	anchor, haveAnchor, anchorErr := readAnchor(r.dir)
+	anchorHash := "" // the chain's row_hash at the anchor's seq
+	seen := func(row Row) {
+		if haveAnchor && row.Seq == anchor.Seq {
+			anchorHash = row.RowHash
+		}
+	}
 	idx := &indexCursor{}
 	dbFile := FileName
 	if r.db != nil && r.dbErr == nil {
@@ -322,6 +332,7 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 	for ; idx.ok() && (legacy || idx.row.Seq < firstSeq); idx.next() {
 		n := len(v.problems)
 		v.Add(idx.row)
+		seen(idx.row)
 		v.locate(n, dbFile, 0)
 	}
 
@@ -361,6 +372,7 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 			prev := v.prev
 			n := len(v.problems)
 			v.Add(jrow)
+			seen(jrow)
 			journalBad := len(v.problems) > n
 			v.locate(n, JournalName, line)
 			if irow == nil {
@@ -411,6 +423,17 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 	}
 	if idx.err != nil {
 		indexBroken(idx.err)
+	}
+	switch {
+	case anchorErr != nil:
+		v.problems = append(v.problems, Problem{File: AnchorName, Reason: anchorErr.Error()})
+	case haveAnchor && v.lastSeq() < anchor.Seq:
+		v.problems = append(v.problems, Problem{Seq: v.lastSeq() + 1, File: JournalName,
+			Reason: fmt.Sprintf(rowsLost+": the chain ends at seq %d, but %s records seq %d (at %s): rows %d..%d are missing",
+				v.lastSeq(), AnchorName, anchor.Seq, anchor.TS, v.lastSeq()+1, anchor.Seq)})
+	case haveAnchor && anchorHash != anchor.RowHash:
+		v.problems = append(v.problems, Problem{Seq: anchor.Seq, File: JournalName, Field: "row_hash",
+			Reason: fmt.Sprintf("the row_hash is not the one %s records (%.12s…, at %s): the chain was rewritten", AnchorName, anchor.RowHash, anchor.TS)})
 	}
 	if behind > 0 {
 		notes = append(notes, fmt.Sprintf("the index lacks the journal's last %d rows: not applied yet (the daemon's applier or the next start applies them)", behind))

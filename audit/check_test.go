@@ -173,7 +173,7 @@ func TestOpenRefusesMissingJournal(t *testing.T) {
 	if _, err := os.Stat(jpath); !os.IsNotExist(err) {
 		t.Errorf("Open left a journal: %v", err)
 	}
-	res, err := Repair(context.Background(), dir)
+	res, err := Repair(context.Background(), dir, false)
 	if err != nil || res.Rows != 12 {
 		t.Fatalf("repair: %+v %v", res, err)
 	}
@@ -201,7 +201,7 @@ func TestRepairRebuildsIndex(t *testing.T) {
 	if rep := verifyDir(t, dir); rep.OK {
 		t.Errorf("verify of a garbage index: %+v", rep)
 	}
-	res, err := Repair(context.Background(), dir)
+	res, err := Repair(context.Background(), dir, false)
 	if err != nil || res.Rows != 12 || len(res.Moved) == 0 {
 		t.Fatalf("repair: %+v %v", res, err)
 	}
@@ -219,7 +219,7 @@ func TestRepairRefusesWithoutGoodCopy(t *testing.T) {
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		os.Remove(filepath.Join(dir, FileName+suffix))
 	}
-	if _, err := Repair(context.Background(), dir); err == nil || !strings.Contains(err.Error(), "not repaired") {
+	if _, err := Repair(context.Background(), dir, false); err == nil || !strings.Contains(err.Error(), "not repaired") {
 		t.Errorf("repair without a good copy: %v", err)
 	}
 }
@@ -248,7 +248,7 @@ func TestIndexCheckAtOpen(t *testing.T) {
 	if rep := verifyDir(t, dir); rep.OK {
 		t.Errorf("verify of a damaged kind index: %+v", rep)
 	}
-	if _, err := Repair(context.Background(), dir); err != nil {
+	if _, err := Repair(context.Background(), dir, false); err != nil {
 		t.Fatal(err)
 	}
 	s := openStore(t, dir, WithIndexCheck())
@@ -297,4 +297,47 @@ func TestReaderEachMatchesStore(t *testing.T) {
 		os.Remove(filepath.Join(dir, FileName+suffix))
 	}
 	check("without the index")
+}
+
+// TestAnchorCatchesTailAndIndexLoss: the journal's tail cut and the index
+// deleted leave a shorter chain that verifies on its own; the anchor
+// written at Close shows the rows lost, Open refuses, and only repair
+// --accept-loss goes on.
+func TestAnchorCatchesTailAndIndexLoss(t *testing.T) {
+	dir, lines := journalStore(t)
+	a, ok, err := readAnchor(dir)
+	if err != nil || !ok || a.Seq != 12 {
+		t.Fatalf("anchor after Close: %+v %v %v", a, ok, err)
+	}
+	// It only moves forward.
+	if err := advanceAnchor(dir, head{3, zeroHash(3)}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, _ := readAnchor(dir); b != a {
+		t.Fatalf("anchor moved back: %+v → %+v", a, b)
+	}
+	writeJournal(t, dir, lines[:9])
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(filepath.Join(dir, FileName+suffix))
+	}
+	p := firstBad(t, verifyDir(t, dir))
+	if p.Seq != 10 || p.File != JournalName || !strings.Contains(p.Reason, "rows 10..12 are missing") {
+		t.Errorf("first problem %+v, want rows 10..12 missing", p)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrNeedsRepair) || !strings.Contains(err.Error(), "rows 10..12 are missing") {
+		t.Fatalf("Open of a chain short of its anchor: %v", err)
+	}
+	if _, err := Repair(context.Background(), dir, false); err == nil || !strings.Contains(err.Error(), "--accept-loss") {
+		t.Fatalf("repair without --accept-loss: %v", err)
+	}
+	res, err := Repair(context.Background(), dir, true)
+	if err != nil || res.Rows != 9 {
+		t.Fatalf("repair --accept-loss: %+v %v", res, err)
+	}
+	s := openStore(t, dir)
+	emitAll(t, s, invocation("inv-c")...)
+	s.Close()
+	if rep := verifyDir(t, dir); !rep.OK || rep.Rows != 15 {
+		t.Errorf("after accepting the loss: %+v", rep)
+	}
 }

@@ -27,9 +27,11 @@ type RepairResult struct {
 // the index is rebuilt from it. When the index verifies and holds more
 // rows, of which the journal is an exact prefix (a journal deleted or cut
 // short), the journal is rewritten from the index. Otherwise nothing is
-// changed and the error names the first bad row. The daemon must be
-// stopped. It holds every row in memory.
-func Repair(ctx context.Context, stateDir string) (RepairResult, error) {
+// changed and the error names the first bad row. Rows lost past the anchor
+// (AnchorName) cannot be repaired: with acceptLoss the anchor is moved
+// aside and set to the repaired chain's head, recording that the loss was
+// accepted. The daemon must be stopped. It holds every row in memory.
+func Repair(ctx context.Context, stateDir string, acceptLoss bool) (RepairResult, error) {
 	dir, err := filepath.Abs(stateDir)
 	if err != nil {
 		return RepairResult{}, err
@@ -40,6 +42,14 @@ func Repair(ctx context.Context, stateDir string) (RepairResult, error) {
 	}
 	if before.OK {
 		return RepairResult{Action: "none", Rows: before.Rows, Report: before}, nil
+	}
+	if onlyAnchorProblems(before) {
+		// Both files agree; only rows past the anchor are gone.
+		res := RepairResult{Action: "nothing rebuilt"}
+		if !acceptLoss {
+			return res, fmt.Errorf("%s; the rows cannot be recovered: to accept the loss and go on, run it again with --accept-loss", firstProblem(before))
+		}
+		return repairAnchor(ctx, dir, res, before)
 	}
 	jrows, jrep, jerr := readJournalRows(dir)
 	irows, irep, ierr := readIndexRows(ctx, dir)
@@ -91,11 +101,50 @@ func Repair(ctx context.Context, stateDir string) (RepairResult, error) {
 	if err != nil {
 		return res, err
 	}
+	if !after.OK && acceptLoss && onlyAnchorProblems(after) {
+		action := res.Action
+		res, err = repairAnchor(ctx, dir, res, after)
+		res.Action = action + "; " + res.Action
+		return res, err
+	}
 	res.Report, res.Rows = after, after.Rows
 	if !after.OK {
 		return res, fmt.Errorf("after repair the store still does not verify: %s", firstProblem(after))
 	}
 	return res, nil
+}
+
+// repairAnchor accepts the loss of the rows past the anchor: the anchor is
+// moved aside and set to the chain's head.
+func repairAnchor(ctx context.Context, dir string, res RepairResult, rep Report) (RepairResult, error) {
+	moved, err := moveAside(dir, AnchorName, time.Now().UTC().Format("20060102T150405Z"))
+	res.Moved = append(res.Moved, moved...)
+	if err != nil {
+		return res, err
+	}
+	if err := advanceAnchor(dir, head{rep.LastSeq, rep.LastHash}); err != nil {
+		return res, err
+	}
+	res.Action = fmt.Sprintf("the loss of the rows after seq %d is accepted and the anchor reset", rep.LastSeq)
+	after, err := VerifyDir(ctx, dir)
+	if err != nil {
+		return res, err
+	}
+	res.Report, res.Rows = after, after.Rows
+	if !after.OK {
+		return res, fmt.Errorf("after repair the store still does not verify: %s", firstProblem(after))
+	}
+	return res, nil
+}
+
+// onlyAnchorProblems reports whether every problem is the anchor's.
+func onlyAnchorProblems(rep Report) bool {
+	for _, p := range rep.Problems {
+		if p.File != JournalName || !strings.HasPrefix(p.Reason, rowsLost) {
+			return false
+		}
+	}
+	return len(rep.Problems) > 0
 }
 
 func firstProblem(rep Report) string {

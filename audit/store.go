@@ -141,6 +141,8 @@ type Store struct {
 	// the rows of recent appends so the applier need not parse them back.
 	applyMu     sync.Mutex
 	appliedHint int64 // journal bytes known applied (applyMu)
+	appliedHead head  // the index's head after this process's last apply (applyMu)
+	anchorAt    time.Time
 	written     atomic.Int64
 	pendMu      sync.Mutex
 	pending     []appended
@@ -432,6 +434,9 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.path, err)
 		}
+		if err := s.checkAnchor(ctx, h.seq); err != nil {
+			return err
+		}
 		s.startAt(h, end)
 		return nil
 	}
@@ -448,6 +453,9 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	}
 	if diff := rowDiff(heads[0], j); diff != "" {
 		return fmt.Errorf("%s: the journal ends at seq %d, the index at seq %d (row %s): they disagree (%s)", s.j.path, j.Seq, heads[0].Seq, heads[0].RowID, diff)
+	}
+	if err := s.checkAnchor(ctx, j.Seq); err != nil {
+		return err
 	}
 	s.startAt(head{j.Seq, j.RowHash}, end)
 	return nil
@@ -478,6 +486,24 @@ func (s *Store) checkJournalLength(ctx context.Context, end int64, last []byte) 
 	dir := filepath.Dir(s.path)
 	return fmt.Errorf("%w: %s, but the index %s holds rows up to seq %d, applied from %d journal bytes: refusing to write rows that would not continue that chain; %s",
 		ErrNeedsRepair, what, s.path, seq, applied, repairHint(dir))
+}
+
+// checkAnchor refuses a chain (every row applied to the index) that ends
+// before the anchor or does not hold its row.
+func (s *Store) checkAnchor(ctx context.Context, lastSeq int64) error {
+	dir := filepath.Dir(s.path)
+	err := checkAnchor(dir, lastSeq, func(seq int64) (string, error) {
+		var h string
+		err := s.wconn.QueryRowContext(ctx, `SELECT row_hash FROM audit_rows WHERE seq = ?`, seq).Scan(&h)
+		return h, err
+	})
+	if errors.Is(err, ErrNeedsRepair) {
+		return fmt.Errorf("%w; %s", err, repairHint(dir))
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", AnchorName, err)
+	}
+	return nil
 }
 
 // startAt gives the writer its first guess of the chain head, h at journal
@@ -957,7 +983,14 @@ func (s *Store) applier() {
 		s.kicked.Store(false)
 		// A failure leaves the rows in the journal; the next apply, or a
 		// reader's catch-up (which reports the error), tries again.
-		_ = s.apply(context.Background(), s.written.Load())
+		if s.apply(context.Background(), s.written.Load()) == nil && time.Since(s.anchorAt) >= anchorEvery {
+			s.applyMu.Lock()
+			h := s.appliedHead
+			s.applyMu.Unlock()
+			if advanceAnchor(filepath.Dir(s.path), h) == nil {
+				s.anchorAt = time.Now()
+			}
+		}
 	}
 }
 
@@ -1038,6 +1071,7 @@ func (s *Store) apply(ctx context.Context, upTo int64) (err error) {
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 		return fmt.Errorf("index: commit: %w", err)
 	}
+	s.appliedHead = head{seq, prev}
 	s.applied(to)
 	return nil
 }
@@ -1115,7 +1149,21 @@ func (s *Store) Close() error {
 	<-s.done
 	close(s.applyStop)
 	<-s.applyDone
+	s.anchorHead()
 	return s.closeDB()
+}
+
+// anchorHead records the journal's head as the anchor (best effort: a
+// full disk must not fail Close; the next Close or apply tries again).
+func (s *Store) anchorHead() {
+	if err := flock(s.j.w, lockExclusive); err != nil {
+		return
+	}
+	h, _, _, err := s.readHead()
+	_ = flock(s.j.w, lockNone)
+	if err == nil {
+		_ = advanceAnchor(filepath.Dir(s.path), h)
+	}
 }
 
 func (s *Store) closeDB() error {

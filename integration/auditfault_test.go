@@ -222,6 +222,42 @@ func TestAuditFaultIndexGarbage(t *testing.T) {
 	}
 }
 
+// TestAuditFaultTailCutIndexDeleted: the journal's last run cut off and
+// the index deleted: a shorter chain that verifies on its own, but verify
+// reports the rows lost against the anchor, skill run refuses, and repair
+// goes on only with --accept-loss.
+func TestAuditFaultTailCutIndexDeleted(t *testing.T) {
+	e, lines := faultStore(t, 3)
+	journal := bytes.Join(lines[:4], []byte("\n"))
+	if err := os.WriteFile(filepath.Join(e.stateDir, "audit.jsonl"), append(journal, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(filepath.Join(e.stateDir, "audit.db"+suffix))
+	}
+	code, out := e.verify()
+	t.Logf("verify:\n%s", out)
+	if code != 1 {
+		t.Errorf("verify exit %d, want 1", code)
+	}
+	mustContain(t, "verify", out, "rows lost", "audit.anchor", "rows 5..6 are missing")
+	r := e.run(filepath.Join(e.base, "skills", "drill"))
+	if r.code != 3 {
+		t.Errorf("skill run exit %d, want 3\n%s", r.code, r.stderr)
+	}
+	mustContain(t, "skill run", r.stderr, "rows 5..6 are missing", "cyberos audit repair --state-dir "+e.stateDir)
+	if out, err := cyberos("audit", "repair", "--state-dir", e.stateDir).CombinedOutput(); err == nil || !strings.Contains(string(out), "--accept-loss") {
+		t.Errorf("repair without --accept-loss: %v\n%s", err, out)
+	}
+	if out, err := cyberos("audit", "repair", "--state-dir", e.stateDir, "--accept-loss").CombinedOutput(); err != nil {
+		t.Fatalf("repair --accept-loss: %v\n%s", err, out)
+	}
+	e.run(filepath.Join(e.base, "skills", "drill")).mustOutcome(t, "success")
+	if code, out := e.verify(); code != 0 || !strings.Contains(out, "ok: 6 rows") {
+		t.Errorf("verify after accepting the loss and one run: exit %d\n%s", code, out)
+	}
+}
+
 // TestAuditFaultVerifyReadOnlyStateDir: verify and export read a state
 // dir on a read-only mount (as on a full disk: nothing may be created) and
 // leave it as it was.

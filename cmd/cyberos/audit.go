@@ -84,6 +84,7 @@ func newAuditCmd() *cobra.Command {
 	}
 	verify.Flags().StringVar(&file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
 
+	var acceptLoss bool
 	repair := &cobra.Command{
 		Use:   "repair",
 		Short: "Rebuild a damaged or missing audit file from the other one, once that one verifies",
@@ -92,7 +93,7 @@ func newAuditCmd() *cobra.Command {
 			"the index verifies, the journal is rewritten from the index. Run it with the daemon stopped.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := audit.Repair(context.Background(), stateDir)
+			res, err := audit.Repair(context.Background(), stateDir, acceptLoss)
 			for _, m := range res.Moved {
 				fmt.Fprintf(cmd.OutOrStdout(), "kept the damaged file as %s\n", m)
 			}
@@ -108,6 +109,8 @@ func newAuditCmd() *cobra.Command {
 			return nil
 		},
 	}
+	repair.Flags().BoolVar(&acceptLoss, "accept-loss", false,
+		"when rows past the anchor (audit.anchor) are gone for good, accept the loss: reset the anchor to the chain's head")
 	cmd.AddCommand(export, verify, repair)
 	return cmd
 }
@@ -135,7 +138,11 @@ func printReport(w io.Writer, rep audit.Report) {
 			fmt.Fprintf(w, "BAD  %s: %s\n", strings.TrimPrefix(where, " in "), p.Reason)
 			continue
 		}
-		fmt.Fprintf(w, "BAD  row seq %d (row_id %s)%s: %s\n", p.Seq, p.RowID, where, p.Reason)
+		id := ""
+		if p.RowID != "" {
+			id = " (row_id " + p.RowID + ")"
+		}
+		fmt.Fprintf(w, "BAD  row seq %d%s%s: %s\n", p.Seq, id, where, p.Reason)
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "NOTE %s\n", n)
