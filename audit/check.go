@@ -376,10 +376,13 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 			journalBad := len(v.problems) > n
 			v.locate(n, JournalName, line)
 			if irow == nil {
-				if idx.rs == nil || r.db == nil {
-					return nil
+				switch {
+				case idx.ok(): // the index holds later rows: this one was removed
+					v.problems = append(v.problems, Problem{Seq: jrow.Seq, RowID: jrow.RowID, File: dbFile,
+						Reason: fmt.Sprintf("missing from the index (%s line %d has it, the index holds later rows)", JournalName, line)})
+				case idx.rs != nil:
+					behind++
 				}
-				behind++
 				return nil
 			}
 			diff := rowDiff(jrow, *irow)

@@ -341,3 +341,17 @@ func TestAnchorCatchesTailAndIndexLoss(t *testing.T) {
 		t.Errorf("after accepting the loss: %+v", rep)
 	}
 }
+
+// TestVerifyDirIndexRowDeleted: a row deleted from the index only.
+func TestVerifyDirIndexRowDeleted(t *testing.T) {
+	dir, lines := journalStore(t)
+	db := rawDB(t, dir, true)
+	if _, err := db.Exec(`DELETE FROM audit_rows WHERE seq = 4`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	p := firstBad(t, verifyDir(t, dir))
+	if p.Seq != 4 || p.RowID != rowIDOf(lines[3]) || p.File != FileName {
+		t.Errorf("first problem %+v, want seq 4 missing from %s", p, FileName)
+	}
+}

@@ -274,10 +274,13 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	}()
 	jpath := filepath.Join(dir, JournalName)
 	if _, lerr := os.Lstat(jpath); os.IsNotExist(lerr) {
-		// Created here: if this Open fails, remove it again while nothing
-		// was written to it, so a refused Open leaves the state dir as it was.
+		// Created here: if this Open is refused because the index holds
+		// rows the (missing) journal should have, remove it again while
+		// nothing was written to it, so the state dir stays as it was. (Any
+		// other process is refused the same way; after another failure, such
+		// as a busy retry, a concurrent Open may be using the new file.)
 		defer func() {
-			if fi, serr := os.Stat(jpath); err != nil && serr == nil && fi.Size() == 0 {
+			if fi, serr := os.Stat(jpath); errors.Is(err, ErrNeedsRepair) && serr == nil && fi.Size() == 0 {
 				_ = os.Remove(jpath)
 			}
 		}()
