@@ -321,3 +321,34 @@ func serveRefuses(t *testing.T, e *env, want ...string) {
 	}
 	mustContain(t, "serve", string(out), want...)
 }
+
+// TestAuditFaultVerifyFullStateDir: verify and export on a state dir whose
+// disk is full to the last byte (they used to open the index read-write:
+// "database or disk is full", exit 3).
+func TestAuditFaultVerifyFullStateDir(t *testing.T) {
+	e := newEnv(t)
+	mnt := e.tinyStateDir(t)
+	dir := e.skill("drill", "", "#!/bin/sh\necho '{}'\n")
+	for range 2 {
+		e.run(dir).mustOutcome(t, "success")
+	}
+	filler, err := os.Create(filepath.Join(mnt, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{64 << 10, 512, 1} {
+		for buf := make([]byte, n); ; {
+			if _, err := filler.Write(buf); err != nil {
+				break
+			}
+		}
+	}
+	filler.Close()
+	if code, out := e.verify(); code != 0 || !strings.Contains(out, "ok: 4 rows") {
+		t.Errorf("verify on a full disk: exit %d\n%s", code, out)
+	}
+	exp, err := cyberos("audit", "export", "--state-dir", e.stateDir).CombinedOutput()
+	if err != nil || bytes.Count(exp, []byte("\n")) != 4 {
+		t.Errorf("export on a full disk: %v\n%s", err, exp)
+	}
+}
