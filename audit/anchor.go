@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // AnchorName is the file in the state dir that records a chain head the
@@ -70,7 +68,7 @@ func advanceAnchor(dir string, h head) error {
 	}
 	_, err = f.Write(append(b, '\n'))
 	if err == nil {
-		err = unix.Fdatasync(int(f.Fd()))
+		err = datasync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

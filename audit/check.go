@@ -431,7 +431,7 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 	case anchorErr != nil:
 		v.problems = append(v.problems, Problem{File: AnchorName, Reason: anchorErr.Error()})
 	case haveAnchor && v.lastSeq() < anchor.Seq:
-		v.problems = append(v.problems, Problem{Seq: v.lastSeq() + 1, File: JournalName,
+		v.problems = append(v.problems, Problem{Seq: v.lastSeq() + 1, File: JournalName, lost: true,
 			Reason: fmt.Sprintf(rowsLost+": the chain ends at seq %d, but %s records seq %d (at %s): rows %d..%d are missing",
 				v.lastSeq(), AnchorName, anchor.Seq, anchor.TS, v.lastSeq()+1, anchor.Seq)})
 	case haveAnchor && anchorHash != anchor.RowHash:

@@ -140,7 +140,7 @@ func repairAnchor(ctx context.Context, dir string, res RepairResult, rep Report)
 // onlyAnchorProblems reports whether every problem is the anchor's.
 func onlyAnchorProblems(rep Report) bool {
 	for _, p := range rep.Problems {
-		if p.File != JournalName || !strings.HasPrefix(p.Reason, rowsLost) {
+		if !p.lost {
 			return false
 		}
 	}

@@ -38,6 +38,8 @@ type Problem struct {
 	Line   int    `json:"line,omitempty"`
 	Field  string `json:"field,omitempty"`
 	Reason string `json:"reason"`
+
+	lost bool // the chain ends before its anchor (Repair may accept that)
 }
 
 // Verify checks a complete chain, in order: seq runs 1, 2, 3… without gaps;
