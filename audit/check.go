@@ -399,6 +399,10 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 					v.problems[i].Field = diff
 					v.problems[i].Reason += fmt.Sprintf("; its copy in %s verifies and differs in %s", FileName, diff)
 				}
+				v.setPrev(*irow) // the next row links to the good copy: no second problem
+			case journalBad:
+				v.problems = append(v.problems, Problem{Seq: jrow.Seq, RowID: jrow.RowID, File: dbFile, Field: diff,
+					Reason: fmt.Sprintf("the index's copy does not verify either, and differs from %s line %d in %s", JournalName, line, diff)})
 			default:
 				v.problems = append(v.problems, Problem{Seq: jrow.Seq, RowID: jrow.RowID, File: dbFile, Field: diff,
 					Reason: fmt.Sprintf("the index's copy differs from %s line %d in %s: the index was altered", JournalName, line, diff)})
@@ -485,6 +489,11 @@ func (v *Verifier) locate(n int, file string, line int) {
 // copy was found bad and reported).
 func (v *Verifier) skip(r Row) {
 	v.rows++
+	v.setPrev(r)
+}
+
+// setPrev makes r the row the next one must link to.
+func (v *Verifier) setPrev(r Row) {
 	prev := r
 	prev.Payload = nil
 	v.prev = &prev

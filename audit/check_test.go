@@ -106,9 +106,16 @@ func TestVerifyDirJournalHashByte(t *testing.T) {
 		l[i] = 'f'
 	}
 	writeJournal(t, dir, lines)
-	p := firstBad(t, verifyDir(t, dir))
+	rep := verifyDir(t, dir)
+	p := firstBad(t, rep)
 	if p.Seq != 5 || p.File != JournalName || p.Line != 5 || p.Field != "row_hash" {
 		t.Errorf("first problem %+v, want seq 5, %s line 5, field row_hash", p, JournalName)
+	}
+	// The next row links to the index's good copy: one row is named.
+	for _, q := range rep.Problems {
+		if q.Seq != 5 {
+			t.Errorf("a second row named: %+v", q)
+		}
 	}
 }
 
