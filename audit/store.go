@@ -92,6 +92,7 @@ const (
 type options struct {
 	maxBatch    int
 	busyTimeout time.Duration
+	checkIndex  bool
 }
 
 // Option tunes Open.
@@ -101,6 +102,12 @@ type Option func(*options)
 // most two batches are in flight (one being synced, one filling); Emit
 // waits, or gives up with its ctx, while the filling one is full.
 func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = max(n, 1) } }
+
+// WithIndexCheck makes Open run SQLite's quick_check over the whole index
+// (a cost that grows with it: for the daemon's start, not every `skill
+// run`), so a damaged page anywhere is refused, not only in the rows Open
+// reads.
+func WithIndexCheck() Option { return func(o *options) { o.checkIndex = true } }
 
 // WithBusyTimeout sets how long a statement waits for another process's
 // lock on the file (e.g. a concurrent `audit verify`) before failing.
@@ -134,6 +141,8 @@ type Store struct {
 	// the rows of recent appends so the applier need not parse them back.
 	applyMu     sync.Mutex
 	appliedHint int64 // journal bytes known applied (applyMu)
+	appliedHead head  // the index's head after this process's last apply (applyMu)
+	anchorAt    time.Time
 	written     atomic.Int64
 	pendMu      sync.Mutex
 	pending     []appended
@@ -209,6 +218,13 @@ func Open(stateDir string, opts ...Option) (*Store, error) {
 			return s, nil
 		}
 		if !isBusy(err) || time.Now().After(deadline) {
+			if errors.Is(err, ErrNeedsRepair) {
+				return nil, err
+			}
+			if isCorrupt(err) {
+				dir, _ := filepath.Abs(stateDir)
+				return nil, fmt.Errorf("%w: %w; %s", ErrNeedsRepair, err, repairHint(dir))
+			}
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		time.Sleep(time.Duration(5+mrand.IntN(20)) * time.Millisecond)
@@ -256,7 +272,20 @@ func open(stateDir string, o options) (_ *Store, err error) {
 			s.closeDB()
 		}
 	}()
-	if s.j, err = openJournal(filepath.Join(dir, JournalName)); err != nil {
+	jpath := filepath.Join(dir, JournalName)
+	if _, lerr := os.Lstat(jpath); os.IsNotExist(lerr) {
+		// Created here: if this Open is refused because the index holds
+		// rows the (missing) journal should have, remove it again while
+		// nothing was written to it, so the state dir stays as it was. (Any
+		// other process is refused the same way; after another failure, such
+		// as a busy retry, a concurrent Open may be using the new file.)
+		defer func() {
+			if fi, serr := os.Stat(jpath); errors.Is(err, ErrNeedsRepair) && serr == nil && fi.Size() == 0 {
+				_ = os.Remove(jpath)
+			}
+		}()
+	}
+	if s.j, err = openJournal(jpath); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 
@@ -280,6 +309,15 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	}
 	if err := s.initSchema(ctx); err != nil {
 		return nil, err
+	}
+	if o.checkIndex {
+		var check string
+		if err := s.wconn.QueryRowContext(ctx, `PRAGMA quick_check(1)`).Scan(&check); err != nil {
+			return nil, fmt.Errorf("%s: quick_check: %w", s.path, err)
+		}
+		if check != "ok" {
+			return nil, fmt.Errorf("%w: %s is damaged (quick_check: %s); %s", ErrNeedsRepair, s.path, check, repairHint(dir))
+		}
 	}
 	if s.db, err = sql.Open("sqlite", uri+"?"+params+"&_pragma=query_only(1)"); err != nil {
 		return nil, err
@@ -387,6 +425,9 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.j.path, err)
 	}
+	if err := s.checkJournalLength(ctx, end, last); err != nil {
+		return err
+	}
 	s.j.reserve(end, size)
 	if err := s.apply(ctx, end); err != nil {
 		return fmt.Errorf("%s: %w", s.j.path, err)
@@ -395,6 +436,9 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 		h, err := s.headOf(nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.path, err)
+		}
+		if err := s.checkAnchor(ctx, h.seq); err != nil {
+			return err
 		}
 		s.startAt(h, end)
 		return nil
@@ -413,7 +457,55 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if diff := rowDiff(heads[0], j); diff != "" {
 		return fmt.Errorf("%s: the journal ends at seq %d, the index at seq %d (row %s): they disagree (%s)", s.j.path, j.Seq, heads[0].Seq, heads[0].RowID, diff)
 	}
+	if err := s.checkAnchor(ctx, j.Seq); err != nil {
+		return err
+	}
 	s.startAt(head{j.Seq, j.RowHash}, end)
+	return nil
+}
+
+// checkJournalLength refuses a journal shorter than what the index says it
+// applied from it (deleted, or its tail cut): a new row would start a chain
+// from nothing, or from an older head, while the index holds later rows.
+func (s *Store) checkJournalLength(ctx context.Context, end int64, last []byte) error {
+	var applied int64
+	if err := s.wconn.QueryRowContext(ctx, `SELECT applied FROM journal_state`).Scan(&applied); err != nil {
+		return fmt.Errorf("%s: read applied offset: %w", s.path, err)
+	}
+	if end >= applied {
+		return nil
+	}
+	var seq int64
+	if err := s.wconn.QueryRowContext(ctx, headQuery).Scan(&seq, new(string)); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: read chain head: %w", s.path, err)
+	}
+	what := fmt.Sprintf("the journal %s is missing or empty", s.j.path)
+	if last != nil {
+		what = fmt.Sprintf("the journal %s is %d bytes long", s.j.path, end)
+		if r, err := decodeRow(last); err == nil {
+			what = fmt.Sprintf("the journal ends at seq %d (%s, %d bytes)", r.Seq, s.j.path, end)
+		}
+	}
+	dir := filepath.Dir(s.path)
+	return fmt.Errorf("%w: %s, but the index %s holds rows up to seq %d, applied from %d journal bytes: refusing to write rows that would not continue that chain; %s",
+		ErrNeedsRepair, what, s.path, seq, applied, repairHint(dir))
+}
+
+// checkAnchor refuses a chain (every row applied to the index) that ends
+// before the anchor or does not hold its row.
+func (s *Store) checkAnchor(ctx context.Context, lastSeq int64) error {
+	dir := filepath.Dir(s.path)
+	err := checkAnchor(dir, lastSeq, func(seq int64) (string, error) {
+		var h string
+		err := s.wconn.QueryRowContext(ctx, `SELECT row_hash FROM audit_rows WHERE seq = ?`, seq).Scan(&h)
+		return h, err
+	})
+	if errors.Is(err, ErrNeedsRepair) {
+		return fmt.Errorf("%w; %s", err, repairHint(dir))
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", AnchorName, err)
+	}
 	return nil
 }
 
@@ -894,7 +986,14 @@ func (s *Store) applier() {
 		s.kicked.Store(false)
 		// A failure leaves the rows in the journal; the next apply, or a
 		// reader's catch-up (which reports the error), tries again.
-		_ = s.apply(context.Background(), s.written.Load())
+		if s.apply(context.Background(), s.written.Load()) == nil && time.Since(s.anchorAt) >= anchorEvery {
+			s.applyMu.Lock()
+			h := s.appliedHead
+			s.applyMu.Unlock()
+			if advanceAnchor(filepath.Dir(s.path), h) == nil {
+				s.anchorAt = time.Now()
+			}
+		}
 	}
 }
 
@@ -975,6 +1074,7 @@ func (s *Store) apply(ctx context.Context, upTo int64) (err error) {
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 		return fmt.Errorf("index: commit: %w", err)
 	}
+	s.appliedHead = head{seq, prev}
 	s.applied(to)
 	return nil
 }
@@ -1052,7 +1152,21 @@ func (s *Store) Close() error {
 	<-s.done
 	close(s.applyStop)
 	<-s.applyDone
+	s.anchorHead()
 	return s.closeDB()
+}
+
+// anchorHead records the journal's head as the anchor (best effort: a
+// full disk must not fail Close; the next Close or apply tries again).
+func (s *Store) anchorHead() {
+	if err := flock(s.j.w, lockExclusive); err != nil {
+		return
+	}
+	h, _, _, err := s.readHead()
+	_ = flock(s.j.w, lockNone)
+	if err == nil {
+		_ = advanceAnchor(filepath.Dir(s.path), h)
+	}
 }
 
 func (s *Store) closeDB() error {

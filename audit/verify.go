@@ -23,13 +23,23 @@ type Report struct {
 	// (a log line, a previous report) shows that.
 	LastSeq  int64  `json:"last_seq"`
 	LastHash string `json:"last_hash"`
+	// Notes are facts that are not problems (e.g. the index lags the
+	// journal, which the next start catches up).
+	Notes []string `json:"notes,omitempty"`
 }
 
-// Problem names a row that fails verification and why.
+// Problem names a row that fails verification and why. File and Line say
+// where the bad copy is (VerifyDir sets them; Line counts from 1 in the
+// journal) and Field, when known, which field differs.
 type Problem struct {
 	Seq    int64  `json:"seq"`
 	RowID  string `json:"row_id"`
+	File   string `json:"file,omitempty"`
+	Line   int    `json:"line,omitempty"`
+	Field  string `json:"field,omitempty"`
 	Reason string `json:"reason"`
+
+	lost bool // the chain ends before its anchor (Repair may accept that)
 }
 
 // Verify checks a complete chain, in order: seq runs 1, 2, 3… without gaps;

@@ -28,7 +28,7 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 		TenantID:     inv.common.TenantID,
 		Policy:       inv.pol,
 		Enforcer:     inv.enforcer,
-		Memory:       s.Memory,
+		Memory:       s.memory(),
 		Exec: func(ctx context.Context, r tools.ExecRequest) (tools.ExecResult, error) {
 			p := running.Load()
 			if p == nil {

@@ -193,12 +193,12 @@ type Supervisor struct {
 	SocketDir string
 	// Tools is the registry the broker dispatches to (tools.Registry()).
 	Tools map[policy.Tool]tools.Tool
-	// Memory backs the Memory* tools. When nil, OpenMemory is called once,
-	// and only for a skill that may use a Memory* tool.
+	// Memory backs the Memory* tools. When nil, OpenMemory is called for a
+	// skill that may use a Memory* tool, until it succeeds (a failure, such
+	// as a full disk, is retried by the next such skill, not kept).
 	Memory     *memory.Store
 	OpenMemory func() (*memory.Store, error)
-	memOnce    sync.Once
-	memErr     error
+	memMu      sync.Mutex // guards Memory while OpenMemory may set it
 	// AllowLoopbackHTTP lets Http tools reach 127.0.0.0/8 and ::1: runner
 	// configuration for tests, never taken from frontmatter.
 	AllowLoopbackHTTP bool
@@ -741,12 +741,23 @@ func usesMemory(e *policy.Enforcer) bool {
 }
 
 func (s *Supervisor) openMemory() error {
-	s.memOnce.Do(func() {
-		if s.Memory == nil && s.OpenMemory != nil {
-			s.Memory, s.memErr = s.OpenMemory()
+	s.memMu.Lock()
+	defer s.memMu.Unlock()
+	if s.Memory == nil && s.OpenMemory != nil {
+		m, err := s.OpenMemory()
+		if err != nil {
+			return err
 		}
-	})
-	return s.memErr
+		s.Memory = m
+	}
+	return nil
+}
+
+// memory returns the memory store (nil while it is not open).
+func (s *Supervisor) memory() *memory.Store {
+	s.memMu.Lock()
+	defer s.memMu.Unlock()
+	return s.Memory
 }
 
 func (s *Supervisor) metrics() *telemetry.Metrics {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -23,12 +24,16 @@ func newAuditCmd() *cobra.Command {
 		Short: "Print audit rows as JSON lines (all of them, or filtered)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := openStoreReadOnly(stateDir)
+			r, err := audit.OpenReader(stateDir)
 			if err != nil {
-				return err
+				return &exitError{exitRefused, err}
 			}
-			defer store.Close()
-			rows, err := store.Rows(context.Background(), audit.Filter{InvocationID: invocation, Kind: audit.Kind(kind)})
+			defer r.Close()
+			var rows []audit.Row
+			err = r.Each(context.Background(), audit.Filter{InvocationID: invocation, Kind: audit.Kind(kind)}, func(row audit.Row) error {
+				rows = append(rows, row)
+				return nil
+			})
 			if err != nil {
 				return &exitError{exitOutcome, err}
 			}
@@ -43,7 +48,10 @@ func newAuditCmd() *cobra.Command {
 		Use:   "verify",
 		Short: "Check the hash chain and that every completed row has its started row",
 		Long: "Checks the store (or --file, an unfiltered `audit export`): every row's hash, the chain, " +
-			"contiguous seq, and pairing; lists started invocations without a completed row as in flight.",
+			"contiguous seq, and pairing; lists started invocations without a completed row as in flight. " +
+			"The store's journal (audit.jsonl) is checked line by line and every row compared with the index " +
+			"(audit.db); a bad row is named by seq, row_id, file, line and field. Nothing in the state dir is " +
+			"written, so it works on a read-only or full disk.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var rows []audit.Row
@@ -57,16 +65,16 @@ func newAuditCmd() *cobra.Command {
 					return &exitError{exitOutcome, fmt.Errorf("%s: %w", file, err)}
 				}
 			} else {
-				store, err := openStoreReadOnly(stateDir)
-				if err != nil {
-					return err
-				}
-				defer store.Close()
-				if rows, err = store.Rows(context.Background(), audit.Filter{}); err != nil {
-					return &exitError{exitOutcome, err}
+			}
+			var rep audit.Report
+			if file != "" {
+				rep = audit.Verify(rows)
+			} else {
+				var err error
+				if rep, err = audit.VerifyDir(context.Background(), stateDir); err != nil {
+					return &exitError{exitRefused, err}
 				}
 			}
-			rep := audit.Verify(rows)
 			printReport(cmd.OutOrStdout(), rep)
 			if !rep.OK {
 				return &exitError{exitOutcome, errors.New("audit chain does not verify")}
@@ -75,16 +83,36 @@ func newAuditCmd() *cobra.Command {
 		},
 	}
 	verify.Flags().StringVar(&file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
-	cmd.AddCommand(export, verify)
-	return cmd
-}
 
-func openStoreReadOnly(stateDir string) (*audit.Store, error) {
-	store, err := audit.Open(stateDir)
-	if err != nil {
-		return nil, &exitError{exitRefused, err}
+	var acceptLoss bool
+	repair := &cobra.Command{
+		Use:   "repair",
+		Short: "Rebuild a damaged or missing audit file from the other one, once that one verifies",
+		Long: "Checks the store; if the journal (audit.jsonl) verifies, a damaged index (audit.db) is moved " +
+			"aside as audit.db.damaged-<time> and rebuilt from it; if the journal is missing or cut short and " +
+			"the index verifies, the journal is rewritten from the index. Run it with the daemon stopped.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := audit.Repair(context.Background(), stateDir, acceptLoss)
+			for _, m := range res.Moved {
+				fmt.Fprintf(cmd.OutOrStdout(), "kept the damaged file as %s\n", m)
+			}
+			if err != nil {
+				return &exitError{exitOutcome, err}
+			}
+			switch res.Action {
+			case "none":
+				fmt.Fprintf(cmd.OutOrStdout(), "nothing to repair: %d rows, chain intact\n", res.Rows)
+			default:
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d rows, chain intact\n", res.Action, res.Rows)
+			}
+			return nil
+		},
 	}
-	return store, nil
+	repair.Flags().BoolVar(&acceptLoss, "accept-loss", false,
+		"when rows past the anchor (audit.anchor) are gone for good, accept the loss: reset the anchor to the chain's head")
+	cmd.AddCommand(export, verify, repair)
+	return cmd
 }
 
 func openInput(name string) (io.ReadCloser, error) {
@@ -96,7 +124,28 @@ func openInput(name string) (io.ReadCloser, error) {
 
 func printReport(w io.Writer, rep audit.Report) {
 	for _, p := range rep.Problems {
-		fmt.Fprintf(w, "BAD  row seq %d (row_id %s): %s\n", p.Seq, p.RowID, p.Reason)
+		where := ""
+		if p.File != "" {
+			where = " in " + p.File
+			if p.Line > 0 {
+				where += fmt.Sprintf(" line %d", p.Line)
+			}
+		}
+		if p.Field != "" {
+			where += ", field " + p.Field
+		}
+		if p.Seq == 0 && p.RowID == "" {
+			fmt.Fprintf(w, "BAD  %s: %s\n", strings.TrimPrefix(where, " in "), p.Reason)
+			continue
+		}
+		id := ""
+		if p.RowID != "" {
+			id = " (row_id " + p.RowID + ")"
+		}
+		fmt.Fprintf(w, "BAD  row seq %d%s%s: %s\n", p.Seq, id, where, p.Reason)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "NOTE %s\n", n)
 	}
 	for _, id := range rep.InFlight {
 		fmt.Fprintf(w, "OPEN invocation %s: started, no completed row (in flight, or lost until the next start reconciles it)\n", id)

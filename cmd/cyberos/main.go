@@ -43,7 +43,7 @@ func main() {
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if ee.err != nil && ee.code != exitOutcome {
+		if ee.err != nil {
 			fmt.Fprintln(os.Stderr, "cyberos:", ee.err)
 		}
 		os.Exit(ee.code)

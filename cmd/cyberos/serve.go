@@ -65,7 +65,7 @@ func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}
-	store, err := audit.Open(cfg.StateDir)
+	store, err := audit.Open(cfg.StateDir, audit.WithIndexCheck())
 	if err != nil {
 		return &exitError{exitRefused, fmt.Errorf("audit store: %w", err)}
 	}

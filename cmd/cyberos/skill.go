@@ -167,7 +167,7 @@ func writeEnvelope(out io.Writer, env supervisor.Envelope, asJSON bool) error {
 		printEnvelope(out, env)
 	}
 	if env.Outcome != supervisor.OutcomeSuccess {
-		return &exitError{exitOutcome, errors.New(string(env.Outcome))}
+		return &exitError{exitOutcome, nil} // the envelope printed says why
 	}
 	return nil
 }
