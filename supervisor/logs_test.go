@@ -2,10 +2,15 @@ package supervisor
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cyberos/supervisor/audit"
 )
 
 // TestLogBudgetRemovesOldest: kept logs never exceed the budget; the
@@ -42,5 +47,28 @@ func TestLogBudgetRemovesOldest(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "E.stderr"))
 	if len(b) != 3000 || !bytes.HasSuffix(b, []byte("END")) {
 		t.Fatalf("oversized log kept %d bytes", len(b))
+	}
+}
+
+// TestLowDiskRefusesBeforeDispatch: with less free space on the state
+// filesystem than MinFreeBytes, nothing runs and no row is written.
+func TestLowDiskRefusesBeforeDispatch(t *testing.T) {
+	f := &fakeRunner{stdout: "{}"}
+	s := newSup(t, f)
+	s.MinFreeBytes = 1 << 60
+	_, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "KiB free") {
+		t.Fatalf("err %v, want ErrRefused naming the free space", err)
+	}
+	if f.lastSpec.ID != "" {
+		t.Error("the skill was dispatched")
+	}
+	rows, _ := s.store(t).Rows(context.Background(), audit.Filter{})
+	if len(rows) != 0 {
+		t.Errorf("%d rows written", len(rows))
+	}
+	s.MinFreeBytes = 0
+	if _, err := s.Run(Request{SkillDir: skillDir(t, "")}); err != nil {
+		t.Fatalf("with the default threshold: %v", err)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sys/unix"
 )
 
 // Error classes, tested with errors.Is. The CLI maps them to exit statuses.
@@ -217,6 +218,9 @@ type Supervisor struct {
 	// the tool-call spans). Nil: no spans.
 	Tracer trace.Tracer
 
+	// MinFreeBytes is the free space the state filesystem must have for an
+	// invocation to start (0: DefaultMinFreeBytes).
+	MinFreeBytes int64
 	// LogBudget caps the bytes of kept skill logs (0: DefaultLogBudget).
 	LogBudget int64
 	logsOnce  sync.Once
@@ -299,7 +303,36 @@ func (s *Supervisor) checkStateDir() error {
 	if err != nil {
 		return fmt.Errorf("%w: state dir %s is not writable: %v", ErrRefused, s.StateDir, err)
 	}
+	if free, ok := freeBytes(s.StateDir); ok && free < s.minFree() {
+		return fmt.Errorf("%w: state dir %s has %d KiB free, below the %d KiB kept for the audit rows of running invocations", ErrRefused, s.StateDir, free>>10, s.minFree()>>10)
+	}
 	return nil
+}
+
+// DefaultMinFreeBytes is the free space below which no invocation starts
+// (Supervisor.MinFreeBytes 0): what running invocations' terminal audit
+// rows may still need once the journal's preallocation is used up.
+const DefaultMinFreeBytes = 8 << 20
+
+func (s *Supervisor) minFree() int64 {
+	if s.MinFreeBytes > 0 {
+		return s.MinFreeBytes
+	}
+	return DefaultMinFreeBytes
+}
+
+// freeBytes is what this process may still write on dir's filesystem
+// (root may use the blocks reserved for it).
+func freeBytes(dir string) (int64, bool) {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil || st.Blocks == 0 { // ramfs counts nothing
+		return 0, false
+	}
+	blocks := int64(st.Bavail) // uint64 on Linux, int64 on some systems
+	if os.Geteuid() == 0 {
+		blocks = int64(st.Bfree)
+	}
+	return blocks * int64(st.Bsize), true
 }
 
 // Run performs one invocation, audited as spec 000 §1 says: the
