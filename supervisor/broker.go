@@ -65,9 +65,22 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 		SocketGID:      gid,
 		AllowPeer:      func(pid int32) bool { return s.Runner.Owns(inv.common.InvocationID, pid) },
 		NoConnectAfter: s.NoConnectAfter,
-		RatePerMinute:  inv.pol.RateLimitPerMinute,
-		OnDecided:      inv.req.OnToolCall,
-		Tracer:         s.Tracer,
-		SpanParent:     inv.spanCtx,
+		RatePerMinute:  inv.limits.ratePerMinute,
+		MaxConns:       inv.limits.maxConns,
+		MaxAuditRows:   inv.limits.maxAuditRows,
+		OtherAuditRows: invocationRows,
+		OnAuditCap: func() {
+			// End the invocation: its outcome is killed (dispatch).
+			inv.capHit.Store(true)
+			if p := running.Load(); p != nil {
+				if err := (*p).KillAll(); err != nil {
+					log.Error("audit row cap: kill", "err", err)
+				}
+			}
+		},
+		OnProtocolAbuse: inv.req.OnProtocolAbuse,
+		OnDecided:       inv.req.OnToolCall,
+		Tracer:          s.Tracer,
+		SpanParent:      inv.spanCtx,
 	})
 }

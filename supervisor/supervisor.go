@@ -111,6 +111,9 @@ type Request struct {
 	OnStarted func(Started)
 	// OnToolCall is called for every decided tool call (it must not block).
 	OnToolCall func(broker.Decided)
+	// OnProtocolAbuse is called at the first broker protocol abuse of each
+	// kind (it must not block).
+	OnProtocolAbuse func(kind string)
 	// Stop, when closed, ends the invocation early through the timeout path
 	// (SIGTERM now, SIGKILL after the usual 10% grace, at most StopKillAfter):
 	// the daemon's shutdown. The outcome is timeout, with its skill.timeout row.
@@ -123,6 +126,50 @@ type Defaults struct {
 	PidsMax        int64
 	EffortMinutes  int
 	SeccompProfile string
+	// RateLimitPerMinute caps an invocation's tool calls per minute; a
+	// frontmatter's x-rate-limit-per-minute may lower it, never raise it.
+	// MaxBrokerConnections caps its simultaneous broker connections and
+	// MaxAuditRows its audit rows (reached: the invocation ends killed).
+	// Zero: the built-in Default* below.
+	RateLimitPerMinute   int
+	MaxBrokerConnections int
+	MaxAuditRows         int
+}
+
+// Built-in per-invocation bounds on what one skill costs the supervisor.
+const (
+	DefaultRateLimitPerMinute   = 600
+	DefaultMaxBrokerConnections = 16
+	DefaultMaxAuditRows         = 1000
+)
+
+// invocationRows are the rows of an invocation the supervisor writes
+// itself (started, timeout, completed), counted against MaxAuditRows.
+const invocationRows = 3
+
+// limits are an invocation's bounds on its cost to the supervisor.
+type limits struct {
+	ratePerMinute, maxConns, maxAuditRows int
+}
+
+// costLimits resolves the bounds: the operator's defaults (or the built-in
+// ones), the rate lowered by the frontmatter's.
+func costLimits(pol *policy.Policy, d *Defaults) limits {
+	l := limits{DefaultRateLimitPerMinute, DefaultMaxBrokerConnections, DefaultMaxAuditRows}
+	if d != nil {
+		for _, v := range []struct {
+			dst *int
+			src int
+		}{{&l.ratePerMinute, d.RateLimitPerMinute}, {&l.maxConns, d.MaxBrokerConnections}, {&l.maxAuditRows, d.MaxAuditRows}} {
+			if v.src > 0 {
+				*v.dst = v.src
+			}
+		}
+	}
+	if pol.RateLimitPerMinute > 0 && pol.RateLimitPerMinute < l.ratePerMinute {
+		l.ratePerMinute = pol.RateLimitPerMinute
+	}
+	return l
 }
 
 // Started describes an invocation whose started row is durable.
@@ -155,6 +202,9 @@ type Envelope struct {
 	DeadlineMS     int64               `json:"deadline_ms"`
 	SignalSent     string              `json:"signal_sent,omitempty"`
 	TraceID        string              `json:"trace_id"`
+	// ProtocolAbuse counts the broker protocol abuse of the invocation by
+	// kind (audit.ProtocolAbuseKinds); absent when none.
+	ProtocolAbuse map[string]int64 `json:"protocol_abuse,omitempty"`
 }
 
 // Auditor takes audit rows and returns once they are durable: the
@@ -290,6 +340,8 @@ type invocation struct {
 	env         Envelope
 	req         Request
 	spanCtx     context.Context // carries skill.invoke
+	limits      limits
+	capHit      atomic.Bool // the broker reached the audit row cap
 }
 
 // prepare validates everything that can be refused before any row is
@@ -344,6 +396,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 		stdout:   &cappedBuffer{max: MaxResultBytes},
 		stderr:   &tailBuffer{max: MaxLogBytes},
 		req:      req,
+		limits:   costLimits(pol, req.Defaults),
 	}
 	inv.env = Envelope{
 		InvocationID: NewID(),
@@ -450,7 +503,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 			log.Error("audit: skill.timeout not written", "err", err)
 		}
 	}
-	completed := audit.InvokedCompleted(inv.common, string(env.Outcome), env.DurationMS, env.ResultHash, auditMsg)
+	completed := audit.InvokedCompletedAbuse(inv.common, string(env.Outcome), env.DurationMS, env.ResultHash, auditMsg, env.ProtocolAbuse)
 	if _, err := s.Audit.Emit(ctx, completed); err != nil {
 		// sev-1: the skill's effects stand (they cannot be reversed); the
 		// row will be closed as lost by the next reconciliation.
@@ -512,6 +565,9 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		return env, "sandbox did not start"
 	}
 	running.Store(&proc)
+	if inv.capHit.Load() { // reached while the sandbox was starting
+		_ = proc.KillAll()
+	}
 	defer func() {
 		if cerr := proc.Close(); cerr != nil {
 			log.Error("sandbox cleanup", "err", cerr)
@@ -566,6 +622,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		log.Warn("cgroup stats", "err", serr)
 	}
 	env.Stats = stats
+	env.ProtocolAbuse = brk.ProtocolAbuse()
 	env.LogTail = inv.stderr.Tail(LogTailBytes)
 	s.writeLog(env.InvocationID, inv.stderr.Bytes(), log)
 
@@ -574,6 +631,10 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	case werr != nil:
 		msg = "wait: " + werr.Error()
 		env.Outcome, env.ErrorMessage = OutcomeError, msg
+	case inv.capHit.Load():
+		env.Outcome = OutcomeKilled
+		msg = fmt.Sprintf("killed at the audit row cap: %d rows (skill.audit_cap_reached)", inv.limits.maxAuditRows)
+		env.ErrorMessage = msg
 	case killSent.Load() || termSent.Load():
 		env.Outcome = OutcomeTimeout
 		env.SignalSent = "SIGTERM"

@@ -53,6 +53,11 @@ type Defaults struct {
 	PidsMax        int64  `yaml:"pids_max"`
 	EffortMinutes  int    `yaml:"effort_minutes"`
 	SeccompProfile string `yaml:"seccomp_profile"`
+	// Per invocation: tool calls per minute (a frontmatter may lower it),
+	// simultaneous broker connections, audit rows (reached: killed).
+	RateLimitPerMinute   int `yaml:"rate_limit_per_minute"`
+	MaxBrokerConnections int `yaml:"max_broker_connections"`
+	MaxAuditRows         int `yaml:"max_audit_rows"`
 }
 
 // DefaultConfig is what an empty file means.
@@ -66,8 +71,9 @@ func DefaultConfig() Config {
 		MetricsListen:      "127.0.0.1:9464",
 		SeccompProfilesDir: "/etc/cyberos/seccomp-profiles",
 		MaxConcurrent:      256,
-		Defaults:           Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default"},
-		ShutdownGrace:      Grace(30 * time.Second),
+		Defaults: Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default",
+			RateLimitPerMinute: 600, MaxBrokerConnections: 16, MaxAuditRows: 1000},
+		ShutdownGrace: Grace(30 * time.Second),
 	}
 }
 
@@ -135,6 +141,12 @@ func (c *Config) Validate() error {
 		return bad("defaults.effort_minutes", "must be 1..1440, got %d", d.EffortMinutes)
 	case !profileName.MatchString(d.SeccompProfile):
 		return bad("defaults.seccomp_profile", "must be a profile name ([a-z0-9_-]+), got %q", d.SeccompProfile)
+	case d.RateLimitPerMinute < 1 || d.RateLimitPerMinute > 1_000_000:
+		return bad("defaults.rate_limit_per_minute", "must be 1..1000000, got %d", d.RateLimitPerMinute)
+	case d.MaxBrokerConnections < 1 || d.MaxBrokerConnections > 1024:
+		return bad("defaults.max_broker_connections", "must be 1..1024, got %d", d.MaxBrokerConnections)
+	case d.MaxAuditRows < 100 || d.MaxAuditRows > 100_000_000:
+		return bad("defaults.max_audit_rows", "must be 100..100000000, got %d", d.MaxAuditRows)
 	}
 	if g := time.Duration(c.ShutdownGrace); g < 0 || g > time.Hour {
 		return bad("shutdown_grace", "must be 0..1h, got %v", g)

@@ -107,7 +107,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count today's tool calls from the audit rows: %w", err)
 	}
-	d.hub.seed(day, calls, denied)
+	abuse, err := CountDayKind(context.Background(), o.Store, day, audit.KindProtocolAbuse)
+	if err != nil {
+		return nil, fmt.Errorf("count today's protocol abuse from the audit rows: %w", err)
+	}
+	d.hub.seed(day, calls, denied, abuse)
 	d.exposeSkills()
 
 	if d.adminLn, err = listenAdmin(cfg.AdminSocket, gid); err != nil {
@@ -373,10 +377,11 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
 		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
 		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
-		Defaults:   &def,
-		OnStarted:  func(s supervisor.Started) { id = s.InvocationID; d.hub.started(s) },
-		OnToolCall: d.hub.decided,
-		Stop:       d.stop,
+		Defaults:        &def,
+		OnStarted:       func(s supervisor.Started) { id = s.InvocationID; d.hub.started(s) },
+		OnToolCall:      d.hub.decided,
+		OnProtocolAbuse: func(kind string) { d.hub.protocolAbuse(id, kind) },
+		Stop:            d.stop,
 	})
 	if id != "" {
 		d.hub.ended(id)
