@@ -129,9 +129,9 @@ func TestFloodDeniedCallsBounded(t *testing.T) {
 	}
 }
 
-// TestFloodConnectLoopBounded: issue 16 #5. A skill that holds 40
-// connections (over the cap of 16) and opens and drops 5 000 more, half of
-// them mid-frame, costs a bounded number of audit rows and log lines; the
+// TestFloodConnectLoopBounded: issue 16 #5. A skill that opens 40
+// connections at once (over the cap of 16), then opens and drops 5 000
+// more, half of them mid-frame, costs a bounded number of audit rows and log lines; the
 // refusals are recorded as protocol abuse on the completed row.
 func TestFloodConnectLoopBounded(t *testing.T) {
 	e := newEnv(t)

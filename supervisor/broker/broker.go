@@ -47,8 +47,8 @@ const (
 	// are accepted (DefaultAcceptBurst at once): a connect/close loop costs
 	// the supervisor at most that many connections' work per second, and
 	// the skill's connect(2) waits in the listen backlog meanwhile.
-	DefaultAcceptsPerSecond = 500
-	DefaultAcceptBurst      = 500
+	DefaultAcceptsPerSecond = 100
+	DefaultAcceptBurst      = 100
 	// logBurst is how many lines of one repeated per-connection warning an
 	// invocation logs before the rest are only counted (and summarised
 	// when the broker closes).
@@ -525,11 +525,15 @@ func textPrefix(hdr []byte) bool {
 }
 
 // bucket is a token bucket: take returns how long to wait before the
-// next token (0: take it now). It is not safe for concurrent use.
+// next token (0: take it now). An empty bucket waits for acceptBatch
+// tokens, so a flood wakes the accept loop a tenth as often. It is not
+// safe for concurrent use.
 type bucket struct {
 	rate, burst, tokens float64
 	last                time.Time
 }
+
+const acceptBatch = 10
 
 func (k *bucket) take(now time.Time) time.Duration {
 	k.tokens = min(k.burst, k.tokens+now.Sub(k.last).Seconds()*k.rate)
@@ -538,7 +542,7 @@ func (k *bucket) take(now time.Time) time.Duration {
 	if k.tokens >= 0 {
 		return 0
 	}
-	return time.Duration(-k.tokens / k.rate * float64(time.Second))
+	return time.Duration((-k.tokens + min(acceptBatch, k.burst) - 1) / k.rate * float64(time.Second))
 }
 
 // write sends one response within FrameTimeout. The dispatcher has already

@@ -1090,18 +1090,27 @@ func TestProtocolAbuseRecordedOncePerKind(t *testing.T) {
 	}
 }
 
-// Connections are accepted at a bounded rate: a burst, then one per
-// 1/AcceptsPerSecond.
+// Connections are accepted at a bounded rate: a burst, then, once the
+// bucket is empty, a batch of them per batch/rate.
 func TestAcceptRate(t *testing.T) {
-	k := bucket{rate: 10, burst: 2, tokens: 2, last: time.Unix(0, 0)}
+	k := bucket{rate: 100, burst: 20, tokens: 20, last: time.Unix(0, 0)}
 	now := time.Unix(0, 0)
-	if k.take(now) != 0 || k.take(now) != 0 {
-		t.Fatal("the burst waits")
+	for range 20 {
+		if w := k.take(now); w != 0 {
+			t.Fatalf("the burst waits %v", w)
+		}
 	}
-	if w := k.take(now); w != 100*time.Millisecond {
-		t.Fatalf("third take waits %v, want 100ms", w)
+	w := k.take(now)
+	if w != 100*time.Millisecond {
+		t.Fatalf("past the burst: wait %v, want 100ms (a batch of %d at 100/s)", w, acceptBatch)
 	}
-	if w := k.take(now.Add(time.Second)); w != 0 {
-		t.Fatalf("after a second: wait %v", w)
+	now = now.Add(w)
+	for i := range acceptBatch - 1 {
+		if w := k.take(now); w != 0 {
+			t.Fatalf("take %d of the batch waits %v", i, w)
+		}
+	}
+	if w := k.take(now); w == 0 {
+		t.Fatal("more than a batch without waiting")
 	}
 }

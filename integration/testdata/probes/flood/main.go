@@ -1,8 +1,8 @@
 // Command flood costs the broker as much as it can, bounded by counts so it
 // takes as long as the machine needs: "denied" sends Calls tool.calls of a
-// tool the skill may not use over Conns connections; "connect" opens and
-// drops connections Calls times (half of them mid-frame) while holding
-// Conns open; "garbage" writes an HTTP request, then a 2 MiB frame, then a
+// tool the skill may not use over Conns connections; "connect" opens Conns
+// connections at once, drops them, then opens and drops connections Calls
+// times (half of them mid-frame); "garbage" writes an HTTP request, then a 2 MiB frame, then a
 // normal call. Output: one JSON object of counts.
 package main
 
@@ -126,7 +126,7 @@ func denied(a args, out map[string]any) {
 }
 
 func connect(a args, out map[string]any) {
-	// Hold Conns connections open for the whole loop.
+	// Conns connections at once (over the cap), each making a call.
 	var held []net.Conn
 	for i := 0; i < a.Conns; i++ {
 		c, err := net.Dial("unix", sock())
@@ -135,11 +135,27 @@ func connect(a args, out map[string]any) {
 		}
 		held = append(held, c)
 	}
+	served := 0
+	for _, c := range held {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if send(c, []byte(`{"jsonrpc":"2.0","id":1,"method":"tool.list"}`)) == nil {
+			if _, err := recv(c); err == nil {
+				served++
+			}
+		}
+		c.Close()
+	}
 	var ok, fail int
 	for i := 0; i < a.Calls; i++ {
+		// A full listen backlog refuses the dial (EAGAIN): try again, so
+		// the loop goes as fast as the broker accepts.
 		c, err := net.Dial("unix", sock())
-		if err != nil {
+		for try := 0; err != nil && try < 5000; try++ {
 			fail++
+			time.Sleep(time.Millisecond)
+			c, err = net.Dial("unix", sock())
+		}
+		if err != nil {
 			continue
 		}
 		ok++
@@ -148,10 +164,7 @@ func connect(a args, out map[string]any) {
 		}
 		c.Close()
 	}
-	for _, c := range held {
-		c.Close()
-	}
-	out["held"], out["dialled"], out["dial_errors"] = len(held), ok, fail
+	out["held"], out["served"], out["dialled"], out["dial_errors"] = len(held), served, ok, fail
 }
 
 func garbage(out map[string]any) {
