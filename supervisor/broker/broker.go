@@ -426,12 +426,12 @@ func (b *Broker) admit(c *net.UnixConn) bool {
 	}
 	if cred.uid != 0 && int64(cred.uid) != int64(b.cfg.SocketUID) {
 		b.d.warn("broker: peer refused: uid", "pid", cred.pid, "uid", cred.uid)
-		b.d.abuse(audit.AbuseRefusedPeer, fmt.Sprintf("peer uid %d is not the skill's", cred.uid))
+		b.d.abuse(audit.AbuseRefusedPeer, fmt.Sprintf("peer pid %d (host) uid %d is not the skill's", cred.pid, cred.uid))
 		return false
 	}
 	if b.cfg.AllowPeer != nil && !b.cfg.AllowPeer(cred.pid) {
 		b.d.warn("broker: peer refused: pid not allowed", "pid", cred.pid, "uid", cred.uid)
-		b.d.abuse(audit.AbuseRefusedPeer, "peer process is not in the sandbox")
+		b.d.abuse(audit.AbuseRefusedPeer, fmt.Sprintf("peer pid %d (host) is not in the sandbox", cred.pid))
 		return false
 	}
 	b.mu.Lock()
