@@ -130,46 +130,10 @@ type Defaults struct {
 	// frontmatter's x-rate-limit-per-minute may lower it, never raise it.
 	// MaxBrokerConnections caps its simultaneous broker connections and
 	// MaxAuditRows its audit rows (reached: the invocation ends killed).
-	// Zero: the built-in Default* below.
+	// Zero: the built-in Default* (supervisor/broker.go).
 	RateLimitPerMinute   int
 	MaxBrokerConnections int
 	MaxAuditRows         int
-}
-
-// Built-in per-invocation bounds on what one skill costs the supervisor.
-const (
-	DefaultRateLimitPerMinute   = 600
-	DefaultMaxBrokerConnections = 16
-	DefaultMaxAuditRows         = 1000
-)
-
-// invocationRows are the rows of an invocation the supervisor writes
-// itself (started, timeout, completed), counted against MaxAuditRows.
-const invocationRows = 3
-
-// limits are an invocation's bounds on its cost to the supervisor.
-type limits struct {
-	ratePerMinute, maxConns, maxAuditRows int
-}
-
-// costLimits resolves the bounds: the operator's defaults (or the built-in
-// ones), the rate lowered by the frontmatter's.
-func costLimits(pol *policy.Policy, d *Defaults) limits {
-	l := limits{DefaultRateLimitPerMinute, DefaultMaxBrokerConnections, DefaultMaxAuditRows}
-	if d != nil {
-		for _, v := range []struct {
-			dst *int
-			src int
-		}{{&l.ratePerMinute, d.RateLimitPerMinute}, {&l.maxConns, d.MaxBrokerConnections}, {&l.maxAuditRows, d.MaxAuditRows}} {
-			if v.src > 0 {
-				*v.dst = v.src
-			}
-		}
-	}
-	if pol.RateLimitPerMinute > 0 && pol.RateLimitPerMinute < l.ratePerMinute {
-		l.ratePerMinute = pol.RateLimitPerMinute
-	}
-	return l
 }
 
 // Started describes an invocation whose started row is durable.
