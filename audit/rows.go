@@ -29,7 +29,30 @@ const (
 	KindToolDenied        Kind = "skill.tool_denied"
 	KindTimeout           Kind = "skill.timeout"
 	KindNoConnect         Kind = "skill.no_connect"
+	// KindProtocolAbuse records the first broker protocol abuse of one kind
+	// in an invocation; the counts go on its completed row.
+	KindProtocolAbuse Kind = "skill.protocol_abuse"
+	// KindAuditCapReached records that an invocation reached its cap on
+	// audit rows and is being ended (outcome killed).
+	KindAuditCapReached Kind = "skill.audit_cap_reached"
 )
+
+// Kinds of broker protocol abuse (skill.protocol_abuse's abuse_kind, the
+// keys of a completed row's protocol_abuse).
+const (
+	AbuseOversizedFrame = "oversized_frame"      // a length prefix over the request cap
+	AbuseNotJSONRPC     = "not_json_rpc"         // bytes that are not framed JSON (an HTTP request, a parse error)
+	AbuseInvalidRequest = "invalid_request"      // JSON that is not a JSON-RPC 2.0 request
+	AbuseInvalidParams  = "invalid_params"       // params the broker cannot decode
+	AbuseUnknownMethod  = "unknown_method"       // a method the broker does not serve
+	AbuseRefusedPeer    = "refused_peer"         // a peer of the wrong uid or outside the sandbox
+	AbuseTooManyConns   = "too_many_connections" // a connection over the per-invocation cap
+	AbuseTruncatedFrame = "truncated_frame"      // a connection dropped or stalled inside a frame
+)
+
+// ProtocolAbuseKinds is every abuse kind.
+var ProtocolAbuseKinds = []string{AbuseOversizedFrame, AbuseNotJSONRPC, AbuseInvalidRequest, AbuseInvalidParams,
+	AbuseUnknownMethod, AbuseRefusedPeer, AbuseTooManyConns, AbuseTruncatedFrame}
 
 // Outcomes. An invocation ends in one of the first six; a tool call in
 // success, error or timeout.
@@ -192,11 +215,43 @@ func InvokedStartedPolicy(c Common, version, callerPersona, argsHash, policyHash
 // success, error, panic, timeout, killed, lost; resultHash is "" unless a
 // result was produced; errorMessage "" is stored as null.
 func InvokedCompleted(c Common, outcome string, durationMS int64, resultHash string, errorMessage string) Draft {
+	return InvokedCompletedAbuse(c, outcome, durationMS, resultHash, errorMessage, nil)
+}
+
+// InvokedCompletedAbuse is InvokedCompleted carrying the invocation's
+// protocol abuse counts by kind (ProtocolAbuseKinds); with none the row is
+// InvokedCompleted's, without the protocol_abuse key.
+func InvokedCompletedAbuse(c Common, outcome string, durationMS int64, resultHash string, errorMessage string, abuse map[string]int64) Draft {
 	p := newPayload(KindInvokedCompleted, c)
 	p.oneOf("outcome", outcome, invocationOutcomes)
 	p.count("duration_ms", durationMS)
 	p.hash("result_hash", resultHash)
 	p.strOrNull("error_message", errorMessage)
+	if len(abuse) > 0 {
+		p.object("protocol_abuse", abuse)
+		if err := abuseCounts(p.vals[p.members[len(p.members)-1].start:]); err != nil {
+			p.fail("protocol_abuse", err)
+		}
+	}
+	return p.draft()
+}
+
+// ProtocolAbuse records the first broker protocol abuse of kind in an
+// invocation; detail is the broker's own words (never the skill's bytes).
+func ProtocolAbuse(c Common, kind, detail string) Draft {
+	p := newPayload(KindProtocolAbuse, c)
+	p.oneOf("abuse_kind", kind, ProtocolAbuseKinds)
+	p.str("detail", detail)
+	return p.draft()
+}
+
+// AuditCapReached records that an invocation reached maxRows audit rows:
+// later calls are refused unaudited and the invocation is ended (killed).
+// toolCalls is how many tool calls it had made.
+func AuditCapReached(c Common, maxRows, toolCalls int64) Draft {
+	p := newPayload(KindAuditCapReached, c)
+	p.count("max_audit_rows", maxRows)
+	p.count("tool_calls", toolCalls)
 	return p.draft()
 }
 
@@ -513,6 +568,22 @@ var kindFields = map[Kind][]field{
 	KindNoConnect: {
 		{"waited_ms", nonNegativeInt},
 	},
+	KindProtocolAbuse: {
+		{"abuse_kind", oneOf(ProtocolAbuseKinds)},
+		{"detail", anyString},
+	},
+	KindAuditCapReached: {
+		{"max_audit_rows", nonNegativeInt},
+		{"tool_calls", nonNegativeInt},
+	},
+}
+
+// optionalFields lists, per kind, keys a payload may carry besides
+// kindFields' (rows written before them lack them).
+var optionalFields = map[Kind][]field{
+	KindInvokedCompleted: {
+		{"protocol_abuse", abuseCounts},
+	},
 }
 
 // Valid reports whether k is one of the row kinds.
@@ -559,6 +630,14 @@ func validatePayload(k Kind, payload []byte) error {
 		return fmt.Errorf("%w: %s payload is not a JSON object", ErrInvalidRow, k)
 	}
 	seen := 0
+	for _, f := range optionalFields[k] {
+		if v, ok := m[f.name]; ok {
+			if err := f.check(v); err != nil {
+				return fmt.Errorf("%w: %s payload %q: %w", ErrInvalidRow, k, f.name, err)
+			}
+			seen++
+		}
+	}
 	for _, list := range [][]field{commonFields, fields} {
 		for _, f := range list {
 			key := f.name
@@ -581,7 +660,7 @@ func validatePayload(k Kind, payload []byte) error {
 	}
 	if len(m) != seen {
 		for key := range m {
-			if !hasField(key, m, commonFields) && !hasField(key, m, fields) {
+			if !hasField(key, m, commonFields) && !hasField(key, m, fields) && !hasField(key, m, optionalFields[k]) {
 				return fmt.Errorf("%w: %s payload has unexpected key %q", ErrInvalidRow, k, key)
 			}
 		}
@@ -679,6 +758,26 @@ func nonNegativeInt(v json.RawMessage) error {
 	n, err := strconv.ParseInt(string(v), 10, 64)
 	if err != nil || n < 0 || n > maxJSONInt {
 		return fmt.Errorf("want an integer in [0, 2^53), got %s", truncate(v))
+	}
+	return nil
+}
+
+// abuseCounts accepts a non-empty object of abuse kinds to positive counts.
+func abuseCounts(v json.RawMessage) error {
+	var m map[string]json.RawMessage
+	if err := object(v); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(v, &m); err != nil || len(m) == 0 {
+		return fmt.Errorf("want a non-empty object of counts, got %s", truncate(v))
+	}
+	for k, n := range m {
+		if !slices.Contains(ProtocolAbuseKinds, k) {
+			return fmt.Errorf("%q is not one of %v", k, ProtocolAbuseKinds)
+		}
+		if err := nonNegativeInt(n); err != nil || string(n) == "0" {
+			return fmt.Errorf("%s: want a positive integer, got %s", k, truncate(n))
+		}
 	}
 	return nil
 }

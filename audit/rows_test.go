@@ -47,6 +47,15 @@ func TestBuildersProduceDocumentedKeys(t *testing.T) {
 		{ToolDenied(c, "Bash", "tool_not_in_allowed_tools", zeroHash(4)), KindToolDenied, []string{"tool_name", "reason", "attempted_args_hash"},
 			map[string]any{"tool_name": "Bash", "reason": "tool_not_in_allowed_tools", "attempted_args_hash": zeroHash(4)}},
 		{NoConnect(c, 60000), KindNoConnect, []string{"waited_ms"}, map[string]any{"waited_ms": 60000.0}},
+		{InvokedCompletedAbuse(c, OutcomeSuccess, 87, zeroHash(2), "", map[string]int64{AbuseNotJSONRPC: 2, AbuseOversizedFrame: 1}), KindInvokedCompleted,
+			[]string{"outcome", "duration_ms", "result_hash", "error_message", "protocol_abuse"},
+			map[string]any{"outcome": "success", "protocol_abuse": map[string]any{"not_json_rpc": 2.0, "oversized_frame": 1.0}}},
+		{InvokedCompletedAbuse(c, OutcomeSuccess, 87, zeroHash(2), "", map[string]int64{}), KindInvokedCompleted,
+			[]string{"outcome", "duration_ms", "result_hash", "error_message"}, nil},
+		{ProtocolAbuse(c, AbuseNotJSONRPC, "text where a frame's length prefix belongs"), KindProtocolAbuse, []string{"abuse_kind", "detail"},
+			map[string]any{"abuse_kind": "not_json_rpc"}},
+		{AuditCapReached(c, 1000, 987), KindAuditCapReached, []string{"max_audit_rows", "tool_calls"},
+			map[string]any{"max_audit_rows": 1000.0, "tool_calls": 987.0}},
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.kind), func(t *testing.T) {
@@ -184,6 +193,10 @@ func TestBuildersRejectInvalidInput(t *testing.T) {
 		"empty tool":             ToolCallCompleted(c, "c", "", OutcomeSuccess, 1, "", ""),
 		"empty reason":           ToolDenied(c, "Bash", "", ""),
 		"empty signal":           Timeout(c, 1, ""),
+		"unknown abuse kind":     ProtocolAbuse(c, "rude", ""),
+		"abuse count of a kind":  InvokedCompletedAbuse(c, OutcomeSuccess, 1, "", "", map[string]int64{"rude": 1}),
+		"abuse count zero":       InvokedCompletedAbuse(c, OutcomeSuccess, 1, "", "", map[string]int64{AbuseNotJSONRPC: 0}),
+		"abuse count negative":   InvokedCompletedAbuse(c, OutcomeSuccess, 1, "", "", map[string]int64{AbuseNotJSONRPC: -1}),
 	}
 	for name, d := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -47,7 +47,8 @@ func BenchmarkToolCallVsMCP(b *testing.B) {
 	const seconds = 5
 	for i := 0; i < b.N; i++ {
 		args := fmt.Sprintf(`{"tool":"Read","args":{"path":"%s/x.txt"},"seconds":%d}`, data, seconds)
-		r := e.run(dir, "--args", args)
+		// The cost bounds are the operator's: lifted for the measurement.
+		r := e.run(dir, "--args", args, "--rate-limit-per-minute", "1000000", "--max-audit-rows", "100000000")
 		if r.env.Outcome != "success" {
 			b.Fatalf("callbench: %s %s %s", r.env.Outcome, r.env.ErrorMessage, r.stderr)
 		}

@@ -165,8 +165,10 @@ type envelope struct {
 	SignalSent   string          `json:"signal_sent"`
 	TraceID      string          `json:"trace_id"`
 	DeadlineMS   int64           `json:"deadline_ms"`
-	SandboxStart float64         `json:"sandbox_start_ms"`
-	Containment  struct {
+	// ProtocolAbuse counts the broker protocol abuse of the invocation by kind.
+	ProtocolAbuse map[string]int64 `json:"protocol_abuse"`
+	SandboxStart  float64          `json:"sandbox_start_ms"`
+	Containment   struct {
 		Namespaces    []string `json:"namespaces"`
 		UserNamespace string   `json:"user_namespace"`
 		Seccomp       string   `json:"seccomp"`

@@ -8,12 +8,49 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/supervisor/tools"
 
 	"go.opentelemetry.io/otel/trace"
 )
+
+// Built-in per-invocation bounds on what one skill costs the supervisor.
+const (
+	DefaultRateLimitPerMinute   = 600
+	DefaultMaxBrokerConnections = 16
+	DefaultMaxAuditRows         = 1000
+)
+
+// invocationRows are the rows of an invocation the supervisor writes
+// itself (started, timeout, completed), counted against MaxAuditRows.
+const invocationRows = 3
+
+// limits are an invocation's bounds on its cost to the supervisor.
+type limits struct {
+	ratePerMinute, maxConns, maxAuditRows int
+}
+
+// costLimits resolves the bounds: the operator's defaults (or the built-in
+// ones), the rate lowered by the frontmatter's.
+func costLimits(pol *policy.Policy, d *Defaults) limits {
+	l := limits{DefaultRateLimitPerMinute, DefaultMaxBrokerConnections, DefaultMaxAuditRows}
+	if d != nil {
+		for _, v := range []struct {
+			dst *int
+			src int
+		}{{&l.ratePerMinute, d.RateLimitPerMinute}, {&l.maxConns, d.MaxBrokerConnections}, {&l.maxAuditRows, d.MaxAuditRows}} {
+			if v.src > 0 {
+				*v.dst = v.src
+			}
+		}
+	}
+	if pol.RateLimitPerMinute > 0 && pol.RateLimitPerMinute < l.ratePerMinute {
+		l.ratePerMinute = pol.RateLimitPerMinute
+	}
+	return l
+}
 
 // errNotRunning: a tool that needs the sandbox was called before it ran.
 var errNotRunning = errors.New("the sandbox is not running")
@@ -65,9 +102,22 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 		SocketGID:      gid,
 		AllowPeer:      func(pid int32) bool { return s.Runner.Owns(inv.common.InvocationID, pid) },
 		NoConnectAfter: s.NoConnectAfter,
-		RatePerMinute:  inv.pol.RateLimitPerMinute,
-		OnDecided:      inv.req.OnToolCall,
-		Tracer:         s.Tracer,
-		SpanParent:     inv.spanCtx,
+		RatePerMinute:  inv.limits.ratePerMinute,
+		MaxConns:       inv.limits.maxConns,
+		MaxAuditRows:   inv.limits.maxAuditRows,
+		OtherAuditRows: invocationRows,
+		OnAuditCap: func() {
+			// End the invocation: its outcome is killed (dispatch).
+			inv.capHit.Store(true)
+			if p := running.Load(); p != nil {
+				if err := (*p).KillAll(); err != nil {
+					log.Error("audit row cap: kill", "err", err)
+				}
+			}
+		},
+		OnProtocolAbuse: inv.req.OnProtocolAbuse,
+		OnDecided:       inv.req.OnToolCall,
+		Tracer:          s.Tracer,
+		SpanParent:      inv.spanCtx,
 	})
 }

@@ -120,6 +120,9 @@ type Request struct {
 	OnStarted func(Started)
 	// OnToolCall is called for every decided tool call (it must not block).
 	OnToolCall func(broker.Decided)
+	// OnProtocolAbuse is called at the first broker protocol abuse of each
+	// kind (it must not block).
+	OnProtocolAbuse func(kind string)
 	// Stop, when closed, ends the invocation early through the timeout path
 	// (SIGTERM now, SIGKILL after the usual 10% grace, at most StopKillAfter):
 	// the daemon's shutdown. The outcome is timeout, with its skill.timeout row.
@@ -139,6 +142,14 @@ type Defaults struct {
 	// RLIMIT_NOFILE; 0 keeps the sandbox's defaults.
 	FileSizeMB int64
 	NoFile     int64
+	// RateLimitPerMinute caps an invocation's tool calls per minute; a
+	// frontmatter's x-rate-limit-per-minute may lower it, never raise it.
+	// MaxBrokerConnections caps its simultaneous broker connections and
+	// MaxAuditRows its audit rows (reached: the invocation ends killed).
+	// Zero: the built-in Default* (supervisor/broker.go).
+	RateLimitPerMinute   int
+	MaxBrokerConnections int
+	MaxAuditRows         int
 }
 
 // Started describes an invocation whose started row is durable.
@@ -171,6 +182,9 @@ type Envelope struct {
 	DeadlineMS     int64               `json:"deadline_ms"`
 	SignalSent     string              `json:"signal_sent,omitempty"`
 	TraceID        string              `json:"trace_id"`
+	// ProtocolAbuse counts the broker protocol abuse of the invocation by
+	// kind (audit.ProtocolAbuseKinds); absent when none.
+	ProtocolAbuse map[string]int64 `json:"protocol_abuse,omitempty"`
 }
 
 // Auditor takes audit rows and returns once they are durable: the
@@ -367,6 +381,8 @@ type invocation struct {
 	env         Envelope
 	req         Request
 	spanCtx     context.Context // carries skill.invoke
+	limits      limits
+	capHit      atomic.Bool // the broker reached the audit row cap
 }
 
 // prepare validates everything that can be refused before any row is
@@ -427,6 +443,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 		stdout:   &cappedBuffer{max: MaxResultBytes},
 		stderr:   &tailBuffer{max: MaxLogBytes},
 		req:      req,
+		limits:   costLimits(pol, req.Defaults),
 	}
 	inv.policyHash = polHash
 	if f := req.OnToolCall; f != nil {
@@ -554,7 +571,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 			log.Error("audit: skill.timeout not written", "err", err)
 		}
 	}
-	completed := audit.InvokedCompleted(inv.common, string(env.Outcome), env.DurationMS, env.ResultHash, auditMsg)
+	completed := audit.InvokedCompletedAbuse(inv.common, string(env.Outcome), env.DurationMS, env.ResultHash, auditMsg, env.ProtocolAbuse)
 	var incomplete error
 	if err := s.emitCompleted(ctx, completed); err != nil {
 		// sev-1: the skill's effects stand (they cannot be reversed), and
@@ -649,6 +666,9 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		return env, "sandbox did not start"
 	}
 	running.Store(&proc)
+	if inv.capHit.Load() { // reached while the sandbox was starting
+		_ = proc.KillAll()
+	}
 	defer func() {
 		if cerr := proc.Close(); cerr != nil {
 			log.Error("sandbox cleanup", "err", cerr)
@@ -704,6 +724,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		log.Warn("cgroup stats", "err", serr)
 	}
 	env.Stats = stats
+	env.ProtocolAbuse = brk.ProtocolAbuse()
 	env.LogTail = inv.stderr.Tail(LogTailBytes)
 	s.writeLog(env.InvocationID, inv.stderr.Bytes(), log)
 
@@ -712,6 +733,10 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	case werr != nil:
 		msg = "wait: " + werr.Error()
 		env.Outcome, env.ErrorMessage = OutcomeError, msg
+	case inv.capHit.Load():
+		env.Outcome = OutcomeKilled
+		msg = fmt.Sprintf("killed at the audit row cap: %d rows (skill.audit_cap_reached)", inv.limits.maxAuditRows)
+		env.ErrorMessage = msg
 	case killSent.Load() || termSent.Load():
 		env.Outcome = OutcomeTimeout
 		env.SignalSent = "SIGTERM"

@@ -33,6 +33,7 @@ type runFlags struct {
 	socketDir                                    string
 	json, allowDegraded, allowLoopbackHTTP       bool
 	recorder                                     *sandbox.SyscallRecorder // seccomp record
+	limits                                       supervisor.Defaults      // the cost bounds only
 }
 
 func newRunCmd() *cobra.Command {
@@ -58,6 +59,9 @@ func newRunCmd() *cobra.Command {
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
 	fl.BoolVar(&f.json, "json", false, "print the envelope as one JSON object")
 	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even where the platform cannot enforce every control (macOS)")
+	fl.IntVar(&f.limits.RateLimitPerMinute, "rate-limit-per-minute", supervisor.DefaultRateLimitPerMinute, "tool calls per minute (a frontmatter may lower it)")
+	fl.IntVar(&f.limits.MaxBrokerConnections, "max-broker-connections", supervisor.DefaultMaxBrokerConnections, "simultaneous broker connections")
+	fl.IntVar(&f.limits.MaxAuditRows, "max-audit-rows", supervisor.DefaultMaxAuditRows, "audit rows of the invocation; reached: it is ended as killed")
 	fl.StringVar(&f.socketDir, "socket-dir", "", "private directory of broker sockets (default <run-dir>/sockets)")
 	fl.BoolVar(&f.allowLoopbackHTTP, "allow-loopback-http", false, "let Http tools reach 127.0.0.0/8 and ::1 (tests only)")
 	_ = fl.MarkHidden("run-dir")
@@ -85,6 +89,14 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	args, err := readArgs(f.args, f.argsFile)
 	if err != nil {
 		return err
+	}
+	for _, v := range []struct {
+		flag string
+		n    int
+	}{{"rate-limit-per-minute", f.limits.RateLimitPerMinute}, {"max-broker-connections", f.limits.MaxBrokerConnections}, {"max-audit-rows", f.limits.MaxAuditRows}} {
+		if v.n < 0 {
+			return &exitError{exitUsage, fmt.Errorf("--%s: must not be negative, got %d", v.flag, v.n)}
+		}
 	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {
@@ -137,6 +149,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		Persona:     f.persona,
 		Traceparent: f.traceparent,
 		Deadline:    f.deadline,
+		Defaults:    limitsOnly(f.limits),
 
 		SeccompRecorder: f.recorder,
 	})
@@ -153,6 +166,12 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return &exitError{exitRefused, err}
 	}
 	return writeEnvelope(out, env, f.json)
+}
+
+// limitsOnly is Defaults carrying only the cost bounds of `skill run`'s
+// flags (the frontmatter's own limits, or the built-in ones, stand).
+func limitsOnly(l supervisor.Defaults) *supervisor.Defaults {
+	return &supervisor.Defaults{RateLimitPerMinute: l.RateLimitPerMinute, MaxBrokerConnections: l.MaxBrokerConnections, MaxAuditRows: l.MaxAuditRows}
 }
 
 // writeEnvelope prints an invocation's envelope (as JSON with asJSON) and

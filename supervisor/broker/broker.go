@@ -7,6 +7,7 @@ package broker
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -41,7 +42,17 @@ func tracerOrNoop(t trace.Tracer) trace.Tracer {
 const (
 	DefaultNoConnectAfter = 60 * time.Second
 	DefaultFrameTimeout   = 10 * time.Second
-	DefaultMaxConns       = 64
+	DefaultMaxConns       = 16
+	// DefaultAcceptsPerSecond bounds how fast one invocation's connections
+	// are accepted (DefaultAcceptBurst at once): a connect/close loop costs
+	// the supervisor at most that many connections' work per second, and
+	// the skill's connect(2) waits in the listen backlog meanwhile.
+	DefaultAcceptsPerSecond = 100
+	DefaultAcceptBurst      = 100
+	// logBurst is how many lines of one repeated per-connection warning an
+	// invocation logs before the rest are only counted (and summarised
+	// when the broker closes).
+	logBurst = 5
 )
 
 // SocketName returns the socket's file name for an invocation.
@@ -97,9 +108,28 @@ type Config struct {
 	// FrameTimeout bounds reading one frame once its first byte arrived,
 	// and writing one response. Default 10 s.
 	FrameTimeout time.Duration
-	// MaxConns bounds simultaneous connections; more are closed at once.
-	// Default 64.
+	// MaxConns bounds simultaneous connections; more are closed at once
+	// (and recorded as protocol abuse). Default 16.
 	MaxConns int
+	// AcceptsPerSecond bounds the rate connections are accepted at (burst
+	// AcceptBurst). Defaults DefaultAcceptsPerSecond, DefaultAcceptBurst.
+	AcceptsPerSecond, AcceptBurst int
+	// MaxAuditRows caps the rows this broker writes for the invocation
+	// (tool rows, protocol abuse, no_connect and the cap's own row); 0 is
+	// unbounded. The rows of one call are reserved before it is decided, so
+	// every call up to the cap is audited in full. The call that would go
+	// over is refused unaudited with audit_cap_reached, as is every later
+	// one; a skill.audit_cap_reached row is written once and OnAuditCap
+	// called (the supervisor ends the invocation).
+	MaxAuditRows int
+	OnAuditCap   func()
+	// OtherAuditRows are the invocation's rows written outside the broker
+	// (the supervisor's started, timeout and completed rows), counted
+	// against MaxAuditRows.
+	OtherAuditRows int
+	// OnProtocolAbuse, when set, is called at the first abuse of each kind
+	// (when its skill.protocol_abuse row is written). It must not block.
+	OnProtocolAbuse func(kind string)
 	// OnDecided, when set, is called once for every tool.call that was
 	// decided (completed, in any outcome, or denied), after its rows were
 	// handed to the audit sink. It runs on the dispatch path: it must not
@@ -133,6 +163,7 @@ type Broker struct {
 
 	connected   atomic.Bool
 	noConnTimer *time.Timer
+	accepts     bucket // touched by the accept loop only
 }
 
 // Start validates cfg, creates the socket and starts serving.
@@ -151,6 +182,8 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: invocation id %q is not usable in a socket name", cfg.Common.InvocationID)
 	case cfg.RatePerMinute < 0:
 		return nil, errors.New("broker: negative RatePerMinute")
+	case cfg.MaxAuditRows < 0 || cfg.OtherAuditRows < 0 || cfg.MaxAuditRows > 0 && toolRowBudget(cfg.MaxAuditRows, cfg.OtherAuditRows) < 3:
+		return nil, fmt.Errorf("broker: MaxAuditRows %d: want 0 (unbounded) or at least %d", cfg.MaxAuditRows, cfg.OtherAuditRows+reservedRows+3)
 	}
 	tp, err := invocationTraceparent(cfg)
 	if err != nil {
@@ -164,6 +197,12 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.AcceptsPerSecond <= 0 {
+		cfg.AcceptsPerSecond = DefaultAcceptsPerSecond
+	}
+	if cfg.AcceptBurst <= 0 {
+		cfg.AcceptBurst = DefaultAcceptBurst
 	}
 	log := cfg.Log
 	if log == nil {
@@ -190,7 +229,11 @@ func Start(cfg Config) (*Broker, error) {
 			onDecided: cfg.OnDecided, tracer: tracerOrNoop(cfg.Tracer), spanParent: cfg.SpanParent,
 			limiter: &window{limit: cfg.RatePerMinute},
 			started: time.Now(), now: time.Now,
+			rows:       rowBudget{max: int64(cfg.MaxAuditRows), limit: toolRowBudget(cfg.MaxAuditRows, cfg.OtherAuditRows)},
+			onAuditCap: cfg.OnAuditCap,
+			onAbuse:    cfg.OnProtocolAbuse,
 		},
+		accepts: bucket{rate: float64(cfg.AcceptsPerSecond), burst: float64(cfg.AcceptBurst), tokens: float64(cfg.AcceptBurst), last: time.Now()},
 	}
 	if cfg.NoConnectAfter > 0 {
 		b.noConnTimer = time.AfterFunc(cfg.NoConnectAfter, b.noConnect)
@@ -275,6 +318,13 @@ func listen(path string, uid, gid int) (*net.UnixListener, error) {
 // Path is the socket's host path (bind-mount it into the sandbox).
 func (b *Broker) Path() string { return b.path }
 
+// ProtocolAbuse returns the invocation's protocol abuse counts by kind
+// (nil when none).
+func (b *Broker) ProtocolAbuse() map[string]int64 { return b.d.protocolAbuse() }
+
+// AuditCapReached reports whether the invocation reached its audit row cap.
+func (b *Broker) AuditCapReached() bool { return b.d.capped.Load() }
+
 // Stats are the invocation's counters (also the broker.status result).
 func (b *Broker) Stats() Stats { return b.d.stats() }
 
@@ -297,6 +347,7 @@ func (b *Broker) Close() error {
 		b.cancel()
 		b.wg.Wait()
 		b.d.pending.Wait() // every queued completed row is durable (or logged)
+		b.d.logSuppressed()
 		if _, serr := os.Lstat(b.path); serr == nil {
 			if rerr := os.Remove(b.path); rerr != nil && err == nil {
 				err = rerr
@@ -317,7 +368,7 @@ func (b *Broker) noConnect() {
 	}
 	waited := b.cfg.NoConnectAfter.Milliseconds()
 	b.log.Warn("broker: the skill never connected", "waited_ms", waited)
-	if _, err := b.cfg.Audit.Emit(context.Background(), audit.NoConnect(b.cfg.Common, waited)); err != nil {
+	if _, err := b.cfg.Audit.Emit(context.Background(), audit.NoConnect(b.cfg.Common, waited)); err != nil { // reserved in the row budget
 		b.log.Error("broker: no_connect row not written", "err", err)
 	}
 	if b.cfg.OnNoConnect != nil {
@@ -336,7 +387,7 @@ func (b *Broker) accept() {
 			}
 			// EMFILE and friends: wait a little rather than spin.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			b.log.Warn("broker: accept", "err", err)
+			b.d.warn("broker: accept", "err", err)
 			select {
 			case <-time.After(backoff):
 			case <-b.ctx.Done():
@@ -345,6 +396,16 @@ func (b *Broker) accept() {
 			continue
 		}
 		backoff = 0
+		if wait := b.accepts.take(time.Now()); wait > 0 {
+			// Over the accept rate: this connection waits its turn, and the
+			// next ones wait in the listen backlog.
+			select {
+			case <-time.After(wait):
+			case <-b.ctx.Done():
+				c.Close()
+				return
+			}
+		}
 		if !b.admit(c) {
 			c.Close()
 			continue
@@ -359,29 +420,32 @@ func (b *Broker) accept() {
 func (b *Broker) admit(c *net.UnixConn) bool {
 	cred, err := peerCred(c)
 	if err != nil {
-		b.log.Warn("broker: peer refused: credentials unavailable", "err", err)
+		b.d.warn("broker: peer refused: credentials unavailable", "err", err)
+		b.d.abuse(audit.AbuseRefusedPeer, "peer credentials unavailable")
 		return false
 	}
 	if cred.uid != 0 && int64(cred.uid) != int64(b.cfg.SocketUID) {
-		b.log.Warn("broker: peer refused: uid", "pid", cred.pid, "uid", cred.uid)
+		b.d.warn("broker: peer refused: uid", "pid", cred.pid, "uid", cred.uid)
+		b.d.abuse(audit.AbuseRefusedPeer, fmt.Sprintf("peer pid %d (host) uid %d is not the skill's", cred.pid, cred.uid))
 		return false
 	}
 	if b.cfg.AllowPeer != nil && !b.cfg.AllowPeer(cred.pid) {
-		b.log.Warn("broker: peer refused: pid not allowed", "pid", cred.pid, "uid", cred.uid)
+		b.d.warn("broker: peer refused: pid not allowed", "pid", cred.pid, "uid", cred.uid)
+		b.d.abuse(audit.AbuseRefusedPeer, fmt.Sprintf("peer pid %d (host) is not in the sandbox", cred.pid))
 		return false
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case b.closed:
-		return false
-	case len(b.conns) >= b.cfg.MaxConns:
-		b.log.Warn("broker: connection refused: too many connections", "max", b.cfg.MaxConns, "pid", cred.pid)
-		return false
+	closed, full := b.closed, len(b.conns) >= b.cfg.MaxConns
+	if !closed && !full {
+		b.conns[c] = struct{}{}
+		b.connected.Store(true)
 	}
-	b.conns[c] = struct{}{}
-	b.connected.Store(true)
-	return true
+	b.mu.Unlock()
+	if full && !closed {
+		b.d.warn("broker: connection refused: too many connections", "max", b.cfg.MaxConns, "pid", cred.pid)
+		b.d.abuse(audit.AbuseTooManyConns, fmt.Sprintf("over %d simultaneous connections", b.cfg.MaxConns))
+	}
+	return !closed && !full
 }
 
 // serve reads frames and answers them in order until the peer goes, a frame
@@ -396,7 +460,7 @@ func (b *Broker) serve(c *net.UnixConn) {
 		b.mu.Unlock()
 		c.Close()
 	}()
-	br := bufio.NewReaderSize(c, 64<<10)
+	br := bufio.NewReaderSize(c, 4<<10) // a longer body is read past the buffer
 	for {
 		if err := c.SetReadDeadline(time.Time{}); err != nil {
 			return
@@ -407,6 +471,15 @@ func (b *Broker) serve(c *net.UnixConn) {
 		if err := c.SetReadDeadline(time.Now().Add(b.cfg.FrameTimeout)); err != nil {
 			return
 		}
+		if hdr, err := br.Peek(4); err == nil && textPrefix(hdr) {
+			// Text where a length prefix belongs (an HTTP request, JSON
+			// sent unframed): not this protocol. Say so and hang up rather
+			// than wait for the gigabyte such a prefix announces.
+			b.d.warn("broker: bytes that are not a framed request", "prefix_len", binary.BigEndian.Uint32(hdr))
+			b.d.abuse(audit.AbuseNotJSONRPC, "text where a frame's length prefix belongs")
+			_ = b.write(c, b.d.encode(b.d.errorResponse(nullID, errParse)))
+			return
+		}
 		body, err := ReadFrame(br, MaxRequest)
 		var resp []byte
 		var tl *FrameTooLargeError
@@ -414,7 +487,8 @@ func (b *Broker) serve(c *net.UnixConn) {
 		case err == nil:
 			resp = b.d.handle(b.ctx, body)
 		case errors.As(err, &tl):
-			b.log.Warn("broker: request over the cap", "bytes", tl.Length, "discarded", tl.Err == nil)
+			b.d.warn("broker: request over the cap", "bytes", tl.Length, "discarded", tl.Err == nil)
+			b.d.abuse(audit.AbuseOversizedFrame, fmt.Sprintf("frame of %d bytes over the %d-byte cap", tl.Length, MaxRequest))
 			resp = b.d.encode(b.d.errorResponse(nullID, err))
 			if tl.Err != nil { // the stream is lost: say why, then hang up
 				_ = b.write(c, resp)
@@ -422,7 +496,8 @@ func (b *Broker) serve(c *net.UnixConn) {
 			}
 		default:
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				b.log.Warn("broker: connection dropped mid-frame", "err", err)
+				b.d.warn("broker: connection dropped mid-frame", "err", err)
+				b.d.abuse(audit.AbuseTruncatedFrame, "connection dropped or stalled inside a frame")
 			}
 			return
 		}
@@ -431,11 +506,43 @@ func (b *Broker) serve(c *net.UnixConn) {
 		}
 		if err := b.write(c, resp); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				b.log.Warn("broker: response not written", "err", err)
+				b.d.warn("broker: response not written", "err", err)
 			}
 			return
 		}
 	}
+}
+
+// textPrefix reports whether a frame's 4-byte length prefix is printable
+// text (every such prefix is far over MaxRequest).
+func textPrefix(hdr []byte) bool {
+	for _, c := range hdr {
+		if (c < 0x20 || c > 0x7e) && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// bucket is a token bucket: take returns how long to wait before the
+// next token (0: take it now). An empty bucket waits for acceptBatch
+// tokens, so a flood wakes the accept loop a tenth as often. It is not
+// safe for concurrent use.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+const acceptBatch = 10
+
+func (k *bucket) take(now time.Time) time.Duration {
+	k.tokens = min(k.burst, k.tokens+now.Sub(k.last).Seconds()*k.rate)
+	k.last = now
+	k.tokens--
+	if k.tokens >= 0 {
+		return 0
+	}
+	return time.Duration((-k.tokens + min(acceptBatch, k.burst) - 1) / k.rate * float64(time.Second))
 }
 
 // write sends one response within FrameTimeout. The dispatcher has already

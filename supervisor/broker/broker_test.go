@@ -1,12 +1,14 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -523,8 +526,19 @@ func TestJSONRPCEnvelope(t *testing.T) {
 			t.Errorf("%s: got id %s error %+v, want code %d id %s", tc.body, r.ID, r.Error, tc.code, tc.id)
 		}
 	}
-	if n := len(e.audit.all()); n != 0 {
-		t.Errorf("malformed requests wrote %d audit rows", n)
+	// No tool rows: one skill.protocol_abuse row per kind, the counts kept.
+	var kinds []string
+	for _, r := range e.audit.all() {
+		if r.Kind != audit.KindProtocolAbuse {
+			t.Errorf("malformed requests wrote a %s row", r.Kind)
+		}
+		kinds = append(kinds, r.str("abuse_kind"))
+	}
+	if fmt.Sprint(kinds) != "[unknown_method invalid_request invalid_params]" {
+		t.Errorf("protocol_abuse rows %v; want one per kind", kinds)
+	}
+	if got := fmt.Sprint(e.b.ProtocolAbuse()); got != "map[invalid_params:13 invalid_request:13 unknown_method:1]" {
+		t.Errorf("abuse counts %s", got)
 	}
 	// Ids come back exactly as sent.
 	for _, id := range []string{`"abc"`, `null`, `1.5e3`, `-7`, `"` + strings.Repeat("i", 1000) + `"`} {
@@ -987,4 +1001,116 @@ func TestHelperClient(t *testing.T) {
 		os.Exit(1)
 	}
 	fmt.Println("served")
+}
+
+// The audit row cap: every call up to it is audited in full, the call that
+// would go over and every later one are refused unaudited, the cap is
+// recorded once and OnAuditCap called once; no more rows than the cap.
+func TestAuditRowCap(t *testing.T) {
+	var capped atomic.Int32
+	const max, others = 40, 3
+	e := startEnv(t, func(c *Config) {
+		c.MaxAuditRows, c.OtherAuditRows = max, others
+		c.OnAuditCap = func() { capped.Add(1) }
+	})
+	c := e.dial()
+	var reasons []string
+	for i := range 60 {
+		tool := "Bash" // denied: one row
+		if i%3 == 0 {
+			tool = "Read" // allowed: two rows
+		}
+		reasons = append(reasons, c.rpc(callBody(i, tool, `{"path":"/etc/hostname"}`, "")).reason())
+	}
+	rows := e.audit.all()
+	if len(rows) > max-others {
+		t.Errorf("%d rows; the cap leaves the broker %d", len(rows), max-others)
+	}
+	var capRows []row
+	for _, r := range rows {
+		if r.Kind == audit.KindAuditCapReached {
+			capRows = append(capRows, r)
+		}
+	}
+	if len(capRows) != 1 || capRows[0].Payload["max_audit_rows"] != float64(max) || capped.Load() != 1 {
+		t.Fatalf("cap rows %+v, OnAuditCap called %d times", capRows, capped.Load())
+	}
+	first := slices.Index(reasons, ReasonAuditCapReached)
+	if first < 0 || slices.ContainsFunc(reasons[first:], func(r string) bool { return r != ReasonAuditCapReached }) {
+		t.Fatalf("reasons %v: want audit_cap_reached from one call on", reasons)
+	}
+	// Every call before the cap has its rows.
+	tools := len(e.audit.kind(audit.KindToolDenied)) + len(e.audit.kind(audit.KindToolCallStarted))
+	if tools != first || len(e.audit.kind(audit.KindToolCallCompleted)) != len(e.audit.kind(audit.KindToolCallStarted)) {
+		t.Errorf("%d calls before the cap, %d audited", first, tools)
+	}
+	if !e.b.AuditCapReached() {
+		t.Error("AuditCapReached false")
+	}
+}
+
+// Text where a length prefix belongs (an HTTP request) is answered with a
+// parse error at once and the connection closed; the abuse is recorded
+// once per kind however often it comes, and repeated warnings are counted,
+// not logged.
+func TestProtocolAbuseRecordedOncePerKind(t *testing.T) {
+	var logs bytes.Buffer
+	var first []string
+	e := startEnv(t, func(c *Config) {
+		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
+		c.OnProtocolAbuse = func(kind string) { first = append(first, kind) }
+	})
+	for range 20 {
+		c := e.dial()
+		c.Write([]byte("GET /info HTTP/1.0\r\n\r\n"))
+		b, err := c.tryRecv(2 * time.Second)
+		if err != nil {
+			t.Fatalf("no answer to an HTTP request: %v", err)
+		}
+		if r := decodeWire(t, b); r.Error == nil || r.Error.Code != CodeParseError {
+			t.Fatalf("HTTP request answered %s", b)
+		}
+		if _, err := c.tryRecv(2 * time.Second); err == nil {
+			t.Fatal("the connection stayed open after an HTTP request")
+		}
+	}
+	rows := e.audit.kind(audit.KindProtocolAbuse)
+	if len(rows) != 1 || rows[0].str("abuse_kind") != audit.AbuseNotJSONRPC {
+		t.Fatalf("protocol_abuse rows %+v", rows)
+	}
+	if n := e.b.ProtocolAbuse()[audit.AbuseNotJSONRPC]; n != 20 {
+		t.Errorf("count %d, want 20", n)
+	}
+	e.b.Close()
+	if n := strings.Count(logs.String(), "not a framed request"); n != logBurst+1 {
+		t.Errorf("%d log lines name the abuse; want %d and a summary\n%s", n, logBurst+1, logs.String())
+	}
+	if !strings.Contains(logs.String(), "suppressed=15") || fmt.Sprint(first) != "[not_json_rpc]" {
+		t.Errorf("no summary of the suppressed lines, or OnProtocolAbuse %v\n%s", first, logs.String())
+	}
+}
+
+// Connections are accepted at a bounded rate: a burst, then, once the
+// bucket is empty, a batch of them per batch/rate.
+func TestAcceptRate(t *testing.T) {
+	k := bucket{rate: 100, burst: 20, tokens: 20, last: time.Unix(0, 0)}
+	now := time.Unix(0, 0)
+	for range 20 {
+		if w := k.take(now); w != 0 {
+			t.Fatalf("the burst waits %v", w)
+		}
+	}
+	w := k.take(now)
+	if w != 100*time.Millisecond {
+		t.Fatalf("past the burst: wait %v, want 100ms (a batch of %d at 100/s)", w, acceptBatch)
+	}
+	now = now.Add(w)
+	for i := range acceptBatch - 1 {
+		if w := k.take(now); w != 0 {
+			t.Fatalf("take %d of the batch waits %v", i, w)
+		}
+	}
+	if w := k.take(now); w == 0 {
+		t.Fatal("more than a batch without waiting")
+	}
 }

@@ -54,6 +54,9 @@ type callObs struct {
 	start      time.Time
 	durMS      int64
 	span       trace.Span
+	// unaudited: refused for the audit cap, with no row; operators' live
+	// views (built to match the rows) do not see it.
+	unaudited bool
 }
 
 // finish ends the call's span and publishes its Decided event.
@@ -76,7 +79,7 @@ func (d *dispatcher) finish(o *callObs) {
 		o.span.SetStatus(codes.Error, o.outcome)
 	}
 	o.span.End()
-	if d.onDecided != nil {
+	if d.onDecided != nil && !o.unaudited {
 		d.onDecided(Decided{
 			TS: d.now().UTC().Format(audit.TimeFormat), InvocationID: d.common.InvocationID,
 			Tool: o.tool, Outcome: o.outcome, DurationMS: o.durMS, ArgsHash: o.argsHash, Reason: o.reason,
@@ -135,6 +138,143 @@ type dispatcher struct {
 	toolCalls atomic.Int64 // decided tool.calls, denied included
 	denied    atomic.Int64
 	pending   sync.WaitGroup // completed rows queued, not yet known durable
+
+	rows       rowBudget
+	capOnce    sync.Once
+	capped     atomic.Bool
+	onAuditCap func()
+
+	onAbuse     func(kind string)
+	abuseMu     sync.Mutex
+	abuseCounts map[string]int64
+
+	warnMu sync.Mutex
+	warned map[string]int64 // per-connection warning lines by message
+}
+
+// reservedRows are the broker's rows outside the tool rows' share of the
+// cap: one skill.protocol_abuse per kind, skill.no_connect and
+// skill.audit_cap_reached.
+var reservedRows = 2 + len(audit.ProtocolAbuseKinds)
+
+// rowBudget counts the tool rows of an invocation against its share of
+// the audit row cap.
+type rowBudget struct {
+	max   int64 // the invocation's cap as configured; 0: unbounded
+	limit int64 // the tool rows' share of it
+	used  atomic.Int64
+}
+
+// toolRowBudget is the tool rows' share of a cap of max rows, others of
+// which are written outside the broker.
+func toolRowBudget(max, others int) int64 {
+	if max <= 0 {
+		return 0
+	}
+	return int64(max - others - reservedRows)
+}
+
+// take reserves n rows; false when they would go over the cap.
+func (r *rowBudget) take(n int64) bool {
+	if r.max <= 0 {
+		return true
+	}
+	for {
+		u := r.used.Load()
+		if u+n > r.limit {
+			return false
+		}
+		if r.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// give returns n reserved rows that were not written.
+func (r *rowBudget) give(n int64) {
+	if r.max > 0 {
+		r.used.Add(-n)
+	}
+}
+
+// capReached records, once, that the invocation reached its audit row cap:
+// the skill.audit_cap_reached row, then OnAuditCap. Later calls are refused.
+func (d *dispatcher) capReached() {
+	d.capOnce.Do(func() {
+		d.capped.Store(true)
+		d.log.Warn("broker: audit row cap reached; further calls refused, the invocation is ended", "max_audit_rows", d.rows.max)
+		if _, err := d.audit.Emit(context.Background(), audit.AuditCapReached(d.common, d.rows.max, d.toolCalls.Load())); err != nil {
+			d.log.Error("broker: audit_cap_reached row not written", "err", err)
+		}
+		if d.onAuditCap != nil {
+			d.onAuditCap()
+		}
+	})
+}
+
+// abuse counts one protocol abuse; the first of its kind in the invocation
+// is recorded in a skill.protocol_abuse row (reserved in the row budget).
+func (d *dispatcher) abuse(kind, detail string) {
+	d.abuseMu.Lock()
+	if d.abuseCounts == nil {
+		d.abuseCounts = map[string]int64{}
+	}
+	d.abuseCounts[kind]++
+	first := d.abuseCounts[kind] == 1
+	d.abuseMu.Unlock()
+	if !first {
+		return
+	}
+	if _, err := d.audit.Emit(context.Background(), audit.ProtocolAbuse(d.common, kind, detail)); err != nil {
+		d.log.Error("broker: protocol_abuse row not written", "abuse_kind", kind, "err", err)
+	}
+	if d.onAbuse != nil {
+		d.onAbuse(kind)
+	}
+}
+
+// protocolAbuse returns the abuse counts by kind, nil when none.
+func (d *dispatcher) protocolAbuse() map[string]int64 {
+	d.abuseMu.Lock()
+	defer d.abuseMu.Unlock()
+	if len(d.abuseCounts) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(d.abuseCounts))
+	for k, n := range d.abuseCounts {
+		out[k] = n
+	}
+	return out
+}
+
+// warn logs a warning a skill can repeat at will (one per connection or
+// frame): the first logBurst lines of each message, then only a count,
+// summarised by logSuppressed when the broker closes.
+func (d *dispatcher) warn(msg string, args ...any) {
+	d.warnMu.Lock()
+	if d.warned == nil {
+		d.warned = map[string]int64{}
+	}
+	d.warned[msg]++
+	n := d.warned[msg]
+	d.warnMu.Unlock()
+	switch {
+	case n < logBurst:
+		d.log.Warn(msg, args...)
+	case n == logBurst:
+		d.log.Warn(msg, append(args, "further", "counted, summarised when the broker closes")...)
+	}
+}
+
+// logSuppressed logs one line per warning that went over its burst.
+func (d *dispatcher) logSuppressed() {
+	d.warnMu.Lock()
+	defer d.warnMu.Unlock()
+	for msg, n := range d.warned {
+		if n > logBurst {
+			d.log.Warn("broker: repeated warning suppressed", "message", msg, "suppressed", n-logBurst, "total", n)
+		}
+	}
 }
 
 // Stats is the broker.status result.
@@ -160,9 +300,11 @@ func (d *dispatcher) stats() Stats {
 // nothing is to be sent (a notification, a batch of notifications).
 func (d *dispatcher) handle(ctx context.Context, body []byte) []byte {
 	if tooDeep(body, MaxDepth) {
+		d.abuse(audit.AbuseInvalidRequest, "JSON nested too deep")
 		return d.encode(d.errorResponse(nullID, errTooDeep))
 	}
 	if !json.Valid(body) {
+		d.abuse(audit.AbuseNotJSONRPC, "a frame that is not JSON")
 		return d.encode(d.errorResponse(nullID, errParse))
 	}
 	switch jsonKind(body) {
@@ -175,12 +317,15 @@ func (d *dispatcher) handle(ctx context.Context, body []byte) []byte {
 	case '[':
 		var items []json.RawMessage
 		if err := json.Unmarshal(body, &items); err != nil {
+			d.abuse(audit.AbuseNotJSONRPC, "a batch that is not JSON")
 			return d.encode(d.errorResponse(nullID, errParse))
 		}
 		switch {
 		case len(items) == 0:
+			d.abuse(audit.AbuseInvalidRequest, "an empty batch")
 			return d.encode(d.errorResponse(nullID, errEmptyBatch))
 		case len(items) > MaxBatch:
+			d.abuse(audit.AbuseInvalidRequest, fmt.Sprintf("a batch over %d entries", MaxBatch))
 			return d.encode(d.errorResponse(nullID, errBatchTooLarge))
 		}
 		var out []*response
@@ -194,6 +339,7 @@ func (d *dispatcher) handle(ctx context.Context, body []byte) []byte {
 		}
 		return d.encodeCapped(out, nullID)
 	default:
+		d.abuse(audit.AbuseInvalidRequest, "a frame that is not an object or a batch")
 		return d.encode(d.errorResponse(nullID, fmt.Errorf("%w: not an object or a batch", errInvalidRequest)))
 	}
 }
@@ -202,6 +348,7 @@ func (d *dispatcher) handle(ctx context.Context, body []byte) []byte {
 func (d *dispatcher) one(ctx context.Context, raw json.RawMessage) *response {
 	req, err := decodeRequest(raw)
 	if err != nil {
+		d.abuse(audit.AbuseInvalidRequest, "not a JSON-RPC 2.0 request")
 		return d.errorResponse(req.id, err)
 	}
 	var result any
@@ -214,6 +361,11 @@ func (d *dispatcher) one(ctx context.Context, raw json.RawMessage) *response {
 		result, err = d.status(req)
 	default:
 		err = errMethodNotFound
+		d.abuse(audit.AbuseUnknownMethod, "a method the broker does not serve")
+	}
+	var pe *paramsError
+	if errors.As(err, &pe) {
+		d.abuse(audit.AbuseInvalidParams, "params the broker cannot decode")
 	}
 	if req.notification() {
 		return nil
@@ -418,6 +570,9 @@ func hasControl(s string) bool {
 // nothing runs; an allowed call runs only once its started row is durable,
 // and every started row gets its completed row.
 func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
+	if d.capped.Load() {
+		return nil, errAuditCap
+	}
 	if req.params == nil {
 		return nil, invalidParams("tool.call needs params")
 	}
@@ -463,15 +618,29 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 			denial = &policy.Denial{Reason: policy.ReasonToolNotAllowed, Tool: name}
 			err = denial
 		}
-		d.deny(ctx, log, common, metricTool, denial, argsHash)
 		obs.tool, obs.outcome, obs.reason = deniedTool(denial, metricTool), telemetry.ToolCallDenied, string(denial.Reason)
+		if !d.rows.take(1) {
+			obs.unaudited = true
+			d.capReached()
+			return nil, errAuditCap
+		}
+		d.deny(ctx, log, common, metricTool, denial, argsHash)
 		return nil, err
+	}
+
+	// Reserve the call's rows: started, completed and, should the tool
+	// refuse it inside, its tool_denied row.
+	if !d.rows.take(3) {
+		obs.outcome, obs.reason, obs.unaudited = telemetry.ToolCallDenied, ReasonAuditCapReached, true
+		d.capReached()
+		return nil, errAuditCap
 	}
 
 	// Audit the start; without it the tool must not run.
 	callID := ulid.Make().String()
 	actx := context.WithoutCancel(ctx)
 	if _, aerr := d.audit.Emit(actx, audit.ToolCallStarted(common, callID, p.tool, argsHash)); aerr != nil {
+		d.rows.give(3)
 		log.Error("broker: tool_call_started row not written; call refused", "err", aerr)
 		d.count(metricTool, telemetry.ToolCallError)
 		obs.outcome = telemetry.ToolCallError
@@ -519,6 +688,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 		obs.outcome, obs.reason = telemetry.ToolCallDenied, string(denial.Reason)
 		return nil, err
 	}
+	d.rows.give(1)
 	d.count(metricTool, metricOutcome)
 	obs.outcome = metricOutcome
 	if err != nil {

@@ -40,6 +40,7 @@ const (
 	ReasonInvalidParams    = "invalid_params"
 	ReasonBatchTooLarge    = "batch_too_large"
 	ReasonTooDeep          = "nesting_too_deep"
+	ReasonAuditCapReached  = "audit_cap_reached"
 )
 
 // Error classes of the broker itself; the tools' classes live in package
@@ -54,6 +55,7 @@ var (
 	errResponseTooLarge = errors.New("response too large")
 	errAuditUnavailable = errors.New("audit unavailable")
 	errToolPanic        = errors.New("tool panicked")
+	errAuditCap         = errors.New("audit row cap reached")
 )
 
 // paramsError is an invalid-params finding of the broker's own decoding;
@@ -93,6 +95,9 @@ func errorObject(err error) *RPCError {
 	case errors.Is(err, errResponseTooLarge):
 		return &RPCError{Code: CodeInternal, Message: ReasonResponseTooLarge,
 			Data: &ErrorData{Reason: ReasonResponseTooLarge, Detail: fmt.Sprintf("response over %d bytes", MaxResponse)}}
+	case errors.Is(err, errAuditCap):
+		return &RPCError{Code: CodeInternal, Message: ReasonAuditCapReached, Data: &ErrorData{Reason: ReasonAuditCapReached,
+			Detail: "this invocation reached its cap on audit rows and is being ended"}}
 	case errors.Is(err, errAuditUnavailable):
 		return &RPCError{Code: CodeInternal, Message: ReasonAuditUnavailable, Data: &ErrorData{Reason: ReasonAuditUnavailable}}
 	case errors.Is(err, errToolPanic):

@@ -81,6 +81,11 @@ type Defaults struct {
 	// RLIMIT_NOFILE, for every skill (no frontmatter key sets them).
 	FileSizeMB int64 `yaml:"file_size_mb"`
 	NoFile     int64 `yaml:"nofile"`
+	// Per invocation: tool calls per minute (a frontmatter may lower it),
+	// simultaneous broker connections, audit rows (reached: killed).
+	RateLimitPerMinute   int `yaml:"rate_limit_per_minute"`
+	MaxBrokerConnections int `yaml:"max_broker_connections"`
+	MaxAuditRows         int `yaml:"max_audit_rows"`
 }
 
 // DefaultConfig is what an empty file means.
@@ -94,10 +99,11 @@ func DefaultConfig() Config {
 		MetricsListen:      "127.0.0.1:9464",
 		SeccompProfilesDir: "/etc/cyberos/seccomp-profiles",
 		MaxConcurrent:      256,
-		Defaults:           Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default", CPU: 1, FileSizeMB: 128, NoFile: 1024},
-		ShutdownGrace:      Grace(30 * time.Second),
-		IdempotencyWindow:  Window(24 * time.Hour),
-		Userns:             Userns{HostIDBase: sandbox.DefaultHostIDBase},
+		Defaults: Defaults{MemoryMB: 512, PidsMax: 64, EffortMinutes: 5, SeccompProfile: "default", CPU: 1, FileSizeMB: 128, NoFile: 1024,
+			RateLimitPerMinute: 600, MaxBrokerConnections: 16, MaxAuditRows: 1000},
+		ShutdownGrace:     Grace(30 * time.Second),
+		IdempotencyWindow: Window(24 * time.Hour),
+		Userns:            Userns{HostIDBase: sandbox.DefaultHostIDBase},
 	}
 }
 
@@ -171,6 +177,12 @@ func (c *Config) Validate() error {
 		return bad("defaults.file_size_mb", "must be 1..1048576, got %d", d.FileSizeMB)
 	case d.NoFile < 64 || d.NoFile > 1<<20:
 		return bad("defaults.nofile", "must be 64..1048576, got %d", d.NoFile)
+	case d.RateLimitPerMinute < 1 || d.RateLimitPerMinute > 1_000_000:
+		return bad("defaults.rate_limit_per_minute", "must be 1..1000000, got %d", d.RateLimitPerMinute)
+	case d.MaxBrokerConnections < 1 || d.MaxBrokerConnections > 1024:
+		return bad("defaults.max_broker_connections", "must be 1..1024, got %d", d.MaxBrokerConnections)
+	case d.MaxAuditRows < 100 || d.MaxAuditRows > 100_000_000:
+		return bad("defaults.max_audit_rows", "must be 100..100000000, got %d", d.MaxAuditRows)
 	}
 	if g := time.Duration(c.ShutdownGrace); g < 0 || g > time.Hour {
 		return bad("shutdown_grace", "must be 0..1h, got %v", g)

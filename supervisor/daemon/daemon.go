@@ -110,7 +110,11 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count today's tool calls from the audit rows: %w", err)
 	}
-	d.hub.seed(day, calls, denied)
+	abuse, err := CountDayKind(context.Background(), o.Store, day, audit.KindProtocolAbuse)
+	if err != nil {
+		return nil, fmt.Errorf("count today's protocol abuse from the audit rows: %w", err)
+	}
+	d.hub.seed(day, calls, denied, abuse)
 	if cfg.IdempotencyWindow > 0 {
 		if d.requests, err = newRequests(cfg.StateDir, time.Duration(cfg.IdempotencyWindow)); err != nil {
 			return nil, err
@@ -441,8 +445,9 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 			}
 			d.hub.started(s)
 		},
-		OnToolCall: d.hub.decided,
-		Stop:       d.stop,
+		OnToolCall:      d.hub.decided,
+		OnProtocolAbuse: func(kind string) { d.hub.protocolAbuse(id, kind) },
+		Stop:            d.stop,
 	})
 	if id != "" {
 		d.hub.ended(id)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\ndefaults: {cpu: .nan}\n", "defaults.cpu"},
 		{"version: 1\ndefaults: {file_size_mb: 0}\n", "defaults.file_size_mb"},
 		{"version: 1\ndefaults: {nofile: 16}\n", "defaults.nofile"},
+		{"version: 1\ndefaults: {rate_limit_per_minute: 0}\n", "defaults.rate_limit_per_minute"},
+		{"version: 1\ndefaults: {max_broker_connections: 2000}\n", "defaults.max_broker_connections"},
+		{"version: 1\ndefaults: {max_audit_rows: 10}\n", "defaults.max_audit_rows"},
 		{"version: 1\nshutdown_grace: forever\n", "shutdown_grace"},
 		{"version: 1\nmetrics_listen: nocolon\n", "metrics_listen"},
 		{"version: 1\nadmin_group: no-such-group-cyberos\n", "admin_group"},
@@ -134,15 +138,17 @@ func TestHubSlowSubscriberNeverBlocks(t *testing.T) {
 func TestHubCountsAndDayRoll(t *testing.T) {
 	now := time.Date(2026, 1, 2, 23, 59, 0, 0, time.UTC)
 	h := newHub(func() time.Time { return now })
-	h.seed("2026-01-02", 10, 3)
+	h.seed("2026-01-02", 10, 3, 2)
 	h.started(supervisor.Started{InvocationID: "a", SkillID: "s", StartedAt: now})
 	h.decided(broker.Decided{InvocationID: "a", Tool: "Read", Outcome: "denied"})
+	h.protocolAbuse("a", "not_json_rpc")
 	st := h.status()
-	if st.ToolCallsToday != 11 || st.DeniedToday != 4 || st.ActiveInvocations != 1 || st.Invocations[0].ToolCalls != 1 {
+	if st.ToolCallsToday != 11 || st.DeniedToday != 4 || st.ActiveInvocations != 1 || st.Invocations[0].ToolCalls != 1 ||
+		st.ProtocolAbuseToday != 3 || fmt.Sprint(st.Invocations[0].ProtocolAbuse) != "[not_json_rpc]" {
 		t.Errorf("%+v", st)
 	}
 	now = now.Add(2 * time.Minute)
-	if st := h.status(); st.ToolCallsToday != 0 || st.DeniedToday != 0 || st.Day != "2026-01-03" {
+	if st := h.status(); st.ToolCallsToday != 0 || st.DeniedToday != 0 || st.ProtocolAbuseToday != 0 || st.Day != "2026-01-03" {
 		t.Errorf("after midnight UTC %+v", st)
 	}
 }

@@ -24,11 +24,14 @@ const (
 
 // Status is GET /v1/status (and `cyberos skill broker status`).
 type Status struct {
-	ActiveInvocations int          `json:"active_invocations"`
-	ToolCallsToday    int64        `json:"tool_calls_today"`
-	DeniedToday       int64        `json:"denied_today"`
-	Day               string       `json:"day"` // the UTC day counted, YYYY-MM-DD
-	Invocations       []ActiveView `json:"invocations"`
+	ActiveInvocations int   `json:"active_invocations"`
+	ToolCallsToday    int64 `json:"tool_calls_today"`
+	DeniedToday       int64 `json:"denied_today"`
+	// ProtocolAbuseToday counts skill.protocol_abuse rows: each kind of
+	// broker protocol abuse once per invocation.
+	ProtocolAbuseToday int64        `json:"protocol_abuse_today"`
+	Day                string       `json:"day"` // the UTC day counted, YYYY-MM-DD
+	Invocations        []ActiveView `json:"invocations"`
 }
 
 // ActiveView is one running invocation in Status.
@@ -38,11 +41,14 @@ type ActiveView struct {
 	TenantID     string `json:"tenant_id"`
 	StartedAt    string `json:"started_at"`
 	ToolCalls    int64  `json:"tool_calls"`
+	// ProtocolAbuse lists the kinds of protocol abuse seen so far.
+	ProtocolAbuse []string `json:"protocol_abuse,omitempty"`
 }
 
 type active struct {
 	info      supervisor.Started
 	toolCalls int64
+	abuse     []string
 	history   []broker.Decided
 	truncated bool
 	subs      map[*subscriber]struct{}
@@ -62,6 +68,7 @@ type hub struct {
 	day     string
 	calls   int64
 	denied  int64
+	abuse   int64
 	dropped int64
 	now     func() time.Time
 }
@@ -76,16 +83,27 @@ func newHub(now func() time.Time) *hub {
 func utcDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 
 // seed sets today's counters (from the audit rows at start).
-func (h *hub) seed(day string, calls, denied int64) {
+func (h *hub) seed(day string, calls, denied, abuse int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.day, h.calls, h.denied = day, calls, denied
+	h.day, h.calls, h.denied, h.abuse = day, calls, denied, abuse
 }
 
 // rollLocked resets the counters when the UTC day changed.
 func (h *hub) rollLocked() {
 	if d := utcDay(h.now()); d != h.day {
-		h.day, h.calls, h.denied = d, 0, 0
+		h.day, h.calls, h.denied, h.abuse = d, 0, 0, 0
+	}
+}
+
+// protocolAbuse counts the first protocol abuse of a kind in invocation id.
+func (h *hub) protocolAbuse(id, kind string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rollLocked()
+	h.abuse++
+	if a := h.active[id]; a != nil {
+		a.abuse = append(a.abuse, kind)
 	}
 }
 
@@ -175,12 +193,13 @@ func (h *hub) status() Status {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.rollLocked()
-	st := Status{ActiveInvocations: len(h.active), ToolCallsToday: h.calls, DeniedToday: h.denied, Day: h.day,
-		Invocations: []ActiveView{}}
+	st := Status{ActiveInvocations: len(h.active), ToolCallsToday: h.calls, DeniedToday: h.denied, ProtocolAbuseToday: h.abuse,
+		Day: h.day, Invocations: []ActiveView{}}
 	for _, a := range h.active {
 		st.Invocations = append(st.Invocations, ActiveView{
 			InvocationID: a.info.InvocationID, SkillID: a.info.SkillID, TenantID: a.info.TenantID,
 			StartedAt: a.info.StartedAt.UTC().Format(time.RFC3339Nano), ToolCalls: a.toolCalls,
+			ProtocolAbuse: append([]string(nil), a.abuse...),
 		})
 	}
 	sortViews(st.Invocations)

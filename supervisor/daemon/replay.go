@@ -120,6 +120,17 @@ func CountDay(ctx context.Context, src RowSource, day string) (calls, denied int
 	return calls, denied, nil
 }
 
+// CountDayKind counts the rows of kind written on day (YYYY-MM-DD, UTC).
+func CountDayKind(ctx context.Context, src RowSource, day string, kind audit.Kind) (n int64, err error) {
+	err = src.Each(ctx, audit.Filter{Kind: kind}, func(row audit.Row) error {
+		if strings.HasPrefix(row.TS, day) {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
 // Verdicts of a re-judged call.
 const (
 	VerdictDenied      = "denied"
