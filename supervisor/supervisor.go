@@ -317,36 +317,37 @@ func (s *Supervisor) checkStateDir() error {
 	if err != nil {
 		return fmt.Errorf("%w: state dir %s is not writable: %v", ErrRefused, s.StateDir, err)
 	}
-	if free, ok := freeBytes(s.StateDir); ok && free < s.minFree() {
-		return fmt.Errorf("%w: state dir %s has %d KiB free, below the %d KiB kept for the audit rows of running invocations", ErrRefused, s.StateDir, free>>10, s.minFree()>>10)
+	if free, size, ok := freeBytes(s.StateDir); ok && free < s.minFree(size) {
+		return fmt.Errorf("%w: state dir %s has %d KiB free, below the %d KiB kept for the audit rows of running invocations", ErrRefused, s.StateDir, free>>10, s.minFree(size)>>10)
 	}
 	return nil
 }
 
 // DefaultMinFreeBytes is the free space below which no invocation starts
-// (Supervisor.MinFreeBytes 0): what running invocations' terminal audit
-// rows may still need once the journal's preallocation is used up.
+// (Supervisor.MinFreeBytes 0; a sixteenth of a smaller filesystem): what
+// running invocations' terminal audit rows may still need once the
+// journal's preallocation is used up.
 const DefaultMinFreeBytes = 8 << 20
 
-func (s *Supervisor) minFree() int64 {
+func (s *Supervisor) minFree(fsBytes int64) int64 {
 	if s.MinFreeBytes > 0 {
 		return s.MinFreeBytes
 	}
-	return DefaultMinFreeBytes
+	return min(DefaultMinFreeBytes, fsBytes/16)
 }
 
 // freeBytes is what this process may still write on dir's filesystem
-// (root may use the blocks reserved for it).
-func freeBytes(dir string) (int64, bool) {
+// (root may use the blocks reserved for it), and the filesystem's size.
+func freeBytes(dir string) (free, size int64, ok bool) {
 	var st unix.Statfs_t
 	if unix.Statfs(dir, &st) != nil || st.Blocks == 0 { // ramfs counts nothing
-		return 0, false
+		return 0, 0, false
 	}
 	blocks := int64(st.Bavail) // uint64 on Linux, int64 on some systems
 	if os.Geteuid() == 0 {
 		blocks = int64(st.Bfree)
 	}
-	return blocks * int64(st.Bsize), true
+	return blocks * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), true
 }
 
 // Run performs one invocation, audited as spec 000 §1 says: the

@@ -171,7 +171,8 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 // limitsOnly is Defaults carrying only the cost bounds of `skill run`'s
 // flags (the frontmatter's own limits, or the built-in ones, stand).
 func limitsOnly(l supervisor.Defaults) *supervisor.Defaults {
-	return &supervisor.Defaults{RateLimitPerMinute: l.RateLimitPerMinute, MaxBrokerConnections: l.MaxBrokerConnections, MaxAuditRows: l.MaxAuditRows}
+	// CPU -1 keeps the built-in quota (0 would mean none).
+	return &supervisor.Defaults{CPU: -1, RateLimitPerMinute: l.RateLimitPerMinute, MaxBrokerConnections: l.MaxBrokerConnections, MaxAuditRows: l.MaxAuditRows}
 }
 
 // writeEnvelope prints an invocation's envelope (as JSON with asJSON) and
