@@ -24,8 +24,14 @@ build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the 
 demo: build ## run the example skills in the sandbox (as root): results, what was enforced, broker refusals, the audit chain
 	@bash scripts/demo.sh $(BIN) $(DEMO_STATE)
 
-test: deps lint ## unit + root integration tests, and the macOS build
+# RACE_PKGS are the packages whose tests need no root: they run again
+# under the race detector.
+RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/daemon/... \
+	./supervisor/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/...
+
+test: deps lint ## unit + root integration tests, the race detector on RACE_PKGS, and the macOS build
 	CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...
+	CGO_ENABLED=1 $(GO) test -race -tags $(TAGS) -count=1 -timeout 20m $(RACE_PKGS)
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
 	@echo "macOS build: ok"
 
