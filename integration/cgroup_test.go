@@ -128,6 +128,25 @@ func readTrim(t *testing.T, p string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// sleeperCgroups runs a skill that sleeps (found by its argument, secs)
+// under frontmatter and returns its cgroup dirs (skillCgroupDirs) while it
+// runs; the test's cleanup ends it.
+func sleeperCgroups(t *testing.T, e *env, name, frontmatter, secs string) map[string]string {
+	t.Helper()
+	dir := e.skill(name, frontmatter, "#!/bin/sh\nexec /bin/sleep "+secs+"\n")
+	done := make(chan result, 1)
+	go func() { done <- e.run(dir, "--deadline", "30s") }()
+	var pids []int
+	waitFor(t, 20*time.Second, func() bool { pids = procsMatching("sleep " + secs); return len(pids) > 0 })
+	t.Cleanup(func() {
+		for _, p := range pids {
+			_ = killPid(p)
+		}
+		<-done
+	})
+	return skillCgroupDirs(t, pids[0])
+}
+
 // TestCgroupLimitsApplied: x-cpu 0.5, x-pids-max 32 and x-memory-mb 128
 // are in the skill's cgroup files, read from the host while it runs: on v2
 // cpu.max "50000 100000", pids.max 32, memory.max 128 MiB and
@@ -135,18 +154,7 @@ func readTrim(t *testing.T, p string) string {
 // memory.limit_in_bytes 128 MiB.
 func TestCgroupLimitsApplied(t *testing.T) {
 	e := newEnv(t)
-	dir := e.skill("capped", "x-cpu: 0.5\nx-pids-max: 32\nx-memory-mb: 128\n", "#!/bin/sh\nexec /bin/sleep 27182\n")
-	done := make(chan result, 1)
-	go func() { done <- e.run(dir, "--deadline", "30s") }()
-	var pids []int
-	waitFor(t, 20*time.Second, func() bool { pids = procsMatching("sleep 27182"); return len(pids) > 0 })
-	t.Cleanup(func() {
-		for _, p := range pids {
-			_ = killPid(p)
-		}
-		<-done
-	})
-	dirs := skillCgroupDirs(t, pids[0])
+	dirs := sleeperCgroups(t, e, "capped", "x-cpu: 0.5\nx-pids-max: 32\nx-memory-mb: 128\n", "27182")
 	want := map[string]string{}
 	switch kernelCgroupMode(t) {
 	case "unified":

@@ -24,7 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Defaults the sandbox applies (sandbox.DefaultFileSizeMB, DefaultNoFile).
@@ -192,18 +191,7 @@ func parseLimits(s string) map[string]string {
 // v1 cpu.cfs_quota_us 100000 over cpu.cfs_period_us 100000).
 func TestLeakDefaultCPUQuota(t *testing.T) {
 	e := newEnv(t)
-	dir := e.skill("silent-cpu", "", "#!/bin/sh\nexec /bin/sleep 27183\n")
-	done := make(chan result, 1)
-	go func() { done <- e.run(dir, "--deadline", "30s") }()
-	var pids []int
-	waitFor(t, 20*time.Second, func() bool { pids = procsMatching("sleep 27183"); return len(pids) > 0 })
-	t.Cleanup(func() {
-		for _, p := range pids {
-			_ = killPid(p)
-		}
-		<-done
-	})
-	dirs := skillCgroupDirs(t, pids[0])
+	dirs := sleeperCgroups(t, e, "silent-cpu", "", "27183")
 	want := map[string]string{}
 	switch kernelCgroupMode(t) {
 	case "unified":

@@ -149,14 +149,7 @@ func (r *requests) finish(key string, status int, answer []byte) error {
 		rec.Status, rec.Answer = status, answer
 		err = writeRecord(path, rec)
 	}
-	r.mu.Lock()
-	p := r.running[key]
-	delete(r.running, key)
-	r.mu.Unlock()
-	if p != nil {
-		p.status, p.answer = status, answer
-		close(p.done)
-	}
+	r.wake(key, status, answer)
 	return err
 }
 
@@ -164,6 +157,12 @@ func (r *requests) finish(key string, status int, answer []byte) error {
 // so a retry may run; requests waiting on it get the same refusal.
 func (r *requests) drop(key string, status int, answer []byte) {
 	_ = os.Remove(filepath.Join(r.dir, key+".json"))
+	r.wake(key, status, answer)
+}
+
+// wake ends key's run in this daemon and hands its answer to the requests
+// waiting on it.
+func (r *requests) wake(key string, status int, answer []byte) {
 	r.mu.Lock()
 	p := r.running[key]
 	delete(r.running, key)
