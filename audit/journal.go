@@ -25,9 +25,10 @@ const JournalName = "audit.jsonl"
 // The file is preallocated with written zeros, journalChunk at a time: an
 // fdatasync after overwriting blocks that already exist flushes only data,
 // while one after an append that grows the file also commits the
-// filesystem's metadata journal, which cost 3–4× as much here. So the
-// journal's end is not its size but its first NUL byte (a JSON line never
-// holds one: control characters are escaped).
+// filesystem's metadata journal, which can cost several times as much
+// (BenchmarkFdatasync, overwrite vs grow, measures it on a given disk).
+// So the journal's end is not its size but its first NUL byte (a JSON line
+// never holds one: control characters are escaped).
 type journal struct {
 	path string
 	w    *os.File // the writer's descriptor (flock LOCK_EX around an append)
@@ -105,10 +106,11 @@ func findEndIn(f *os.File, hint, size int64, buf []byte) (end int64, err error) 
 }
 
 // appendPoint is findEnd for the writer, which must hold the exclusive
-// lock. It stats the file only when it must: here (Linux 6.18, ext4) a stat
-// between two appends makes the second one update the file's timestamps,
-// and then its fdatasync writes the inode too, one more block write per
-// commit (+12% at 1 emitter, where every commit is one append). The end is
+// lock. It stats the file only when it must: on ext4 a stat between two
+// appends can make the second one update the file's timestamps, and then
+// its fdatasync writes the inode too, one more block write per commit,
+// which shows where every commit is one append (see BenchmarkFdatasync,
+// overwrite vs overwrite+stat, and BenchmarkEmit/emitters=1). The end is
 // the first NUL byte, so a NUL within the size this writer last knew is the
 // end whatever another process did since; only when there is none (another
 // process filled the journal past that size, having grown it) is the size

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -307,9 +306,13 @@ func NoConnect(c Common, waitedMS int64) Draft {
 // added, encoded straight into RFC 8785 canonical form. That form is small
 // for flat objects of strings and integers: members sorted by key (the keys
 // are ASCII, so byte order is the RFC's UTF-16 order), integers in decimal,
-// strings escaped as RFC 8785 §3.2.2.2 says. Going through encoding/json and
-// jcs.Transform gives the same bytes at ten times the cost, on every row of
-// every invocation; TestBuildersMatchJCS holds the two to each other.
+// strings escaped as RFC 8785 §3.2.2.2 says. It is kept, a second
+// canonicaliser beside jcs.Transform, because it pays end to end: going
+// through encoding/json and jcs.Transform costs every row of every
+// invocation CPU the emitters share, and Emit's latency under load shows it
+// (BenchmarkEmitCanon, builders vs library). TestBuildersMatchJCS,
+// TestLibraryCanonicalMatchesBuilders and FuzzAppendJCSString hold the two
+// to the same bytes.
 // The checks mirror kindFields, which validates drafts not made here and
 // stored rows; TestBuildersRejectInvalidInput holds the two together.
 type payload struct {
@@ -319,6 +322,22 @@ type payload struct {
 	err     error
 	arr     [12]member
 	valBuf  [512]byte
+	generic map[string]any // the members' Go values, only while libraryCanonical is set
+}
+
+// libraryCanonical, when set (BenchmarkEmitCanon and TestLibraryCanonicalMatchesBuilders
+// only), makes the builders encode their members through it instead of the
+// payload's own encoder: the reference that encoder must beat end to end.
+var libraryCanonical func(members map[string]any) ([]byte, error)
+
+// jcsCanonical is the library's way to the same bytes: encoding/json, then
+// jcs.Transform.
+func jcsCanonical(members map[string]any) ([]byte, error) {
+	raw, err := json.Marshal(members)
+	if err != nil {
+		return nil, err
+	}
+	return jcs.Transform(raw)
 }
 
 type member struct {
@@ -336,6 +355,10 @@ func newPayload(k Kind, c Common) *payload {
 	p := payloads.Get().(*payload)
 	p.kind, p.err = k, nil
 	p.members, p.vals = p.arr[:0], p.valBuf[:0]
+	p.generic = nil
+	if libraryCanonical != nil {
+		p.generic = map[string]any{}
+	}
 	p.required("invocation_id", c.InvocationID)
 	p.str("request_id", c.RequestID)
 	p.required("skill_id", c.SkillID)
@@ -356,6 +379,10 @@ func (p *payload) fail(key string, err error) {
 }
 
 func (p *payload) str(key, v string) {
+	if p.generic != nil {
+		p.generic[key] = v
+		return
+	}
 	start := len(p.vals)
 	p.vals = appendJCSString(p.vals, v)
 	p.end(key, start)
@@ -369,6 +396,10 @@ func (p *payload) required(key, v string) {
 }
 
 func (p *payload) strOrNull(key, v string) {
+	if v == "" && p.generic != nil {
+		p.generic[key] = nil
+		return
+	}
 	if v == "" {
 		start := len(p.vals)
 		p.vals = append(p.vals, "null"...)
@@ -396,6 +427,10 @@ func (p *payload) count(key string, n int64) {
 	if n < 0 || n > maxJSONInt {
 		p.fail(key, fmt.Errorf("want an integer in [0, 2^53), got %d", n))
 	}
+	if p.generic != nil {
+		p.generic[key] = n
+		return
+	}
 	start := len(p.vals)
 	p.vals = strconv.AppendInt(p.vals, n, 10)
 	p.end(key, start)
@@ -412,6 +447,10 @@ func (p *payload) object(key string, v any) {
 	if err != nil {
 		p.fail(key, err)
 	}
+	if p.generic != nil {
+		p.generic[key] = json.RawMessage(raw)
+		return
+	}
 	start := len(p.vals)
 	p.vals = append(p.vals, raw...)
 	p.end(key, start)
@@ -421,6 +460,9 @@ func (p *payload) object(key string, v any) {
 // it goes) and carries its error, which Emit returns before looking at it.
 // Payload and the draft's private canonical copy share one allocation.
 func (p *payload) draft() Draft {
+	if p.generic != nil {
+		return p.libraryDraft()
+	}
 	// Insertion sort: a dozen members at most, half of them in order.
 	m := p.members
 	for i := 1; i < len(m); i++ {
@@ -453,10 +495,26 @@ func (p *payload) draft() Draft {
 	return d
 }
 
+// libraryDraft is draft through libraryCanonical.
+func (p *payload) libraryDraft() Draft {
+	b, err := libraryCanonical(p.generic)
+	if err != nil && p.err == nil {
+		p.err = fmt.Errorf("%w: %s payload: %w", ErrInvalidRow, p.kind, err)
+	}
+	d := Draft{Kind: p.kind, Payload: b, err: p.err}
+	if p.err == nil {
+		d.canon, d.canonKind = slices.Clone(b), p.kind
+	}
+	p.generic = nil
+	payloads.Put(p)
+	return d
+}
+
 // appendJCSString appends s as an RFC 8785 string: '"' and '\\' escaped,
 // the controls below U+0020 as \b \t \n \f \r or \u00xx, everything else
 // as is. Invalid UTF-8 (an error message cut mid-rune, a skill's stray
-// bytes) becomes U+FFFD, as encoding/json would make it; the row is kept.
+// bytes) becomes U+FFFD, one per invalid byte as encoding/json makes it;
+// the row is kept.
 func appendJCSString(b []byte, s string) []byte {
 	const digits = "0123456789abcdef"
 	b = append(b, '"')
@@ -473,9 +531,18 @@ func appendJCSString(b []byte, s string) []byte {
 	if i == len(s) {
 		return append(b, '"')
 	}
-	s = strings.ToValidUTF8(s[i:], "\uFFFD") // s[:i] is ASCII: cutting there keeps runes whole
-	for i := 0; i < len(s); i++ {
+	for ; i < len(s); i++ {
 		switch c := s[i]; {
+		case c >= utf8.RuneSelf:
+			// Each byte that does not start a valid rune becomes one
+			// U+FFFD, as encoding/json makes it.
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				b = append(b, "\uFFFD"...)
+			} else {
+				b = append(b, s[i:i+n]...)
+			}
+			i += n - 1
 		case c == '"' || c == '\\':
 			b = append(b, '\\', c)
 		case c >= 0x20:

@@ -155,6 +155,11 @@ func FuzzAppendJCSString(f *testing.F) {
 		if string(canon) != string(got) {
 			t.Fatalf("%q: got %s, canonical %s", s, got, canon)
 		}
+		// The library's way gives the same bytes, invalid UTF-8 included.
+		raw, _ := json.Marshal(s)
+		if lib, err := jcs.Transform(raw); err != nil || string(lib) != string(got) {
+			t.Fatalf("%q: got %s, encoding/json + jcs %s (%v)", s, got, lib, err)
+		}
 		var back string
 		if err := json.Unmarshal(got, &back); err != nil {
 			t.Fatal(err)

@@ -36,9 +36,17 @@ echo "   40 000 rows per run: some 400 commits at 100 emitters (see BenchmarkEmi
 echo "   3 rounds, each: the store, then its floor, then the disk (so a drift of this machine's disk between rounds moves both)"
 go test -c -o "$tmp/audit.test" ./audit/
 for round in 1 2 3; do
-  "$tmp/audit.test" -test.run '^$' -test.bench 'BenchmarkEmit' -test.benchtime 40000x -test.count 1 | grep -E '^Benchmark'
+  "$tmp/audit.test" -test.run '^$' -test.bench '^BenchmarkEmit(Floor|Flush)?$' -test.benchtime 40000x -test.count 1 | grep -E '^Benchmark'
 done | tee "$tmp/emit.txt"
 awk -f scripts/emit-summary.awk "$tmp/emit.txt"
+echo "   the builders' own RFC 8785 encoder vs the same drafts through encoding/json + jcs.Transform, 100 emitters, 3 rounds (BenchmarkEmitCanon):"
+for round in 1 2 3; do
+  "$tmp/audit.test" -test.run '^$' -test.bench 'BenchmarkEmitCanon' -test.benchtime 20000x -test.count 1 | grep -E '^Benchmark'
+done | tee "$tmp/canon.txt"
+awk '/^BenchmarkEmitCanon\// { for (i = 3; i < NF; i++) if ($(i+1) == "p95-ms") { if ($1 ~ /builders/) b[++nb] = $i; else l[++nl] = $i } }
+  END { for (r = 1; r <= nb && r <= nl; r++) { q[r] = b[r] / l[r]; s = s sprintf(" %.2f", q[r]) }
+    n = r - 1; for (i = 2; i <= n; i++) for (j = i; j > 1 && q[j] < q[j-1]; j--) { t = q[j]; q[j] = q[j-1]; q[j-1] = t }
+    if (n) printf "   p95 builders/library, round by round:%s (median %.2f; below 1: the builders\x27 encoder pays end to end)\n", s, n % 2 ? q[(n+1)/2] : (q[n/2] + q[n/2+1]) / 2 }' "$tmp/canon.txt"
 echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids, hashes, journal lines):"
 go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark'
 echo

@@ -1,0 +1,466 @@
+// The journal writer: Emit and Enqueue fill a batch, the syncer chains it
+// onto the journal's head and appends it with one fdatasync (group commit).
+
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// startAt gives the writer its first guess of the chain head, h at journal
+// offset end (commit checks it under the lock before every append).
+func (s *Store) startAt(h head, end int64) {
+	s.tip, s.tipEnd, s.cur = h, end, newBatch(0)
+}
+
+// Emit validates d, adds it to the batch being filled and returns the
+// stored row once that batch is durable (in the journal, fdatasynced). An
+// invalid draft fails with ErrInvalidRow and nothing is written. Emit waits
+// (and gives up with ctx.Err(), writing nothing) only while the batch being
+// filled is full; once its row is in a batch, Emit waits for that batch's
+// outcome whatever ctx does, so a nil error always means a durable row.
+// Write failures wrap ErrUnavailable.
+func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
+	b, i, err := s.add(ctx, d, true)
+	if err != nil {
+		return Row{}, err
+	}
+	<-b.done
+	if s.beforeResume != nil {
+		s.beforeResume()
+	}
+	if b.resumed.Add(1) == b.waiters {
+		close(b.ran) // the last of the batch's emitters to run again
+	}
+	return b.result(i)
+}
+
+// Enqueue adds d like Emit and returns at once; wait returns when the row
+// is durable (or failed). Rows are written in the order they were added, so
+// a row emitted after Enqueue returned is never durable before d: the broker
+// answers a tool call once its completed row is added, and the skill's next
+// call cannot act before its own started row, which follows it, is durable.
+// Nobody needs d durable sooner, so a batch of only enqueued rows waits up
+// to lazyHold for an Emit to share its fdatasync: a skill's calls in a row
+// then cost one fdatasync each (completed row and the next started row
+// together), not two.
+func (s *Store) Enqueue(ctx context.Context, d Draft) (wait func() (Row, error), err error) {
+	b, i, err := s.add(ctx, d, false)
+	if err != nil {
+		return nil, err
+	}
+	return func() (Row, error) { return b.result(i) }, nil
+}
+
+// writerState is the Store's journal writer: the batch being filled, the
+// syncer's chain head and scratch, and the tests' hooks.
+type writerState struct {
+	// The writer (see add and run). pmu guards cur, the batch being filled,
+	// and shut; ready (cap 1) tells the syncer cur got its first row.
+	pmu         sync.Mutex
+	cur         *batch
+	shut        bool
+	ready       chan struct{}
+	stop        chan struct{} // closed by Close: the syncer commits what is left and exits
+	done        chan struct{} // closed by the syncer on exit
+	waitingRoom atomic.Int32  // emitters waiting for room in a full batch
+	lazyHold    time.Duration // see Enqueue
+	resumeWait  time.Duration // see letEmittersRun
+
+	// The syncer's own: the chain head after this writer's last append and
+	// the journal end it left (while the journal still ends there, no other
+	// process appended and the head need not be read back), row ids, the
+	// hash state for chaining, and the last batch's line buffer for reuse.
+	tipEnd      int64
+	tip         head
+	entropy     *ulid.MonotonicEntropy
+	digest      hash.Hash
+	spare       []byte
+	lastSize    int         // slots in the last batch: the next one's initial capacity
+	resumeTimer *time.Timer // bounds letEmittersRun's wait
+
+	commits atomic.Int64 // durable appends (tests prove group commit with it)
+
+	// beforeCommit, when set (tests only), runs for each batch with the
+	// journal locked, just before the append; an error aborts the batch.
+	beforeCommit func() error
+	// beforeResume, when set (tests only), runs in Emit once the row's
+	// batch is durable, before Emit counts itself as resumed.
+	beforeResume func()
+}
+
+// The writer. There is no queue and no goroutine per row: Emit does the
+// work that does not depend on the chain itself (validation, canonical
+// payload, the SHA-256 of the hashed text's prefix, see Row.writerHash)
+// and then only appends that to the batch being filled (s.cur) under s.pmu,
+// a few stores. One goroutine, the syncer (run), takes the whole batch
+// whenever it is free and, under the journal lock, chains it onto the
+// journal's head (seq, row_id, ts, prev_hash, the hash's suffix, the
+// journal lines) and appends it in one write and one fdatasync (group
+// commit: N concurrent emitters cost one fdatasync, not N queued behind a
+// lock). While a batch is being synced the next one fills; one channel
+// close wakes every emitter of a batch, and the syncer lets them run before
+// it takes the next one (letEmittersRun).
+
+// slot is an emitted row waiting in a batch: what Emit could prepare.
+type slot struct {
+	kind    Kind
+	payload []byte
+	prefix  [sha256StateLen]byte // SHA-256 state after appendHashPrefix
+}
+
+// sha256StateLen is the size of a marshalled crypto/sha256 state.
+const sha256StateLen = 108
+
+// batch is the rows of one append.
+type batch struct {
+	slots []slot
+	rows  []Row         // the stored rows, set by commit before done closes
+	taken chan struct{} // closed when the syncer takes the batch
+	done  chan struct{} // closed when the append is durable, or failed (err)
+	err   error         // the append's failure, set before done closes
+
+	urgent bool      // an emitter waits for a row of it (Emit, not Enqueue)
+	since  time.Time // when its first row was added
+
+	waiters int32         // its rows added by Emit (not Enqueue)
+	resumed atomic.Int32  // of those, how many Emit calls run again since done closed
+	ran     chan struct{} // closed when all waiters have run again
+}
+
+func newBatch(slotsHint int) *batch {
+	return &batch{
+		slots: make([]slot, 0, slotsHint),
+		taken: make(chan struct{}),
+		done:  make(chan struct{}),
+		ran:   make(chan struct{}),
+	}
+}
+
+// result waits for row i's batch and returns the stored row.
+func (b *batch) result(i int) (Row, error) {
+	<-b.done
+	if b.err != nil {
+		return Row{}, b.err
+	}
+	return b.rows[i], nil
+}
+
+// prefixHasher is Emit's scratch for hashing a row's prefix; recycled.
+type prefixHasher struct {
+	h     hash.Hash
+	text  []byte
+	state []byte
+}
+
+var prefixHashers = sync.Pool{New: func() any {
+	return &prefixHasher{h: sha256.New(), text: make([]byte, 0, 1024), state: make([]byte, 0, sha256StateLen)}
+}}
+
+// prepare validates d and makes its slot: the canonical payload and the
+// SHA-256 state after the hashed text's prefix.
+func prepare(d Draft) (slot, error) {
+	payload, err := d.canonical()
+	if err != nil {
+		return slot{}, err
+	}
+	sl := slot{kind: d.Kind, payload: payload}
+	ph := prefixHashers.Get().(*prefixHasher)
+	defer prefixHashers.Put(ph)
+	ph.text = appendHashPrefix(ph.text[:0], d.Kind, payload)
+	ph.h.Reset()
+	ph.h.Write(ph.text)
+	ph.state, err = ph.h.(encoding.BinaryAppender).AppendBinary(ph.state[:0])
+	if n := copy(sl.prefix[:], ph.state); err != nil || n != sha256StateLen {
+		return slot{}, fmt.Errorf("%w: sha256 state: %d bytes, %v", ErrUnavailable, n, err)
+	}
+	return sl, nil
+}
+
+// lazyHold bounds how long a batch of only enqueued rows waits for an
+// emitted one (see Enqueue); Store.lazyHold is this unless a test set it.
+const lazyHold = time.Millisecond
+
+// add prepares d's slot and adds it to the batch being filled; it returns
+// that batch and the slot's index in it. urgent: the caller waits for the
+// row (Emit), so the batch goes as soon as the syncer is free.
+func (s *Store) add(ctx context.Context, d Draft, urgent bool) (*batch, int, error) {
+	sl, err := prepare(d)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	s.pmu.Lock()
+	for !s.shut && len(s.cur.slots) >= s.opts.maxBatch {
+		// Full: wait for the syncer to take it.
+		taken := s.cur.taken
+		s.pmu.Unlock()
+		s.waitingRoom.Add(1)
+		select {
+		case <-taken:
+		case <-ctx.Done():
+			s.waitingRoom.Add(-1)
+			return nil, 0, ctx.Err()
+		}
+		s.waitingRoom.Add(-1)
+		s.pmu.Lock()
+	}
+	if s.shut {
+		s.pmu.Unlock()
+		return nil, 0, ErrClosed
+	}
+	b, i := s.cur, len(s.cur.slots)
+	b.slots = append(b.slots, sl)
+	wake := i == 0 || urgent && !b.urgent
+	if i == 0 {
+		b.since = time.Now()
+	}
+	b.urgent = b.urgent || urgent
+	if urgent {
+		b.waiters++
+	}
+	s.pmu.Unlock()
+	if wake {
+		select {
+		case s.ready <- struct{}{}:
+		default:
+		}
+	}
+	return b, i, nil
+}
+
+// run is the syncer: it commits each batch and wakes its emitters. After
+// Close it commits what was added before and exits.
+func (s *Store) run() {
+	defer close(s.done)
+	for {
+		b := s.take()
+		if b == nil {
+			return
+		}
+		if err := s.commit(b); err != nil {
+			b.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		close(b.done)
+		s.letEmittersRun(b)
+	}
+}
+
+// resumeWait bounds how long the syncer waits for the emitters it just
+// woke (see letEmittersRun); Store.resumeWait is this unless a test set it.
+const resumeWait = time.Millisecond
+
+// letEmittersRun lets the emitters of b, just woken, run before the syncer
+// takes the next batch: those that emit again at once join it instead of
+// waiting a whole cycle (an fdatasync in flight, then their own). With two
+// or more of them the syncer waits until every one has run again (the last
+// closes b.ran): only the scheduling of goroutines already runnable, not
+// anything they do next; resumeWait bounds it. A Gosched would not do:
+// another P runs the syncer at once, and many emitters would miss the next
+// append, so batches alternate between full and half full (rows/commit in
+// BenchmarkEmit). With one it yields instead: there is nothing to gather,
+// and waiting would cost the wakeup of another P (BenchmarkEmit/emitters=1).
+func (s *Store) letEmittersRun(b *batch) {
+	if b.waiters < 2 {
+		runtime.Gosched()
+		return
+	}
+	s.resumeTimer.Reset(s.resumeWait)
+	select {
+	case <-b.ran:
+	case <-s.resumeTimer.C:
+	}
+	s.resumeTimer.Stop()
+}
+
+// stoppedTimer returns a timer that is not running, for Reset.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// take returns the batch being filled once it has rows and starts the next
+// one; nil once the store is shut and nothing is left.
+func (s *Store) take() *batch {
+	next := newBatch(s.lastSize) // allocated outside the lock emitters wait on
+	s.pmu.Lock()
+	for {
+		n := len(s.cur.slots)
+		if n == 0 && s.shut {
+			s.pmu.Unlock()
+			return nil
+		}
+		var hold *time.Timer
+		if n > 0 {
+			left := s.lazyHold - time.Since(s.cur.since)
+			if s.cur.urgent || s.shut || n >= s.opts.maxBatch || left <= 0 {
+				break
+			}
+			hold = time.NewTimer(left) // only enqueued rows: wait a little for an emitted one
+		}
+		s.pmu.Unlock()
+		if hold == nil {
+			select {
+			case <-s.ready:
+			case <-s.stop:
+			}
+		} else {
+			select {
+			case <-s.ready:
+			case <-s.stop:
+			case <-hold.C:
+			}
+			hold.Stop()
+		}
+		s.pmu.Lock()
+	}
+	b := s.cur
+	s.cur = next
+	s.pmu.Unlock()
+	close(b.taken)
+	s.lastSize = len(b.slots)
+	return b
+}
+
+// commit chains b's rows onto the journal's head and appends them as one
+// write and one fdatasync, under the journal's exclusive lock. The head is
+// the journal's last line, read under that lock (or remembered from this
+// writer's last append while the journal still ends there), so writers in
+// other processes cannot fork the chain. A failed append is cut off again
+// before the lock is released: nothing of it remains for the next batch to
+// chain from.
+func (s *Store) commit(b *batch) error {
+	if err := flock(s.j.w, lockExclusive); err != nil {
+		return fmt.Errorf("lock journal: %w", err)
+	}
+	defer flock(s.j.w, lockNone)
+	start, size, err := s.j.appendPoint()
+	if err != nil {
+		return fmt.Errorf("read journal end: %w", err)
+	}
+	h := s.tip
+	if start != s.tipEnd {
+		// Another process appended since this writer's last batch (or
+		// since Open, which set the tip): read the head back.
+		if h, start, size, err = s.readHead(); err != nil {
+			return err
+		}
+	}
+	rows, buf, err := s.chain(b.slots, h, s.spare[:0])
+	s.spare = buf
+	if err != nil {
+		return err
+	}
+	if s.beforeCommit != nil {
+		if err := s.beforeCommit(); err != nil {
+			return err
+		}
+	}
+	if err := s.j.write(buf, start, size); err != nil {
+		return fmt.Errorf("append seq %d..%d: %w", rows[0].Seq, rows[len(rows)-1].Seq, err)
+	}
+	last := rows[len(rows)-1]
+	s.tipEnd, s.tip = start+int64(len(buf)), head{last.Seq, last.RowHash}
+	s.commits.Add(1)
+	s.handOff(appended{start: start, end: s.tipEnd, rows: rows})
+	b.rows = rows
+	return nil
+}
+
+// chain makes the rows of slots, continuing h, and their journal lines
+// (appended to buf). It is the only place rows get seq, row_id, ts,
+// prev_hash and row_hash. The rows of one batch are committed together and
+// share its ts; their row ids are monotonic. It runs between two
+// fdatasyncs, so it allocates one string per row (row_id and row_hash
+// share it) and nothing else per row (see BenchmarkChain).
+func (s *Store) chain(slots []slot, h head, buf []byte) ([]Row, []byte, error) {
+	rows := make([]Row, len(slots))
+	var text [256]byte
+	var sum [sha256.Size]byte
+	var id ulid.ULID
+	var idHash [ulid.EncodedSize + 2*sha256.Size]byte // row_id, then row_hash, as text
+	now := time.Now().UTC()
+	ms, ts := ulid.Timestamp(now), now.Format(TimeFormat)
+	for i := range slots {
+		sl := &slots[i]
+		seq := h.seq + 1
+		if seq > maxJSONInt {
+			return nil, buf, fmt.Errorf("seq %d out of range", seq)
+		}
+		if err := id.SetTime(ms); err != nil {
+			return nil, buf, fmt.Errorf("row id: %w", err)
+		}
+		if err := s.entropy.MonotonicRead(ms, id[6:]); err != nil {
+			return nil, buf, fmt.Errorf("row id: %w", err)
+		}
+		if err := id.MarshalTextTo(idHash[:ulid.EncodedSize]); err != nil {
+			return nil, buf, fmt.Errorf("row id: %w", err)
+		}
+		if err := s.digest.(encoding.BinaryUnmarshaler).UnmarshalBinary(sl.prefix[:]); err != nil {
+			return nil, buf, fmt.Errorf("sha256 state: %w", err)
+		}
+		s.digest.Write(appendHashSuffix(text[:0], h.hash, idHash[:ulid.EncodedSize], seq, ts))
+		hex.Encode(idHash[ulid.EncodedSize:], s.digest.Sum(sum[:0]))
+		both := string(idHash[:])
+		row := Row{Seq: seq, RowID: both[:ulid.EncodedSize], Kind: sl.kind, TS: ts, PrevHash: h.hash, RowHash: both[ulid.EncodedSize:], Payload: sl.payload}
+		rows[i] = row
+		buf = appendJournalLine(buf, row)
+		h = head{row.Seq, row.RowHash}
+	}
+	return rows, buf, nil
+}
+
+// head is a chain head: the last row's seq and row_hash (0 and GenesisHash
+// for an empty chain).
+type head struct {
+	seq  int64
+	hash string
+}
+
+// readHead returns the chain head from the journal's last line (cutting a
+// torn tail first), or from the index when the journal is empty (a store
+// from before the journal existed), and the journal's end and size. The
+// journal must be locked.
+func (s *Store) readHead() (h head, end, size int64, err error) {
+	end, size, last, err := s.j.tail()
+	if err != nil {
+		return head{}, 0, 0, fmt.Errorf("read journal tail: %w", err)
+	}
+	h, err = s.headOf(last)
+	return h, end, size, err
+}
+
+// headOf returns the chain head given the journal's last line: that row's,
+// or the index's last row's when the journal is empty (nil), or the genesis.
+func (s *Store) headOf(last []byte) (head, error) {
+	if last != nil {
+		r, err := decodeRow(last)
+		if err != nil {
+			return head{}, fmt.Errorf("journal's last line: %w", err)
+		}
+		return head{r.Seq, r.RowHash}, nil
+	}
+	h := head{0, GenesisHash}
+	if err := s.db.QueryRowContext(context.Background(), headQuery).Scan(&h.seq, &h.hash); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return head{}, fmt.Errorf("read chain head: %w", err)
+	}
+	return h, nil
+}
+
+const headQuery = `SELECT seq, row_hash FROM audit_rows ORDER BY seq DESC LIMIT 1`
