@@ -356,7 +356,7 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 // past max_concurrent the daemon answers 429.
 func TestDaemonSIGTERMDuringLongInvocation(t *testing.T) {
 	e := newEnv(t)
-	e.skill("slow", "effort_minutes: 1\n", "#!/bin/sh\ntrap '' TERM\nsleep 300\n")
+	e.skill("slow", "effort_minutes: 1\n", "#!/bin/sh\ntrap '' TERM\nsleep 27301\n")
 	d := startDaemon(t, e, "shutdown_grace: 1s", "max_concurrent: 1")
 	inv := cyberos("skill", "invoke", "slow", "--json", "--socket", d.adminSocket)
 	var out bytes.Buffer
@@ -369,7 +369,9 @@ func TestDaemonSIGTERMDuringLongInvocation(t *testing.T) {
 		t.Errorf("second invocation past max_concurrent 1: HTTP %d %s", code, raw)
 	}
 	// Status lists it once its started row is durable; the sandbox follows.
-	waitFor(t, 20*time.Second, func() bool { return hasCgroup(t, id) })
+	// The sleep runs once the skill's trap is set: SIGTERM must find it
+	// ignoring TERM, or the skill ends by SIGTERM, not the kill.
+	waitFor(t, 20*time.Second, func() bool { return hasCgroup(t, id) && len(procsMatching("sleep 27301")) > 0 })
 	t0 := time.Now()
 	d.stop(30 * time.Second)
 	took := time.Since(t0)
