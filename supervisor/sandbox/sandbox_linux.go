@@ -864,8 +864,8 @@ func (p *linuxProcess) StartLatency() time.Duration { return p.latency }
 // SealSelf re-executes this process from a sealed memfd copy of its own
 // binary, once. libcontainer then starts every container's init from
 // /proc/self/exe as it is, instead of cloning the binary per container
-// (CVE-2019-5736 protection): measured here, the per-start clone and the
-// page faults on a fresh copy cost more than the rest of the start.
+// (CVE-2019-5736 protection): the per-start clone and the page faults on
+// a fresh copy would dominate the sandbox's start.
 // A long-running supervisor calls it first thing; it returns when the
 // binary is already sealed or sealing is impossible.
 func SealSelf() {
