@@ -29,11 +29,13 @@ demo: build ## run the example skills in the sandbox (as root): results, what wa
 RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/daemon/... \
 	./supervisor/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/...
 
-test: deps lint ## unit + root integration tests, the race detector on RACE_PKGS, and the macOS build
+test: deps lint ## unit + root integration tests, the race detector on RACE_PKGS, and the macOS and FreeBSD builds
 	CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...
 	CGO_ENABLED=1 $(GO) test -race -tags $(TAGS) -count=1 -timeout 20m $(RACE_PKGS)
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
 	@echo "macOS build: ok"
+	GOOS=freebsd CGO_ENABLED=0 $(GO) build ./...
+	@echo "FreeBSD build: ok"
 
 fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC, audit lines) for FUZZTIME each (default 20s)
 	@bash scripts/fuzz.sh

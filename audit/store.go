@@ -18,6 +18,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/cyberos/supervisor/internal/sqliteerr"
 )
 
 // FileName is the store's file inside the state dir.
@@ -152,7 +154,7 @@ func Open(stateDir string, opts ...Option) (*Store, error) {
 		if err == nil {
 			return s, nil
 		}
-		if !isBusy(err) || time.Now().After(deadline) {
+		if !sqliteerr.IsBusy(err) || time.Now().After(deadline) {
 			if errors.Is(err, ErrNeedsRepair) {
 				return nil, err
 			}
@@ -503,14 +505,4 @@ func (s *Store) closeDB() error {
 		errs = append(errs, s.j.close())
 	}
 	return errors.Join(errs...)
-}
-
-// isBusy reports whether err is SQLite's SQLITE_BUSY (5) or SQLITE_LOCKED (6).
-func isBusy(err error) bool {
-	var coder interface{ Code() int }
-	if errors.As(err, &coder) {
-		c := coder.Code() & 0xff
-		return c == 5 || c == 6
-	}
-	return false
 }

@@ -20,6 +20,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/cyberos/supervisor/internal/sqliteerr"
 )
 
 // Limits.
@@ -114,7 +116,7 @@ func Open(stateDir string) (*Store, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		st, err := openDB(file)
-		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+		if err == nil || !sqliteerr.IsBusy(err) || time.Now().After(deadline) {
 			return st, err
 		}
 		time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond)
@@ -139,17 +141,6 @@ func openDB(file string) (*Store, error) {
 		return nil, unavailable("schema", err)
 	}
 	return &Store{db: db, now: time.Now}, nil
-}
-
-// isBusy reports whether err carries SQLite's SQLITE_BUSY (5) or
-// SQLITE_LOCKED (6).
-func isBusy(err error) bool {
-	var coder interface{ Code() int }
-	if errors.As(err, &coder) {
-		c := coder.Code() & 0xff
-		return c == 5 || c == 6
-	}
-	return false
 }
 
 // prepareFile creates the database file 0600 before SQLite sees it, tightens

@@ -81,7 +81,7 @@ type Enforcer struct {
 }
 
 // numTools is len(KnownTools); toolIndex maps each onto [0, numTools).
-const numTools = 11
+const numTools = len(toolTable)
 
 // toolRules are one tool's compiled rules. Only the slices of the tool's
 // resource kind are used.
@@ -199,30 +199,12 @@ func hasShellSyntax(s string) bool {
 // line; a disallowed Bash rule is matched against every piece between them.
 const shellBreaks = ";&|\n\r`(){}!<>"
 
+// toolIndex is t's position in toolTable, -1 for a name outside it.
 func toolIndex(t Tool) int {
-	switch t {
-	case ToolBash:
-		return 0
-	case ToolRead:
-		return 1
-	case ToolWrite:
-		return 2
-	case ToolEdit:
-		return 3
-	case ToolGlob:
-		return 4
-	case ToolGrep:
-		return 5
-	case ToolMemoryRead:
-		return 6
-	case ToolMemorySearch:
-		return 7
-	case ToolMemoryEmit:
-		return 8
-	case ToolHttpFetch:
-		return 9
-	case ToolHttpPost:
-		return 10
+	for i := range toolTable {
+		if toolTable[i].tool == t {
+			return i
+		}
 	}
 	return -1
 }
@@ -235,14 +217,10 @@ const (
 	kindHTTP
 )
 
+// kindOf is t's resource kind from toolTable (kindBash for an unknown t).
 func kindOf(t Tool) int {
-	switch t {
-	case ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep:
-		return kindFile
-	case ToolMemoryRead, ToolMemorySearch, ToolMemoryEmit:
-		return kindMemory
-	case ToolHttpFetch, ToolHttpPost:
-		return kindHTTP
+	if i := toolIndex(t); i >= 0 {
+		return toolTable[i].kind
 	}
 	return kindBash
 }

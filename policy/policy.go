@@ -21,11 +21,34 @@ const (
 	ToolHttpPost     Tool = "HttpPost"
 )
 
-// KnownTools lists every native tool, in a stable order.
-var KnownTools = []Tool{
-	ToolBash, ToolRead, ToolWrite, ToolEdit, ToolGlob, ToolGrep,
-	ToolMemoryRead, ToolMemorySearch, ToolMemoryEmit, ToolHttpFetch, ToolHttpPost,
+// toolTable declares every native tool once, with the kind of resource its
+// rules name: KnownTools, the Enforcer's rule index and kindOf all derive
+// from it, so a tool added here is known everywhere at once.
+var toolTable = [...]struct {
+	tool Tool
+	kind int
+}{
+	{ToolBash, kindBash},
+	{ToolRead, kindFile},
+	{ToolWrite, kindFile},
+	{ToolEdit, kindFile},
+	{ToolGlob, kindFile},
+	{ToolGrep, kindFile},
+	{ToolMemoryRead, kindMemory},
+	{ToolMemorySearch, kindMemory},
+	{ToolMemoryEmit, kindMemory},
+	{ToolHttpFetch, kindHTTP},
+	{ToolHttpPost, kindHTTP},
 }
+
+// KnownTools lists every native tool, in a stable order (toolTable's).
+var KnownTools = func() []Tool {
+	out := make([]Tool, len(toolTable))
+	for i, e := range toolTable {
+		out[i] = e.tool
+	}
+	return out
+}()
 
 // ToolRule is one entry of allowed_tools / disallowed_tools. A bare tool name
 // ("Read") has an empty Pattern and matches every call of that tool; the

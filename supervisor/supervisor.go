@@ -74,16 +74,17 @@ func (e *AuditEmitError) Unwrap() []error { return []error{ErrRefused, e.Err} }
 // Outcome is how an invocation ended.
 type Outcome string
 
-// The outcomes of DESIGN.md "Contracts → Skill process".
+// The outcomes of DESIGN.md "Contracts → Skill process", typed; the words
+// are declared once, in audit, which checks them on every completed row.
 const (
-	OutcomeSuccess Outcome = "success"
-	OutcomeError   Outcome = "error"
-	OutcomePanic   Outcome = "panic"
-	OutcomeTimeout Outcome = "timeout"
-	OutcomeKilled  Outcome = "killed"
+	OutcomeSuccess Outcome = audit.OutcomeSuccess
+	OutcomeError   Outcome = audit.OutcomeError
+	OutcomePanic   Outcome = audit.OutcomePanic
+	OutcomeTimeout Outcome = audit.OutcomeTimeout
+	OutcomeKilled  Outcome = audit.OutcomeKilled
 	// OutcomeLost closes an invocation whose supervisor died before it
 	// could record how it ended (crash reconciliation).
-	OutcomeLost Outcome = "lost"
+	OutcomeLost Outcome = audit.OutcomeLost
 )
 
 // Caps on what a skill may hand back.
@@ -729,65 +730,23 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	env.LogTail = inv.stderr.Tail(LogTailBytes)
 	s.writeLog(env.InvocationID, inv.stderr.Bytes(), log)
 
-	var msg string // the audit row's error message: our words only
-	switch {
-	case werr != nil:
-		msg = "wait: " + werr.Error()
-		env.Outcome, env.ErrorMessage = OutcomeError, msg
-	case inv.capHit.Load():
-		env.Outcome = OutcomeKilled
-		msg = fmt.Sprintf("killed at the audit row cap: %d rows (skill.audit_cap_reached)", inv.limits.maxAuditRows)
-		env.ErrorMessage = msg
-	case killSent.Load() || termSent.Load():
-		env.Outcome = OutcomeTimeout
-		env.SignalSent = "SIGTERM"
-		if killSent.Load() {
-			env.SignalSent = "SIGKILL"
-		}
-		msg = fmt.Sprintf("deadline of %v reached (SIGTERM at %v, kill at %v)", deadline, deadline*termNum/termDen, deadline)
-		if stopSent.Load() {
-			msg = "supervisor shut down: ended through the timeout path (SIGTERM, then kill after the grace)"
-		}
-		env.ErrorMessage = msg
-	case stats.OOMKills > 0:
-		env.Outcome = OutcomeKilled
-		msg = fmt.Sprintf("killed by the OOM killer at memory.max %d MiB", inv.pol.MemoryMB)
-		env.ErrorMessage = msg
-	case exit.ExecError != "":
-		env.Outcome = OutcomeError
-		msg = "cannot execute the entrypoint: " + exit.ExecError
-		env.ErrorMessage = withTail(msg, env.LogTail)
-	case exit.Signal != nil:
-		env.Outcome = OutcomePanic
-		msg = "skill died by signal " + signalName(exit.Signal)
-		env.ErrorMessage = msg
-	case exit.Code != 0:
-		env.Outcome = OutcomeError
-		msg = fmt.Sprintf("exit status %d", exit.Code)
-		env.ErrorMessage = withTail(msg, env.LogTail)
-	case inv.stdout.overflow:
-		env.Outcome = OutcomeError
-		msg = fmt.Sprintf("result exceeds %d bytes", MaxResultBytes)
-		env.ErrorMessage = msg
-	default:
-		result, perr := oneJSONValue(inv.stdout.Bytes())
-		if perr != nil {
-			env.Outcome = OutcomeError
-			msg = "stdout is not one JSON value: " + perr.Error()
-			env.ErrorMessage = withTail(msg, env.LogTail)
-			break
-		}
-		hash, herr := audit.HashJSON(result)
-		if herr != nil {
-			env.Outcome = OutcomeError
-			msg = "result cannot be canonicalised"
-			env.ErrorMessage = msg + ": " + herr.Error()
-			break
-		}
-		env.Outcome, env.Result, env.ResultHash = OutcomeSuccess, result, hash
+	v := classify(ending{
+		waitErr: werr, exit: exit, capHit: inv.capHit.Load(),
+		termSent: termSent.Load(), killSent: killSent.Load(), stopSent: stopSent.Load(),
+		oomKills: stats.OOMKills, stdoutOverflow: inv.stdout.overflow, stdout: inv.stdout.Bytes(), logTail: env.LogTail,
+		deadline: deadline, maxAuditRows: inv.limits.maxAuditRows, memoryMB: inv.pol.MemoryMB,
+	})
+	env.Outcome = v.outcome
+	if v.signalSent != "" {
+		env.SignalSent = v.signalSent
+	}
+	if v.outcome == OutcomeSuccess {
+		env.Result, env.ResultHash = v.result, v.resultHash
+	} else {
+		env.ErrorMessage = v.errorMessage
 	}
 	log.Info("invocation ended", "outcome", env.Outcome, "exit_code", exit.Code, "signal", signalName(exit.Signal))
-	return env, msg
+	return env, v.auditMsg
 }
 
 func usesMemory(e *policy.Enforcer) bool {

@@ -13,11 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/memory"
-	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
-	"github.com/cyberos/supervisor/supervisor/tools"
 	"github.com/cyberos/supervisor/telemetry"
 )
 
@@ -61,45 +58,29 @@ func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
-	runner, err := sandbox.New(sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges()})
+	sup, store, closeAll, err := newSupervisor(assembly{
+		Sandbox:          sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges()},
+		StateDir:         cfg.StateDir,
+		AuditOptions:     []audit.Option{audit.WithIndexCheck()},
+		AuditErr:         "audit store",
+		SocketDir:        cfg.SocketDir,
+		SocketDirDefault: cfg.SocketDir,
+		ProfilesDir:      cfg.SeccompProfilesDir,
+		// The skills and the config are reserved too.
+		ExtraReserved: cfg.ReservedPaths(configPath),
+		Metrics:       telemetry.NewMetrics(),
+		Log:           log,
+	})
 	if err != nil {
-		return &exitError{exitRefused, err}
+		return err
 	}
-	store, err := audit.Open(cfg.StateDir, audit.WithIndexCheck())
-	if err != nil {
-		return &exitError{exitRefused, fmt.Errorf("audit store: %w", err)}
-	}
-	defer store.Close()
-	socketDir, err := privateDir(cfg.SocketDir, cfg.SocketDir)
-	if err != nil {
-		return &exitError{exitRefused, err}
-	}
+	defer closeAll()
 	if fi, err := os.Stat(cfg.SeccompProfilesDir); err != nil || !fi.IsDir() {
 		return &exitError{exitUsage, fmt.Errorf("%w: seccomp_profiles_dir: %s is not a directory", daemon.ErrConfig, cfg.SeccompProfilesDir)}
 	}
 	if fi, err := os.Stat(cfg.SkillsDir); err != nil || !fi.IsDir() {
 		return &exitError{exitUsage, fmt.Errorf("%w: skills_dir: %s is not a directory", daemon.ErrConfig, cfg.SkillsDir)}
 	}
-	sup := &supervisor.Supervisor{
-		Runner:      runner,
-		Audit:       store,
-		Metrics:     telemetry.NewMetrics(),
-		OpenMemory:  func() (*memory.Store, error) { return memory.Open(cfg.StateDir) },
-		Tools:       tools.Registry(),
-		SocketDir:   socketDir,
-		ProfilesDir: cfg.SeccompProfilesDir,
-		StateDir:    cfg.StateDir,
-		// The file tools never reach the run dir (rootfs skeleton,
-		// containers), our binaries, the skills or the config, whatever a
-		// skill's globs say.
-		ReservedDirs: append(reservedDirs(runDir), cfg.ReservedPaths(configPath)...),
-		Log:          log,
-	}
-	defer func() {
-		if sup.Memory != nil {
-			sup.Memory.Close()
-		}
-	}()
 	if cfg.OTLPEndpoint != "" {
 		tp, err := telemetry.NewTracerProvider(context.Background(), cfg.OTLPEndpoint)
 		if err != nil {
@@ -119,7 +100,7 @@ func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 	} else if len(lost) > 0 {
 		log.Warn("closed invocations lost by a previous run", "count", len(lost))
 	}
-	removeStaleSockets(socketDir, log.Warn)
+	removeStaleSockets(sup.SocketDir, log.Warn)
 	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log})
 	if err != nil {
 		return &exitError{exitRefused, err}

@@ -15,11 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
-	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
 // cliBusyTimeout bounds how long one CLI process waits for the audit store's
@@ -106,39 +104,24 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
-	runner, err := sandbox.New(sandbox.Options{RunDir: f.runDir})
-	if err != nil {
-		return &exitError{exitRefused, err}
-	}
-	// Many `skill run` processes may share one state dir; each waits its
-	// turn for SQLite's write lock rather than refusing the invocation.
-	store, err := audit.Open(f.stateDir, audit.WithBusyTimeout(cliBusyTimeout))
-	if err != nil {
-		return &exitError{exitRefused, fmt.Errorf("audit store unavailable, skill not started: %w", err)}
-	}
-	defer store.Close()
-	socketDir, err := privateDir(f.socketDir, filepath.Join(f.runDir, "sockets"))
-	if err != nil {
-		return &exitError{exitRefused, err}
-	}
-	sup := &supervisor.Supervisor{
-		Runner:            runner,
-		Audit:             store,
-		OpenMemory:        func() (*memory.Store, error) { return memory.Open(f.stateDir) },
-		Tools:             tools.Registry(),
-		SocketDir:         socketDir,
-		AllowLoopbackHTTP: f.allowLoopbackHTTP,
+	sup, store, closeAll, err := newSupervisor(assembly{
+		Sandbox:  sandbox.Options{RunDir: f.runDir},
+		StateDir: f.stateDir,
+		// Many `skill run` processes may share one state dir; each waits its
+		// turn for SQLite's write lock rather than refusing the invocation.
+		AuditOptions:      []audit.Option{audit.WithBusyTimeout(cliBusyTimeout)},
+		AuditErr:          "audit store unavailable, skill not started",
+		SocketDir:         f.socketDir,
+		SocketDirDefault:  filepath.Join(f.runDir, "sockets"),
 		ProfilesDir:       profiles,
-		StateDir:          f.stateDir,
-		ReservedDirs:      reservedDirs(f.runDir),
-		Log:               log,
+		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		AllowDegraded:     f.allowDegraded,
+		Log:               log,
+	})
+	if err != nil {
+		return err
 	}
-	defer func() {
-		if sup.Memory != nil {
-			sup.Memory.Close()
-		}
-	}()
+	defer closeAll()
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	}

@@ -55,7 +55,7 @@ func (r *LinuxRunner) acquireRange() (*idLease, error) {
 // same identity).
 func (r *LinuxRunner) Reserve(id string) (Identity, error) {
 	if !r.userNS {
-		return Identity{UID: 65534, GID: 65534, RangeStart: -1, Owner: -1}, nil
+		return Identity{UID: nobodyUID, GID: nobodyUID, RangeStart: -1, Owner: -1}, nil
 	}
 	r.leaseMu.Lock()
 	defer r.leaseMu.Unlock()

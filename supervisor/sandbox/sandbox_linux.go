@@ -183,6 +183,19 @@ func userNSAvailable(disabled bool) (bool, string) {
 // UserNamespace reports whether sandboxes get a user namespace, and if not why.
 func (r *LinuxRunner) UserNamespace() (bool, string) { return r.userNS, r.userNSWhy }
 
+// nobodyUID is the host uid (and gid) a skill runs as without a user
+// namespace: it owns nothing on the host.
+const nobodyUID = 65534
+
+// skillUID is the uid (and gid) the skill's processes get: SkillUID inside
+// its own user namespace, else nobodyUID on the host.
+func (r *LinuxRunner) skillUID() int {
+	if r.userNS {
+		return SkillUID
+	}
+	return nobodyUID
+}
+
 // CleanLeftovers destroys containers and cgroups whose supervisor is gone:
 // a container's lock file is held (flock) by the process running it, so a
 // lock we can take belongs to a crashed run. It returns the ids cleaned.
@@ -454,7 +467,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	}
 	p.status = statusR
 	defer statusW.Close()
-	uid := SkillUID
+	uid := r.skillUID()
 	proc := &libcontainer.Process{
 		Args:       append(withDeadline(withInitRlimits(ll.initArgs(false), p.initRlimits), spec.Deadline), filepath.Join(SkillMount, spec.Entrypoint)),
 		ExtraFiles: []*os.File{statusW},
@@ -466,9 +479,6 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 		Stdout:     spec.Stdout,
 		Stderr:     spec.Stderr,
 		Init:       true,
-	}
-	if !r.userNS {
-		proc.UID, proc.GID = 65534, 65534
 	}
 	if err := runContainer(c, proc); err != nil {
 		p.cleanup()
@@ -609,7 +619,7 @@ func (r *LinuxRunner) config(spec Spec, lease *idLease) (*configs.Config, Contai
 			lease.identity(r.nsOwner(lease)).Describe(&cont)
 		}
 	} else {
-		cont.UserNamespace = "none (" + r.userNSWhy + "); skill runs as host uid 65534"
+		cont.UserNamespace = fmt.Sprintf("none (%s); skill runs as host uid %d", r.userNSWhy, r.skillUID())
 		cont.NotEnforced = append(cont.NotEnforced, "user namespace: "+r.userNSWhy)
 	}
 	return cfg, cont
@@ -750,10 +760,7 @@ func (p *linuxProcess) cleanup() error {
 // cannot block the call past its end: after the process exits, output is
 // drained for at most execDrain.
 func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
-	uid := SkillUID
-	if !p.runner.userNS {
-		uid = 65534
-	}
+	uid := p.runner.skillUID()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return ExecExit{}, err
@@ -857,8 +864,8 @@ func (p *linuxProcess) StartLatency() time.Duration { return p.latency }
 // SealSelf re-executes this process from a sealed memfd copy of its own
 // binary, once. libcontainer then starts every container's init from
 // /proc/self/exe as it is, instead of cloning the binary per container
-// (CVE-2019-5736 protection): measured here, the per-start clone and the
-// page faults on a fresh copy cost more than the rest of the start.
+// (CVE-2019-5736 protection): the per-start clone and the page faults on
+// a fresh copy would dominate the sandbox's start.
 // A long-running supervisor calls it first thing; it returns when the
 // binary is already sealed or sealing is impossible.
 func SealSelf() {

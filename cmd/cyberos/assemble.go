@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/memory"
+	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/tools"
+	"github.com/cyberos/supervisor/telemetry"
+)
+
+// assembly is what differs between `skill run` and `serve` when they build
+// a supervisor; everything else newSupervisor decides once for both.
+type assembly struct {
+	Sandbox  sandbox.Options // RunDir is also a reserved dir
+	StateDir string
+	// AuditOptions and AuditErr: how the store is opened and how its
+	// failure to open is worded.
+	AuditOptions []audit.Option
+	AuditErr     string
+	// SocketDir is the flag or config value, SocketDirDefault its fallback.
+	SocketDir, SocketDirDefault string
+	ProfilesDir                 string
+	// ExtraReserved are reserved dirs beyond reservedDirs(RunDir).
+	ExtraReserved     []string
+	Metrics           *telemetry.Metrics
+	AllowLoopbackHTTP bool
+	AllowDegraded     bool
+	Log               *slog.Logger
+}
+
+// newSupervisor builds the supervisor both `skill run` and `serve` use:
+// the sandbox runner, the audit store, the memory store, the tool registry,
+// the private socket dir and the reserved dirs. closeAll closes the memory
+// store (if a skill opened it) and then the audit store.
+func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *audit.Store, closeAll func(), err error) {
+	runner, err := sandbox.New(a.Sandbox)
+	if err != nil {
+		return nil, nil, nil, &exitError{exitRefused, err}
+	}
+	store, err = audit.Open(a.StateDir, a.AuditOptions...)
+	if err != nil {
+		return nil, nil, nil, &exitError{exitRefused, fmt.Errorf("%s: %w", a.AuditErr, err)}
+	}
+	socketDir, err := privateDir(a.SocketDir, a.SocketDirDefault)
+	if err != nil {
+		store.Close()
+		return nil, nil, nil, &exitError{exitRefused, err}
+	}
+	stateDir := a.StateDir
+	sup = &supervisor.Supervisor{
+		Runner:            runner,
+		Audit:             store,
+		Metrics:           a.Metrics,
+		OpenMemory:        func() (*memory.Store, error) { return memory.Open(stateDir) },
+		Tools:             tools.Registry(),
+		SocketDir:         socketDir,
+		AllowLoopbackHTTP: a.AllowLoopbackHTTP,
+		ProfilesDir:       a.ProfilesDir,
+		StateDir:          a.StateDir,
+		// The file tools never reach the run dir (rootfs skeleton,
+		// containers), our binaries, nor what the caller adds (the skills,
+		// the config), whatever a skill's globs say.
+		ReservedDirs:  append(reservedDirs(a.Sandbox.RunDir), a.ExtraReserved...),
+		Log:           a.Log,
+		AllowDegraded: a.AllowDegraded,
+	}
+	closeAll = func() {
+		if sup.Memory != nil {
+			sup.Memory.Close()
+		}
+		store.Close()
+	}
+	return sup, store, closeAll, nil
+}
