@@ -418,10 +418,13 @@ func TestRootFreeze(t *testing.T) {
 
 func testFreeze(t *testing.T, h Hierarchy) {
 	c := newTestCgroup(t, h, cgOpts{})
-	c.start(t, "exec", "sleep", "1000")
+	cmd := c.start(t, "exec", "sleep", "1000")
+	// Freeze once the helper has become sleep: a task still in its execve
+	// may sit in uninterruptible sleep past the freezer's timeout.
 	testutil.WaitFor(t, 5*time.Second, func() bool {
 		p, err := c.h.Procs(c.path)
-		return err == nil && len(p) == 1
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid))
+		return err == nil && len(p) == 1 && strings.TrimSpace(string(comm)) == "sleep"
 	})
 	file, frozen, thawed := filepath.Join(c.h.root(), "freezer", c.path, "freezer.state"), "FROZEN", "THAWED"
 	if c.h.Mode == Unified {
@@ -435,6 +438,9 @@ func testFreeze(t *testing.T, h Hierarchy) {
 		return strings.TrimSpace(string(b))
 	}
 	thaw, err := c.h.freeze(c.path, time.Now().Add(5*time.Second))
+	// Thawed before the helper's cleanup kills and waits for it: a frozen
+	// v1 task cannot die, so that wait would hang the test binary.
+	t.Cleanup(func() { _ = thaw() })
 	if err != nil {
 		t.Fatal(err)
 	}
