@@ -384,11 +384,8 @@ func (s *Store) commit(b *batch) error {
 	if hasPlain(b.slots) {
 		if size, err = s.makeRoom(start+int64(len(buf)), size); err != nil {
 			// Rows other than terminal ones would use space reserved for
-			// running invocations' terminal rows: refuse those, write the
-			// terminal rows.
-			if !errors.Is(err, ErrNoSpace) {
-				return err
-			}
+			// running invocations' terminal rows (or that space cannot be
+			// told): refuse those, write the terminal rows.
 			var slots []slot
 			for i, sl := range b.slots {
 				if isTerminal(sl.kind) {
@@ -396,8 +393,10 @@ func (s *Store) commit(b *batch) error {
 					slots = append(slots, sl)
 				}
 			}
-			if !errors.Is(err, syscall.ENOSPC) {
+			if errors.Is(err, ErrNoSpace) && !errors.Is(err, syscall.ENOSPC) {
 				err = fmt.Errorf("%w: %w", err, syscall.ENOSPC)
+			} else if !errors.Is(err, ErrUnavailable) {
+				err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 			if len(keep) == 0 {
 				return err
