@@ -123,6 +123,7 @@ type Store struct {
 	path string
 	opts options
 	j    *journal
+	resv *reservations // space held for running invocations' terminal rows (reserve.go)
 
 	db     *sql.DB           // readers
 	wdb    *sql.DB           // the writer's single connection
@@ -369,6 +370,12 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if err := s.checkJournalLength(ctx, end, last); err != nil {
 		return err
 	}
+	if s.resv, err = openReservations(filepath.Dir(s.j.path)); err != nil {
+		return err
+	}
+	if _, err := s.resv.recount(); err != nil {
+		return err
+	}
 	s.j.reserve(end, size)
 	if err := s.apply(ctx, end); err != nil {
 		return fmt.Errorf("%s: %w", s.j.path, err)
@@ -475,6 +482,8 @@ func (s *Store) Close() error {
 // anchorHead records the journal's head as the anchor (best effort: a
 // full disk must not fail Close; the next Close or apply tries again).
 func (s *Store) anchorHead() {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
 	if err := flock(s.j.w, lockExclusive); err != nil {
 		return
 	}
@@ -504,5 +513,6 @@ func (s *Store) closeDB() error {
 	if s.j != nil {
 		errs = append(errs, s.j.close())
 	}
+	errs = append(errs, s.resv.close())
 	return errors.Join(errs...)
 }

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -84,8 +85,12 @@ type writerState struct {
 	// the journal end it left (while the journal still ends there, no other
 	// process appended and the head need not be read back), row ids, the
 	// hash state for chaining, and the last batch's line buffer for reuse.
-	tipEnd      int64
-	tip         head
+	tipEnd int64
+	tip    head
+	// jmu serializes this process's holders of the journal's flock (the
+	// syncer and Reserve): an flock belongs to the open file, so it does
+	// not exclude goroutines sharing the descriptor.
+	jmu         sync.Mutex
 	entropy     *ulid.MonotonicEntropy
 	digest      hash.Hash
 	spare       []byte
@@ -132,6 +137,7 @@ type batch struct {
 	taken chan struct{} // closed when the syncer takes the batch
 	done  chan struct{} // closed when the append is durable, or failed (err)
 	err   error         // the append's failure, set before done closes
+	errs  []error       // when set: row i's own failure (a split batch, see commit)
 
 	urgent bool      // an emitter waits for a row of it (Emit, not Enqueue)
 	since  time.Time // when its first row was added
@@ -155,6 +161,9 @@ func (b *batch) result(i int) (Row, error) {
 	<-b.done
 	if b.err != nil {
 		return Row{}, b.err
+	}
+	if b.errs != nil && b.errs[i] != nil {
+		return Row{}, b.errs[i]
 	}
 	return b.rows[i], nil
 }
@@ -253,7 +262,9 @@ func (s *Store) run() {
 		if b == nil {
 			return
 		}
-		if err := s.commit(b); err != nil {
+		if err := s.commit(b); errors.Is(err, ErrUnavailable) {
+			b.err = err
+		} else if err != nil {
 			b.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		close(b.done)
@@ -346,6 +357,8 @@ func (s *Store) take() *batch {
 // before the lock is released: nothing of it remains for the next batch to
 // chain from.
 func (s *Store) commit(b *batch) error {
+	s.jmu.Lock()
+	defer s.jmu.Unlock()
 	if err := flock(s.j.w, lockExclusive); err != nil {
 		return fmt.Errorf("lock journal: %w", err)
 	}
@@ -367,6 +380,38 @@ func (s *Store) commit(b *batch) error {
 	if err != nil {
 		return err
 	}
+	var keep []int // when set: the indexes of the only slots written
+	if hasPlain(b.slots) {
+		if size, err = s.makeRoom(start+int64(len(buf)), size); err != nil {
+			// Rows other than terminal ones would use space reserved for
+			// running invocations' terminal rows (or that space cannot be
+			// told): refuse those, write the terminal rows.
+			var slots []slot
+			for i, sl := range b.slots {
+				if isTerminal(sl.kind) {
+					keep = append(keep, i)
+					slots = append(slots, sl)
+				}
+			}
+			if errors.Is(err, ErrNoSpace) && !errors.Is(err, syscall.ENOSPC) {
+				err = fmt.Errorf("%w: %w", err, syscall.ENOSPC)
+			} else if !errors.Is(err, ErrUnavailable) {
+				err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			if len(keep) == 0 {
+				return err
+			}
+			b.errs = make([]error, len(b.slots))
+			for i := range b.errs {
+				b.errs[i] = err
+			}
+			rows, buf, err = s.chain(slots, h, s.spare[:0])
+			s.spare = buf
+			if err != nil {
+				return err
+			}
+		}
+	}
 	if s.beforeCommit != nil {
 		if err := s.beforeCommit(); err != nil {
 			return err
@@ -379,8 +424,26 @@ func (s *Store) commit(b *batch) error {
 	s.tipEnd, s.tip = start+int64(len(buf)), head{last.Seq, last.RowHash}
 	s.commits.Add(1)
 	s.handOff(appended{start: start, end: s.tipEnd, rows: rows})
+	if keep != nil {
+		all := make([]Row, len(b.slots))
+		for k, i := range keep {
+			all[i], b.errs[i] = rows[k], nil
+		}
+		rows = all
+	}
 	b.rows = rows
 	return nil
+}
+
+// hasPlain reports whether slots hold a row that is not a terminal one
+// (see isTerminal): only those are refused to keep reserved space.
+func hasPlain(slots []slot) bool {
+	for i := range slots {
+		if !isTerminal(slots[i].kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // chain makes the rows of slots, continuing h, and their journal lines

@@ -194,6 +194,14 @@ type Auditor interface {
 	Emit(ctx context.Context, d audit.Draft) (audit.Row, error)
 }
 
+// Reserver is the optional side of an Auditor that holds journal space for
+// an invocation's terminal rows from before its started row until its
+// completed row is durable (audit.Store.Reserve); Auditors without it
+// (tests' fakes) reserve nothing.
+type Reserver interface {
+	Reserve(invocationID string) (release func(), err error)
+}
+
 // Supervisor runs invocations on a Runner, auditing each one.
 type Supervisor struct {
 	Runner      sandbox.Runner
@@ -542,6 +550,16 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		trace.WithAttributes(attribute.String("skill_id", inv.common.SkillID), attribute.String("invocation_id", inv.common.InvocationID),
 			attribute.String("tenant_id", inv.common.TenantID), attribute.String("skill_version", inv.pol.Version)))
 	inv.spanCtx = spanCtx
+	release := func() {}
+	if r, ok := s.Audit.(Reserver); ok {
+		if release, err = r.Reserve(inv.common.InvocationID); err != nil {
+			s.metrics().AuditEmitFailures.WithLabelValues("start").Inc()
+			log.Error("audit: no journal space reserved for the terminal rows; skill not dispatched", "err", err)
+			span.SetStatus(codes.Error, "audit space not reserved")
+			span.End()
+			return Envelope{}, &AuditEmitError{Stage: "reserve", Err: err}
+		}
+	}
 	started := audit.InvokedStartedPolicy(inv.common, inv.pol.Version, inv.persona, inv.argsHash, inv.policyHash, inv.containment)
 	startedAt := s.now()
 	if _, err := s.Audit.Emit(ctx, started); err != nil {
@@ -549,6 +567,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		log.Error("audit: skill.invoked_started not written; skill not dispatched", "err", err)
 		span.SetStatus(codes.Error, "audit start row not written")
 		span.End()
+		release()
 		return Envelope{}, &AuditEmitError{Stage: "start", Err: err}
 	}
 	if inv.req.OnStarted != nil {
@@ -582,8 +601,11 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		// ends first, the next start closes the invocation as lost.
 		s.metrics().AuditEmitFailures.WithLabelValues("completed").Inc()
 		log.Error("audit: skill.invoked_completed not written; sev-1, effects not reversed", "severity", "sev-1", "err", err)
-		go s.retryCompleted(completed, log)
+		go s.retryCompleted(completed, log, release)
 		incomplete = fmt.Errorf("%w: invocation %s: %v", ErrAuditIncomplete, inv.common.InvocationID, err)
+	}
+	if incomplete == nil {
+		release()
 	}
 	s.metrics().InvokedTotal.WithLabelValues(inv.common.SkillID, string(env.Outcome)).Inc()
 	s.metrics().InvokedDurationMS.WithLabelValues(inv.common.SkillID).Observe(float64(env.DurationMS))
@@ -606,11 +628,13 @@ func (s *Supervisor) emitCompleted(ctx context.Context, d audit.Draft) error {
 }
 
 // retryCompleted keeps trying a completed row that could not be written,
-// every few seconds, for as long as this process lives.
-func (s *Supervisor) retryCompleted(d audit.Draft, log *slog.Logger) {
+// every few seconds, for as long as this process lives; the row's reserved
+// space is released once it lands.
+func (s *Supervisor) retryCompleted(d audit.Draft, log *slog.Logger, release func()) {
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 		time.Sleep(wait)
 		if _, err := s.Audit.Emit(context.Background(), d); err == nil {
+			release()
 			log.Warn("audit: skill.invoked_completed written late")
 			return
 		}
