@@ -2,7 +2,9 @@ package audit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,20 +17,30 @@ import (
 // rows are written, every anchorEvery.
 const AnchorName = "audit.anchor"
 
-// anchorEvery is how often the applier records the head while rows flow.
-const anchorEvery = 10 * time.Second
+// anchorEvery is how often the applier records the head while rows flow
+// (a variable so tests can shorten it).
+var anchorEvery = 10 * time.Second
 
 // Anchor is a chain head recorded outside the journal.
 type Anchor struct {
 	Seq     int64  `json:"seq"`
 	RowHash string `json:"row_hash"`
 	TS      string `json:"ts"` // when it was recorded
+	// PublicKey and Signature sign (Seq, RowHash) as a checkpoint does,
+	// when the store has a signer; anchors written without one lack them.
+	PublicKey string `json:"public_key,omitempty"`
+	Signature string `json:"signature,omitempty"`
+}
+
+// checkpoint is a's signed head, for Checkpoint.Check.
+func (a Anchor) checkpoint() Checkpoint {
+	return Checkpoint{Seq: a.Seq, RowHash: a.RowHash, PublicKey: a.PublicKey, Signature: a.Signature}
 }
 
 // readAnchor returns the anchor in dir (ok false when there is none).
 func readAnchor(dir string) (a Anchor, ok bool, err error) {
 	b, err := os.ReadFile(filepath.Join(dir, AnchorName))
-	if os.IsNotExist(err) {
+	if errors.Is(err, fs.ErrNotExist) {
 		return Anchor{}, false, nil
 	}
 	if err != nil {
@@ -43,8 +55,9 @@ func readAnchor(dir string) (a Anchor, ok bool, err error) {
 // advanceAnchor records h as the anchor unless the anchor is already at or
 // past it: it only moves forward. Writers of every process serialise on a
 // lock on the state dir; the file is replaced whole (written, synced,
-// renamed), so a crash leaves the old anchor or the new one.
-func advanceAnchor(dir string, h head) error {
+// renamed), so a crash leaves the old anchor or the new one. With a signer
+// the anchor is signed.
+func advanceAnchor(dir string, h head, signer *Signer) error {
 	if h.seq < 1 {
 		return nil
 	}
@@ -60,7 +73,11 @@ func advanceAnchor(dir string, h head) error {
 	if cur, ok, err := readAnchor(dir); err == nil && ok && cur.Seq >= h.seq {
 		return nil
 	}
-	b, _ := json.Marshal(Anchor{Seq: h.seq, RowHash: h.hash, TS: time.Now().UTC().Format(TimeFormat)})
+	a := Anchor{Seq: h.seq, RowHash: h.hash, TS: time.Now().UTC().Format(TimeFormat)}
+	if signer != nil {
+		a.PublicKey, a.Signature = signer.PublicKey(), signer.Sign(h.seq, h.hash)
+	}
+	b, _ := json.Marshal(a)
 	tmp := filepath.Join(dir, AnchorName+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {

@@ -26,6 +26,7 @@ type applierState struct {
 	appliedHint int64 // journal bytes known applied (applyMu)
 	appliedHead head  // the index's head after this process's last apply (applyMu)
 	anchorAt    time.Time
+	cpRowSeq    atomic.Int64 // seq of this process's last checkpoint row
 	written     atomic.Int64
 	pendMu      sync.Mutex
 	pending     []appended
@@ -120,8 +121,10 @@ func (s *Store) applier() {
 			s.applyMu.Lock()
 			h := s.appliedHead
 			s.applyMu.Unlock()
-			if advanceAnchor(filepath.Dir(s.path), h) == nil {
+			if advanceAnchor(filepath.Dir(s.path), h, s.opts.signer) == nil {
 				s.anchorAt = time.Now()
+				s.toSink(h)
+				s.enqueueCheckpoint(h)
 			}
 		}
 	}
@@ -262,4 +265,54 @@ func (s *Store) journalRows(from, upTo int64) ([]Row, int64, error) {
 		}
 	}
 	return rows, cur, nil
+}
+
+// enqueueCheckpoint adds a checkpoint row signing h behind the rows being
+// written (best effort: on a full disk the signed anchor still holds h).
+func (s *Store) enqueueCheckpoint(h head) {
+	if s.opts.signer == nil || h.seq < 1 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	wait, err := s.Enqueue(ctx, s.opts.signer.CheckpointRow(h.seq, h.hash))
+	if err != nil {
+		return
+	}
+	go func() {
+		if r, err := wait(); err == nil {
+			s.cpRowSeq.Store(r.Seq)
+		}
+	}()
+}
+
+// checkpointAtClose signs the head this process leaves behind: once every
+// row it wrote is applied, a checkpoint row of the index's head, unless that
+// head is its own last checkpoint row or it wrote nothing.
+func (s *Store) checkpointAtClose() {
+	if s.opts.signer == nil || s.commits.Load() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if s.apply(ctx, s.written.Load()) != nil {
+		return
+	}
+	s.applyMu.Lock()
+	h := s.appliedHead
+	s.applyMu.Unlock()
+	if h.seq < 1 || h.seq == s.cpRowSeq.Load() {
+		return
+	}
+	if r, err := s.Emit(ctx, s.opts.signer.CheckpointRow(h.seq, h.hash)); err == nil {
+		s.cpRowSeq.Store(r.Seq)
+	}
+}
+
+// toSink sends the signed head h to the store's sink, if it has one.
+func (s *Store) toSink(h head) {
+	if s.opts.sink == nil || s.opts.signer == nil || h.seq < 1 {
+		return
+	}
+	s.opts.sink(Checkpoint{Seq: h.seq, RowHash: h.hash, PublicKey: s.opts.signer.PublicKey(), Signature: s.opts.signer.Sign(h.seq, h.hash)})
 }

@@ -262,23 +262,51 @@ func (r *Reader) journalLines(from int64, fn func(line int, row Row, err error) 
 // differ, the field. The error is for a state dir that cannot be read at
 // all.
 func VerifyDir(ctx context.Context, stateDir string) (Report, error) {
+	return VerifyDirWith(ctx, stateDir, VerifyOptions{})
+}
+
+// VerifyOptions are what an operator brings to a verification from outside
+// the state dir.
+type VerifyOptions struct {
+	// PublicKey (hex) must have signed every checkpoint row and the anchor;
+	// "" checks each signature against the key it carries.
+	PublicKey string
+	// Heads are chain heads recorded elsewhere (the sink's log lines): the
+	// chain must reach each, with the same row_hash.
+	Heads []Checkpoint
+}
+
+// VerifyDirWith is VerifyDir with what opts brings.
+func VerifyDirWith(ctx context.Context, stateDir string, opts VerifyOptions) (Report, error) {
 	r, err := OpenReader(stateDir)
 	if err != nil {
 		return Report{}, err
 	}
 	defer r.Close()
-	return r.Verify(ctx)
+	return r.VerifyWith(ctx, opts)
 }
 
 // Verify is VerifyDir on an open Reader.
 func (r *Reader) Verify(ctx context.Context) (Report, error) {
+	return r.VerifyWith(ctx, VerifyOptions{})
+}
+
+// VerifyWith is VerifyDirWith on an open Reader.
+func (r *Reader) VerifyWith(ctx context.Context, opts VerifyOptions) (Report, error) {
 	v := NewVerifier()
+	v.PinKey(opts.PublicKey)
 	var notes []string
 	anchor, haveAnchor, anchorErr := readAnchor(r.dir)
 	anchorHash := "" // the chain's row_hash at the anchor's seq
+	headHash := make([]string, len(opts.Heads))
 	seen := func(row Row) {
 		if haveAnchor && row.Seq == anchor.Seq {
 			anchorHash = row.RowHash
+		}
+		for i, h := range opts.Heads {
+			if row.Seq == h.Seq {
+				headHash[i] = row.RowHash
+			}
 		}
 	}
 	idx := &indexCursor{}
@@ -442,6 +470,31 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 		v.problems = append(v.problems, Problem{Seq: anchor.Seq, File: JournalName, Field: "row_hash",
 			Reason: fmt.Sprintf("the row_hash is not the one %s records (%.12s…, at %s): the chain was rewritten", AnchorName, anchor.RowHash, anchor.TS)})
 	}
+	if haveAnchor && anchorErr == nil {
+		switch {
+		case anchor.Signature != "":
+			if err := anchor.checkpoint().Check(opts.PublicKey); err != nil {
+				v.problems = append(v.problems, Problem{Seq: anchor.Seq, File: AnchorName, Field: "signature", Reason: err.Error()})
+			}
+		case opts.PublicKey != "":
+			v.problems = append(v.problems, Problem{Seq: anchor.Seq, File: AnchorName, Field: "signature",
+				Reason: "the anchor is not signed, but a public key is pinned"})
+		}
+	}
+	for i, h := range opts.Heads {
+		switch {
+		case v.lastSeq() < h.Seq:
+			v.problems = append(v.problems, Problem{Seq: v.lastSeq() + 1, File: JournalName, lost: true,
+				Reason: fmt.Sprintf(rowsLost+": the chain ends at seq %d, but a head recorded outside the state dir is seq %d: rows %d..%d are missing",
+					v.lastSeq(), h.Seq, v.lastSeq()+1, h.Seq)})
+		case headHash[i] != h.RowHash:
+			v.problems = append(v.problems, Problem{Seq: h.Seq, File: JournalName, Field: "row_hash",
+				Reason: fmt.Sprintf("the row_hash is not the one recorded outside the state dir (%.12s…): the chain was rewritten", h.RowHash)})
+		}
+	}
+	if v.lastCP > 0 && v.lastSeq() > v.lastCPRow {
+		notes = append(notes, fmt.Sprintf("rows %d..%d follow the last checkpoint (seq %d): no signature covers them yet", v.lastCP+1, v.lastSeq(), v.lastCP))
+	}
 	if behind > 0 {
 		notes = append(notes, fmt.Sprintf("the index lacks the journal's last %d rows: not applied yet (the daemon's applier or the next start applies them)", behind))
 	}
@@ -492,11 +545,18 @@ func (v *Verifier) skip(r Row) {
 	v.setPrev(r)
 }
 
-// setPrev makes r the row the next one must link to.
+// setPrev makes r the row the next one must link to, and one a later
+// checkpoint may sign.
 func (v *Verifier) setPrev(r Row) {
 	prev := r
-	prev.Payload = nil
+	prev.Payload = nil // linking needs only seq and row_hash
 	v.prev = &prev
+	if v.recent == nil {
+		v.recent = make([]seqHash, recentRows)
+	}
+	if r.Seq >= 0 {
+		v.recent[uint64(r.Seq)%recentRows] = seqHash{r.Seq, r.RowHash}
+	}
 }
 
 // lastSeq is the seq of the last row added (0 before the first).

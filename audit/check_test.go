@@ -317,7 +317,7 @@ func TestAnchorCatchesTailAndIndexLoss(t *testing.T) {
 		t.Fatalf("anchor after Close: %+v %v %v", a, ok, err)
 	}
 	// It only moves forward.
-	if err := advanceAnchor(dir, head{3, zeroHash(3)}); err != nil {
+	if err := advanceAnchor(dir, head{3, zeroHash(3)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, _, _ := readAnchor(dir); b != a {

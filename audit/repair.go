@@ -32,6 +32,12 @@ type RepairResult struct {
 // aside and set to the repaired chain's head, recording that the loss was
 // accepted. The daemon must be stopped. It holds every row in memory.
 func Repair(ctx context.Context, stateDir string, acceptLoss bool) (RepairResult, error) {
+	return RepairSigned(ctx, stateDir, acceptLoss, nil)
+}
+
+// RepairSigned is Repair signing the anchor it resets with signer (nil: an
+// unsigned anchor).
+func RepairSigned(ctx context.Context, stateDir string, acceptLoss bool, signer *Signer) (RepairResult, error) {
 	dir, err := filepath.Abs(stateDir)
 	if err != nil {
 		return RepairResult{}, err
@@ -49,7 +55,7 @@ func Repair(ctx context.Context, stateDir string, acceptLoss bool) (RepairResult
 		if !acceptLoss {
 			return res, fmt.Errorf("%s; the rows cannot be recovered: to accept the loss and go on, run it again with --accept-loss", firstProblem(before))
 		}
-		return repairAnchor(ctx, dir, res, before)
+		return repairAnchor(ctx, dir, res, before, signer)
 	}
 	jrows, jrep, jerr := readJournalRows(dir)
 	irows, irep, ierr := readIndexRows(ctx, dir)
@@ -103,7 +109,7 @@ func Repair(ctx context.Context, stateDir string, acceptLoss bool) (RepairResult
 	}
 	if !after.OK && acceptLoss && onlyAnchorProblems(after) {
 		action := res.Action
-		res, err = repairAnchor(ctx, dir, res, after)
+		res, err = repairAnchor(ctx, dir, res, after, signer)
 		res.Action = action + "; " + res.Action
 		return res, err
 	}
@@ -116,13 +122,13 @@ func Repair(ctx context.Context, stateDir string, acceptLoss bool) (RepairResult
 
 // repairAnchor accepts the loss of the rows past the anchor: the anchor is
 // moved aside and set to the chain's head.
-func repairAnchor(ctx context.Context, dir string, res RepairResult, rep Report) (RepairResult, error) {
+func repairAnchor(ctx context.Context, dir string, res RepairResult, rep Report, signer *Signer) (RepairResult, error) {
 	moved, err := moveAside(dir, AnchorName, time.Now().UTC().Format("20060102T150405Z"))
 	res.Moved = append(res.Moved, moved...)
 	if err != nil {
 		return res, err
 	}
-	if err := advanceAnchor(dir, head{rep.LastSeq, rep.LastHash}); err != nil {
+	if err := advanceAnchor(dir, head{rep.LastSeq, rep.LastHash}, signer); err != nil {
 		return res, err
 	}
 	res.Action = fmt.Sprintf("the loss of the rows after seq %d is accepted and the anchor reset", rep.LastSeq)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -367,6 +368,16 @@ func newPayload(k Kind, c Common) *payload {
 	return p
 }
 
+// newBarePayload starts the payload of one of bareKinds.
+func newBarePayload(k Kind) *payload {
+	p := newPayload(k, Common{InvocationID: "-", SkillID: "-"})
+	p.members, p.vals = p.arr[:0], p.valBuf[:0]
+	if p.generic != nil {
+		p.generic = map[string]any{}
+	}
+	return p
+}
+
 // end records the value appended to vals since start as key's.
 func (p *payload) end(key string, start int) {
 	p.members = append(p.members, member{key, start, len(p.vals)})
@@ -643,7 +654,17 @@ var kindFields = map[Kind][]field{
 		{"max_audit_rows", nonNegativeInt},
 		{"tool_calls", nonNegativeInt},
 	},
+	KindCheckpoint: {
+		{"head_seq", nonNegativeInt},
+		{"head_row_hash", hexOfLen(64)},
+		{"public_key", hexOfLen(64)},
+		{"signature", hexOfLen(128)},
+	},
 }
+
+// bareKinds belong to no invocation: their payloads carry none of Common's
+// keys.
+var bareKinds = map[Kind]bool{KindCheckpoint: true}
 
 // optionalFields lists, per kind, keys a payload may carry besides
 // kindFields' (rows written before them lack them).
@@ -705,7 +726,11 @@ func validatePayload(k Kind, payload []byte) error {
 			seen++
 		}
 	}
-	for _, list := range [][]field{commonFields, fields} {
+	lists := [][]field{commonFields, fields}
+	if bareKinds[k] {
+		lists = lists[1:]
+	}
+	for _, list := range lists {
 		for _, f := range list {
 			key := f.name
 			v, ok := m[key]
@@ -727,7 +752,7 @@ func validatePayload(k Kind, payload []byte) error {
 	}
 	if len(m) != seen {
 		for key := range m {
-			if !hasField(key, m, commonFields) && !hasField(key, m, fields) && !hasField(key, m, optionalFields[k]) {
+			if !(hasField(key, m, commonFields) && !bareKinds[k]) && !hasField(key, m, fields) && !hasField(key, m, optionalFields[k]) {
 				return fmt.Errorf("%w: %s payload has unexpected key %q", ErrInvalidRow, k, key)
 			}
 		}
@@ -779,6 +804,20 @@ func stringOrNull(v json.RawMessage) error {
 		return nil
 	}
 	return anyString(v)
+}
+
+// hexOfLen accepts exactly n lowercase hex characters.
+func hexOfLen(n int) func(json.RawMessage) error {
+	return func(v json.RawMessage) error {
+		s, err := str(v)
+		if err != nil {
+			return err
+		}
+		if len(s) != n || strings.Trim(s, "0123456789abcdef") != "" {
+			return fmt.Errorf("want %d lowercase hex characters, got %q", n, truncate([]byte(s)))
+		}
+		return nil
+	}
 }
 
 // hash accepts "" (nothing to hash) or 64 lowercase hex characters.

@@ -87,6 +87,8 @@ type options struct {
 	maxBatch    int
 	busyTimeout time.Duration
 	checkIndex  bool
+	signer      *Signer
+	sink        Sink
 }
 
 // Option tunes Open.
@@ -106,6 +108,14 @@ func WithIndexCheck() Option { return func(o *options) { o.checkIndex = true } }
 // WithBusyTimeout sets how long a statement waits for another process's
 // lock on the file (e.g. a concurrent `audit verify`) before failing.
 func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
+
+// WithSigner makes the store sign the chain head (checkpoint.go): a
+// checkpoint row and a signed anchor every anchorEvery while rows flow, and
+// at Close.
+func WithSigner(s *Signer) Option { return func(o *options) { o.signer = s } }
+
+// WithSink sends every signed head to sink as well (it needs WithSigner).
+func WithSink(sink Sink) Option { return func(o *options) { o.sink = sink } }
 
 // Store is the durable, hash-chained audit trail of a state dir. It is safe
 // for concurrent use, and several processes may share one state dir.
@@ -465,10 +475,14 @@ const checkpointPages = 1000
 // database. Emit after Close fails with ErrClosed.
 func (s *Store) Close() error {
 	s.pmu.Lock()
-	if s.shut {
+	if s.shut || s.closing {
 		s.pmu.Unlock()
 		return nil
 	}
+	s.closing = true
+	s.pmu.Unlock()
+	s.checkpointAtClose()
+	s.pmu.Lock()
 	s.shut = true
 	s.pmu.Unlock()
 	close(s.stop)
@@ -489,8 +503,8 @@ func (s *Store) anchorHead() {
 	}
 	h, _, _, err := s.readHead()
 	_ = flock(s.j.w, lockNone)
-	if err == nil {
-		_ = advanceAnchor(filepath.Dir(s.path), h)
+	if err == nil && advanceAnchor(filepath.Dir(s.path), h, s.opts.signer) == nil {
+		s.toSink(h)
 	}
 }
 

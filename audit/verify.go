@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gowebpki/jcs"
@@ -23,6 +24,13 @@ type Report struct {
 	// (a log line, a previous report) shows that.
 	LastSeq  int64  `json:"last_seq"`
 	LastHash string `json:"last_hash"`
+	// Checkpoints counts the chain's checkpoint rows, each checked: its
+	// head is in the chain and its signature verifies. SigningKeys are the
+	// public keys that signed them, in first-seen order; LastCheckpoint is
+	// the head_seq of the last one (0: none).
+	Checkpoints    int      `json:"checkpoints"`
+	SigningKeys    []string `json:"signing_keys,omitempty"`
+	LastCheckpoint int64    `json:"last_checkpoint"`
 	// Notes are facts that are not problems (e.g. the index lags the
 	// journal, which the next start catches up).
 	Notes []string `json:"notes,omitempty"`
@@ -70,7 +78,30 @@ type Verifier struct {
 	invocations map[string]invocationState
 	startOrder  []string
 	openCalls   map[string]int // invocation_id + "\x00" + call_id → started, not yet completed
+
+	// Checkpoints: the pinned public key (hex; "" checks signatures against
+	// the key each checkpoint carries), the recent rows' hashes their heads
+	// are looked up in, and what was found.
+	pinned      string
+	recent      []seqHash // ring of the last len(recent) rows, by seq
+	checkpoints int
+	keys        []string
+	lastCP      int64 // head_seq of the last good checkpoint
+	lastCPRow   int64 // its own seq
 }
+
+type seqHash struct {
+	seq  int64
+	hash string
+}
+
+// recentRows is how far back a checkpoint's head may lie: a writer signs
+// the head its index has reached, which trails the journal by far less.
+const recentRows = 1 << 16
+
+// PinKey makes v require every checkpoint to be signed by the hex Ed25519
+// public key pub (as KEY.pub holds it).
+func (v *Verifier) PinKey(pub string) { v.pinned = pub }
 
 type invocationState struct {
 	startedSeq int64
@@ -88,13 +119,14 @@ func (v *Verifier) Add(r Row) {
 	reasons, payloadOK := rowProblems(v.prev, r)
 	if payloadOK {
 		reasons = append(reasons, v.pair(r)...)
+		if r.Kind == KindCheckpoint {
+			reasons = append(reasons, v.checkpoint(r)...)
+		}
 	}
 	for _, reason := range reasons {
 		v.problems = append(v.problems, Problem{Seq: r.Seq, RowID: r.RowID, Reason: reason})
 	}
-	prev := r
-	prev.Payload = nil // linking needs only seq and row_hash
-	v.prev = &prev
+	v.setPrev(r)
 }
 
 // problem records a problem with r found by a check outside the chain (the
@@ -117,7 +149,47 @@ func (v *Verifier) Report() Report {
 	if v.prev != nil {
 		rep.LastSeq, rep.LastHash = v.prev.Seq, v.prev.RowHash
 	}
+	rep.Checkpoints, rep.SigningKeys, rep.LastCheckpoint = v.checkpoints, v.keys, v.lastCP
 	return rep
+}
+
+// hashAt is the row_hash of the chain's row seq, if it is among the recent
+// rows.
+func (v *Verifier) hashAt(seq int64) (string, bool) {
+	if v.recent == nil || seq < 1 {
+		return "", false
+	}
+	e := v.recent[uint64(seq)%recentRows]
+	return e.hash, e.seq == seq
+}
+
+// checkpoint checks a checkpoint row (its payload is valid): its head is an
+// earlier row of this chain, and its signature verifies.
+func (v *Verifier) checkpoint(r Row) []string {
+	var cp Checkpoint
+	if err := json.Unmarshal(r.Payload, &cp); err != nil {
+		return []string{fmt.Sprintf("checkpoint: %v", err)}
+	}
+	v.checkpoints++
+	if !slices.Contains(v.keys, cp.PublicKey) {
+		v.keys = append(v.keys, cp.PublicKey)
+	}
+	var out []string
+	if err := cp.Check(v.pinned); err != nil {
+		out = append(out, "checkpoint: "+err.Error())
+	}
+	switch h, ok := v.hashAt(cp.Seq); {
+	case cp.Seq >= r.Seq:
+		out = append(out, fmt.Sprintf("checkpoint: head_seq %d is not before the checkpoint itself", cp.Seq))
+	case !ok:
+		out = append(out, fmt.Sprintf("checkpoint: head_seq %d is not among the %d rows before it", cp.Seq, recentRows))
+	case h != cp.RowHash:
+		out = append(out, fmt.Sprintf("checkpoint: seq %d's row_hash is not the signed one (%.12s…): the chain was rewritten", cp.Seq, cp.RowHash))
+	}
+	if len(out) == 0 {
+		v.lastCP, v.lastCPRow = cp.Seq, r.Seq
+	}
+	return out
 }
 
 // rowProblems checks one row on its own and its link to prev (nil: r must

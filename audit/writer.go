@@ -74,6 +74,7 @@ type writerState struct {
 	pmu         sync.Mutex
 	cur         *batch
 	shut        bool
+	closing     bool // Close has begun: it signs the head before shutting
 	ready       chan struct{}
 	stop        chan struct{} // closed by Close: the syncer commits what is left and exits
 	done        chan struct{} // closed by the syncer on exit

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -43,48 +44,75 @@ func newAuditCmd() *cobra.Command {
 	export.Flags().StringVar(&invocation, "invocation", "", "only this invocation's rows")
 	export.Flags().StringVar(&kind, "kind", "", "only rows of this kind (e.g. skill.invoked_completed)")
 
-	var file string
+	var file, pubkeyFile string
+	var anchors []string
 	verify := &cobra.Command{
 		Use:   "verify",
-		Short: "Check the hash chain and that every completed row has its started row",
+		Short: "Check the hash chain, its signed checkpoints, and that every completed row has its started row",
 		Long: "Checks the store (or --file, an unfiltered `audit export`): every row's hash, the chain, " +
 			"contiguous seq, and pairing; lists started invocations without a completed row as in flight. " +
 			"The store's journal (audit.jsonl) is checked line by line and every row compared with the index " +
-			"(audit.db); a bad row is named by seq, row_id, file, line and field. Nothing in the state dir is " +
-			"written, so it works on a read-only or full disk.",
+			"(audit.db); a bad row is named by seq, row_id, file, line and field. Every audit.checkpoint row " +
+			"must sign a head of this chain (with --pubkey, with that key), the chain must reach audit.anchor " +
+			"and every --anchor. Nothing in the state dir is written, so it works on a read-only or full disk.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var rows []audit.Row
+			var opts audit.VerifyOptions
+			if pubkeyFile != "" {
+				k, err := audit.ReadPublicKey(pubkeyFile)
+				if err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--pubkey: %w", err)}
+				}
+				opts.PublicKey = k
+			}
+			for _, a := range anchors {
+				h, err := parseAnchor(a)
+				if err != nil {
+					return &exitError{exitUsage, err}
+				}
+				opts.Heads = append(opts.Heads, h)
+			}
+			var rep audit.Report
 			if file != "" {
+				if len(opts.Heads) > 0 {
+					return &exitError{exitUsage, errors.New("--anchor checks a state dir, not --file")}
+				}
 				f, err := openInput(file)
 				if err != nil {
 					return &exitError{exitUsage, err}
 				}
 				defer f.Close()
-				if rows, err = audit.ReadJSONL(f); err != nil {
+				rows, err := audit.ReadJSONL(f)
+				if err != nil {
 					return &exitError{exitOutcome, fmt.Errorf("%s: %w", file, err)}
 				}
-			} else {
-			}
-			var rep audit.Report
-			if file != "" {
-				rep = audit.Verify(rows)
+				v := audit.NewVerifier()
+				v.PinKey(opts.PublicKey)
+				for _, r := range rows {
+					v.Add(r)
+				}
+				rep = v.Report()
 			} else {
 				var err error
-				if rep, err = audit.VerifyDir(context.Background(), stateDir); err != nil {
+				if rep, err = audit.VerifyDirWith(context.Background(), stateDir, opts); err != nil {
 					return &exitError{exitRefused, err}
 				}
 			}
-			printReport(cmd.OutOrStdout(), rep)
+			printReport(cmd.OutOrStdout(), rep, opts.PublicKey != "")
 			if !rep.OK {
 				return &exitError{exitOutcome, errors.New("audit chain does not verify")}
 			}
 			return nil
 		},
 	}
+	verify.Flags().StringVar(&pubkeyFile, "pubkey", "",
+		"the public key every checkpoint must be signed with (KEY.pub, written beside the daemon's audit.signing_key)")
+	verify.Flags().StringArrayVar(&anchors, "anchor", nil,
+		"SEQ:ROW_HASH of a head recorded outside the state dir (the daemon's syslog lines say anchor=SEQ:ROW_HASH); the chain must reach it")
 	verify.Flags().StringVar(&file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
 
 	var acceptLoss bool
+	var signingKey string
 	repair := &cobra.Command{
 		Use:   "repair",
 		Short: "Rebuild a damaged or missing audit file from the other one, once that one verifies",
@@ -93,7 +121,14 @@ func newAuditCmd() *cobra.Command {
 			"the index verifies, the journal is rewritten from the index. Run it with the daemon stopped.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := audit.Repair(context.Background(), stateDir, acceptLoss)
+			var signer *audit.Signer
+			if signingKey != "" {
+				var err error
+				if signer, err = audit.LoadSigningKey(signingKey, false); err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--signing-key: %w", err)}
+				}
+			}
+			res, err := audit.RepairSigned(context.Background(), stateDir, acceptLoss, signer)
 			for _, m := range res.Moved {
 				fmt.Fprintf(cmd.OutOrStdout(), "kept the damaged file as %s\n", m)
 			}
@@ -111,6 +146,7 @@ func newAuditCmd() *cobra.Command {
 	}
 	repair.Flags().BoolVar(&acceptLoss, "accept-loss", false,
 		"when rows past the anchor (audit.anchor) are gone for good, accept the loss: reset the anchor to the chain's head")
+	repair.Flags().StringVar(&signingKey, "signing-key", "", "sign the anchor --accept-loss resets with this key (the daemon's audit.signing_key)")
 	cmd.AddCommand(export, verify, repair)
 	return cmd
 }
@@ -122,7 +158,17 @@ func openInput(name string) (io.ReadCloser, error) {
 	return os.Open(name)
 }
 
-func printReport(w io.Writer, rep audit.Report) {
+// parseAnchor reads --anchor: SEQ:ROW_HASH, optionally prefixed anchor=.
+func parseAnchor(s string) (audit.Checkpoint, error) {
+	seq, hash, ok := strings.Cut(strings.TrimPrefix(s, "anchor="), ":")
+	n, err := strconv.ParseInt(seq, 10, 64)
+	if !ok || err != nil || n < 1 || len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
+		return audit.Checkpoint{}, fmt.Errorf("--anchor: %q is not SEQ:ROW_HASH (a positive seq, 64 lowercase hex digits)", s)
+	}
+	return audit.Checkpoint{Seq: n, RowHash: hash}, nil
+}
+
+func printReport(w io.Writer, rep audit.Report, pinned bool) {
 	for _, p := range rep.Problems {
 		where := ""
 		if p.File != "" {
@@ -146,6 +192,13 @@ func printReport(w io.Writer, rep audit.Report) {
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "NOTE %s\n", n)
+	}
+	if rep.Checkpoints > 0 {
+		how := "pinned with --pubkey"
+		if !pinned {
+			how = "not pinned: pass --pubkey KEY.pub to require it"
+		}
+		fmt.Fprintf(w, "SIGNED %d checkpoints, the last over seq %d, by key %s (%s)\n", rep.Checkpoints, rep.LastCheckpoint, strings.Join(rep.SigningKeys, ", "), how)
 	}
 	for _, id := range rep.InFlight {
 		fmt.Fprintf(w, "OPEN invocation %s: started, no completed row (in flight, or lost until the next start reconciles it)\n", id)

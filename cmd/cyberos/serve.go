@@ -58,10 +58,14 @@ func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
+	auditOpts, err := signingOptions(cfg, configPath, log)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
 	sup, store, closeAll, err := newSupervisor(assembly{
 		Sandbox:          sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges()},
 		StateDir:         cfg.StateDir,
-		AuditOptions:     []audit.Option{audit.WithIndexCheck()},
+		AuditOptions:     append([]audit.Option{audit.WithIndexCheck()}, auditOpts...),
 		AuditErr:         "audit store",
 		SocketDir:        cfg.SocketDir,
 		SocketDirDefault: cfg.SocketDir,

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -38,7 +39,25 @@ type Config struct {
 	// IdempotencyWindow is how long a (tenant_id, request_id) is answered
 	// from its first invocation instead of running again; 0 turns it off.
 	IdempotencyWindow Window `yaml:"idempotency_window"`
+	Audit             Audit  `yaml:"audit"`
 }
+
+// Audit is how the daemon signs its audit chain's head (audit.Signer).
+type Audit struct {
+	// SigningKey is the Ed25519 key (PKCS #8 PEM) that signs checkpoints,
+	// made on the first start with its public half beside it (KEY.pub, for
+	// `audit verify --pubkey`). A relative path is taken from the config
+	// file's directory (/etc/cyberos without one).
+	SigningKey string `yaml:"signing_key"`
+	// Syslog is the local syslog socket every signed head is also sent to,
+	// outside the state dir (e.g. /dev/log, which journald serves); "" sends
+	// none.
+	Syslog string `yaml:"syslog"`
+}
+
+// DefaultConfigDir is where relative paths point when the daemon runs
+// without a config file.
+const DefaultConfigDir = "/etc/cyberos"
 
 // Userns are the host id ranges of the sandboxes: each running sandbox
 // holds one range of 65536 ids of its own, from host_id_base on.
@@ -104,6 +123,7 @@ func DefaultConfig() Config {
 		ShutdownGrace:     Grace(30 * time.Second),
 		IdempotencyWindow: Window(24 * time.Hour),
 		Userns:            Userns{HostIDBase: sandbox.DefaultHostIDBase},
+		Audit:             Audit{SigningKey: "audit-signing.key"},
 	}
 }
 
@@ -121,6 +141,31 @@ func LoadConfig(path string) (Config, error) {
 		return c, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
+}
+
+// SigningKeyPath is audit.signing_key made absolute: a relative path is
+// taken from the directory of the config file at configPath, or from
+// DefaultConfigDir when there is none.
+func (c *Config) SigningKeyPath(configPath string) string {
+	k := c.Audit.SigningKey
+	if filepath.IsAbs(k) {
+		return k
+	}
+	dir := DefaultConfigDir
+	if configPath != "" {
+		if abs, err := filepath.Abs(configPath); err == nil {
+			dir = filepath.Dir(abs)
+		}
+	}
+	return filepath.Join(dir, k)
+}
+
+// CheckSigningKeyPath refuses a signing key inside state_dir.
+func (c *Config) CheckSigningKeyPath(configPath string) error {
+	if k := c.SigningKeyPath(configPath); inside(k, c.StateDir) {
+		return fmt.Errorf("%w: audit.signing_key: %s is inside state_dir %s: whoever can rewrite the journal could re-sign it", ErrConfig, k, c.StateDir)
+	}
+	return nil
 }
 
 var profileName = regexp.MustCompile(`^[a-z0-9_-]+$`)
@@ -196,6 +241,17 @@ func (c *Config) Validate() error {
 	if c.Userns.Ranges != 0 && c.Userns.Ranges < c.MaxConcurrent {
 		return bad("userns.ranges", "%d is below max_concurrent %d: each running sandbox holds a range (0 means max_concurrent)", c.Userns.Ranges, c.MaxConcurrent)
 	}
+	if c.Audit.SigningKey == "" {
+		return bad("audit.signing_key", "must be a path (relative to the config file's directory), got \"\"")
+	}
+	if err := c.CheckSigningKeyPath(""); filepath.IsAbs(c.Audit.SigningKey) && err != nil {
+		return err
+	}
+	if c.Audit.Syslog != "" {
+		if err := abs("audit.syslog", c.Audit.Syslog); err != nil {
+			return err
+		}
+	}
 	if err := sandbox.CheckIDRanges("userns.host_id_base", "userns.ranges", c.Userns.HostIDBase, c.IDRanges(), sandbox.HostIDFiles); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -205,10 +261,12 @@ func (c *Config) Validate() error {
 // ReservedPaths are the paths besides state_dir, socket_dir and
 // seccomp_profiles_dir that feed a policy or the daemon, which no skill's
 // file tools may touch whatever its globs say: skills_dir (every skill's
-// SKILL.md and entrypoint), the admin socket, and the directory of the
+// SKILL.md and entrypoint), the admin socket, the audit signing key, and
+// the directory of the
 // config file at configPath (when the daemon was given one).
 func (c *Config) ReservedPaths(configPath string) []string {
-	out := []string{c.SkillsDir, c.AdminSocket}
+	key := c.SigningKeyPath(configPath)
+	out := []string{c.SkillsDir, c.AdminSocket, key, key + ".pub"}
 	if configPath != "" {
 		if abs, err := filepath.Abs(configPath); err == nil {
 			out = append(out, filepath.Dir(abs))
@@ -234,4 +292,10 @@ func (c *Config) AdminGID() (int, error) {
 		return 0, fmt.Errorf("%w: admin_group: no group %q on this host", ErrConfig, c.AdminGroup)
 	}
 	return strconv.Atoi(g.Gid)
+}
+
+// inside reports whether path is dir or below it.
+func inside(path, dir string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

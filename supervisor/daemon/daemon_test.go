@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -259,5 +260,38 @@ func TestReplayToolNameAndPolicyHash(t *testing.T) {
 		if calls[i] != want[i] {
 			t.Errorf("call %d: %+v, want %+v", i, calls[i], want[i])
 		}
+	}
+}
+
+// TestConfigSigningKey: a relative audit.signing_key is taken from the
+// config file's directory (/etc/cyberos without one), one inside state_dir
+// is refused naming the key, and the key is reserved from the file tools.
+func TestConfigSigningKey(t *testing.T) {
+	c := DefaultConfig()
+	if got := c.SigningKeyPath(""); got != "/etc/cyberos/audit-signing.key" {
+		t.Errorf("without a config file: %s", got)
+	}
+	if got := c.SigningKeyPath("/srv/conf/supervisor.yaml"); got != "/srv/conf/audit-signing.key" {
+		t.Errorf("beside the config: %s", got)
+	}
+	if r := c.ReservedPaths("/srv/conf/supervisor.yaml"); !slices.Contains(r, "/srv/conf/audit-signing.key") || !slices.Contains(r, "/srv/conf/audit-signing.key.pub") {
+		t.Errorf("reserved paths %v lack the key", r)
+	}
+	c.Audit.SigningKey = "/var/lib/cyberos/keys/k"
+	if err := c.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "audit.signing_key") || !strings.Contains(err.Error(), "inside state_dir") {
+		t.Errorf("a key in state_dir: %v", err)
+	}
+	c.Audit.SigningKey = "../lib/cyberos/k"
+	if err := c.CheckSigningKeyPath("/var/etc/supervisor.yaml"); err == nil {
+		t.Error("a relative key resolving into state_dir was accepted")
+	}
+	c.Audit.SigningKey = ""
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.signing_key") {
+		t.Errorf("an empty key: %v", err)
+	}
+	c = DefaultConfig()
+	c.Audit.Syslog = "dev/log"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.syslog") {
+		t.Errorf("a relative syslog socket: %v", err)
 	}
 }
