@@ -18,7 +18,7 @@ targets=(
 	"./policy FuzzCheckURL"                     # HttpFetch/HttpPost URL checks against the domain allowlist
 	"./policy FuzzCheckBash"                    # Bash command checks against the allowlist
 	"./supervisor/tools FuzzFileToolPaths"      # paths through the real file tools (links, reserved dirs)
-	"./supervisor/sandbox FuzzLoadProfile"      # seccomp profile decoding
+	"./supervisor/seccomp FuzzLoadProfile"      # seccomp profile decoding
 	"./supervisor/broker FuzzReadFrame"         # broker frames
 	"./supervisor/broker FuzzDispatch"          # JSON-RPC request decoding and dispatch
 	"./audit FuzzAppendJCSString"               # RFC 8785 strings in audit payloads (any bytes)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/seccomp"
 )
 
 // Exit statuses of `cyberos seccomp …` (README "Seccomp profiles"):
@@ -45,10 +46,10 @@ file has an error, or a warning with --strict.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
 			out := cmd.OutOrStdout()
-			var reports []sandbox.LintReport
+			var reports []seccomp.LintReport
 			bad := 0
 			for _, f := range files {
-				r := sandbox.LintProfile(f)
+				r := seccomp.LintProfile(f)
 				reports = append(reports, r)
 				if r.Error != "" || (strict && len(r.Warnings) > 0) {
 					bad++
@@ -74,7 +75,7 @@ file has an error, or a warning with --strict.`,
 	return cmd
 }
 
-func printLint(w io.Writer, r sandbox.LintReport) {
+func printLint(w io.Writer, r seccomp.LintReport) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "%s: ERROR: %s\n", r.File, r.Error)
 		return
@@ -103,7 +104,7 @@ the default action, architectures and flags are listed first.
 Exit status: 0 same decisions, 1 different, 2 a profile cannot be loaded.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			d, err := sandbox.DiffProfiles(a[0], a[1])
+			d, err := seccomp.DiffProfiles(a[0], a[1])
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
@@ -160,7 +161,7 @@ filter on exactly that call and print its verdict.`,
 				}
 				args = append(args, v)
 			}
-			ex, err := sandbox.ExplainProfile(a[0], a[1], args)
+			ex, err := seccomp.ExplainProfile(a[0], a[1], args)
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
@@ -176,7 +177,7 @@ filter on exactly that call and print its verdict.`,
 	return cmd
 }
 
-func printExplanation(w io.Writer, ex sandbox.Explanation) {
+func printExplanation(w io.Writer, ex seccomp.Explanation) {
 	num := fmt.Sprintf("number %d", ex.Number)
 	if ex.Number < 0 {
 		num = "not a system call of this architecture"
@@ -230,7 +231,7 @@ The result is checked like any profile; it goes to stdout, or to -o FILE.`,
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
-			res, err := sandbox.ImportDockerProfile(data)
+			res, err := seccomp.ImportDockerProfile(data)
 			if err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "cyberos: %s: %v\n", a[0], err)
 				return &exitError{exitOutcome, nil}
@@ -316,7 +317,7 @@ func recordSkill(cmd *cobra.Command, dir string, f runFlags, output string) erro
 		return &exitError{exitRefused, fmt.Errorf("recording failed, no profile written: %w", err)}
 	}
 	used := f.recorder.Syscalls()
-	prof, err := sandbox.RecordProfile(base, used)
+	prof, err := seccomp.RecordProfile(base, used)
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}

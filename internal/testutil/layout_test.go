@@ -55,8 +55,10 @@ func TestEveryPackageHasADoc(t *testing.T) {
 }
 
 // TestOnlySandboxImportsLibcontainer: the kernel-facing library stays behind
-// the sandbox boundary; policy and the broker never import it.
+// the sandbox boundary (the runner, and the seccomp profiles it loads);
+// policy and the broker never import it.
 func TestOnlySandboxImportsLibcontainer(t *testing.T) {
+	allowed := map[string]bool{filepath.Join("supervisor", "sandbox"): true, filepath.Join("supervisor", "seccomp"): true}
 	for dir, files := range packages(t) {
 		for _, f := range files {
 			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
@@ -65,10 +67,49 @@ func TestOnlySandboxImportsLibcontainer(t *testing.T) {
 			}
 			for _, imp := range af.Imports {
 				path, _ := strconv.Unquote(imp.Path.Value)
-				if strings.HasPrefix(path, "github.com/opencontainers/runc") && dir != filepath.Join("supervisor", "sandbox") {
-					t.Errorf("%s imports %s; only supervisor/sandbox may", f, path)
+				if strings.HasPrefix(path, "github.com/opencontainers/runc") && !allowed[dir] {
+					t.Errorf("%s imports %s; only supervisor/sandbox and supervisor/seccomp may", f, path)
 				}
 			}
+		}
+	}
+}
+
+// TestSeccompProfilesOwnPackage: loading, checking and compiling seccomp
+// profiles and the operator tools live in supervisor/seccomp, which has its
+// package doc and does not import the sandbox; supervisor/sandbox keeps the
+// runner and the notify listener, and no seccomp_*.go file.
+func TestSeccompProfilesOwnPackage(t *testing.T) {
+	dir := filepath.Join("supervisor", "seccomp")
+	files := packages(t)[dir]
+	if len(files) == 0 {
+		t.Fatalf("no package %s", dir)
+	}
+	var doc string
+	for _, f := range files {
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly|parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if af.Doc != nil {
+			doc += af.Doc.Text()
+		}
+		for _, imp := range af.Imports {
+			if path, _ := strconv.Unquote(imp.Path.Value); path == "github.com/cyberos/supervisor/supervisor/sandbox" {
+				t.Errorf("%s imports %s; the sandbox imports the profiles, not the reverse", f, path)
+			}
+		}
+	}
+	if !strings.HasPrefix(doc, "Package seccomp ") {
+		t.Errorf("%s package doc %q, want one starting \"Package seccomp \"", dir, doc)
+	}
+	entries, err := os.ReadDir(filepath.Join("..", "..", "supervisor", "sandbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "seccomp_") {
+			t.Errorf("supervisor/sandbox/%s: seccomp profile code belongs in %s", e.Name(), dir)
 		}
 	}
 }

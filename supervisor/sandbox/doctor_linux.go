@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/supervisor/seccomp"
 )
 
 // Doctor reports what this kernel and build can enforce.
@@ -27,7 +28,7 @@ func Doctor() []Finding {
 		add("cgroup "+c, ok, d)
 	}
 
-	add("seccomp in this build", SeccompCompiledIn(), map[bool]string{true: "compiled in (cgo + libseccomp, tag seccomp)", false: ErrSeccompNotCompiled.Error()}[SeccompCompiledIn()])
+	add("seccomp in this build", seccomp.CompiledIn(), map[bool]string{true: "compiled in (cgo + libseccomp, tag seccomp)", false: ErrSeccompNotCompiled.Error()}[seccomp.CompiledIn()])
 	status, _ := os.ReadFile("/proc/self/status")
 	kernelSeccomp := strings.Contains(string(status), "Seccomp:")
 	add("seccomp in the kernel", kernelSeccomp, map[bool]string{true: "CONFIG_SECCOMP_FILTER present", false: "no Seccomp field in /proc/self/status"}[kernelSeccomp])

@@ -1,6 +1,9 @@
 // Package sandbox turns one invocation's limits into a running, contained
 // process: a libcontainer container on Linux, an rlimit-only child on macOS.
-// It is the only package that touches namespaces, cgroups, seccomp and setuid.
+// It is the only package that creates namespaces and cgroups, sets uids and
+// installs seccomp filters (through libcontainer); package seccomp reads and
+// compiles the profiles, and package cgroups owns the control files of an
+// existing cgroup (stats, freezing, cgroup.kill, removal).
 package sandbox
 
 import (
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/supervisor/seccomp"
 )
 
 // Paths inside the sandbox.
@@ -45,9 +49,10 @@ var (
 	// ErrUnsupported: this platform cannot run a sandbox at all.
 	ErrUnsupported = errors.New("sandbox: unsupported platform")
 	// ErrSeccompNotCompiled: the binary was built without the seccomp tag.
-	ErrSeccompNotCompiled = errors.New("sandbox: seccomp support is not compiled in (build with CGO_ENABLED=1 -tags seccomp)")
-	// ErrProfile: the seccomp profile is missing or invalid.
-	ErrProfile = errors.New("sandbox: bad seccomp profile")
+	ErrSeccompNotCompiled = seccomp.ErrNotCompiled
+	// ErrProfile: the seccomp profile is missing or invalid (the seccomp
+	// package's error, so errors.Is matches either name).
+	ErrProfile = seccomp.ErrProfile
 	// ErrDegraded: the platform cannot enforce what the policy requires and
 	// degraded mode was not allowed.
 	ErrDegraded = errors.New("sandbox: cannot enforce the policy on this platform")

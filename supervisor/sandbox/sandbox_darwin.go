@@ -30,7 +30,7 @@ var notEnforcedDarwin = []string{
 	"namespaces (pid, mount, network, ipc, uts, user): the skill sees the host",
 	"seccomp: every syscall is allowed",
 	"landlock: Linux only",
-	"cgroups: memory is capped by RLIMIT_AS/RLIMIT_DATA only, processes by the per-user RLIMIT_NPROC",
+	"cgroups: memory is capped by RLIMIT_AS only, processes by the per-user RLIMIT_NPROC",
 	"cpu quota: only total CPU seconds (RLIMIT_CPU)",
 	"read-only root and /skill: the skill can write wherever its uid can",
 	"capabilities / no_new_privs: not applicable; setuid binaries keep working",
@@ -190,32 +190,4 @@ func Reexec() {
 		fmt.Fprintln(os.Stderr, "cyberos rlimit shim:", err)
 		os.Exit(127)
 	}
-}
-
-func rlimitShim(args []string) error {
-	if len(args) != 6 || args[4] != "--" {
-		return errors.New("usage: rlimit-init CPU AS NPROC NOFILE -- PROGRAM")
-	}
-	var v [4]uint64
-	for i := range v {
-		n, err := strconv.ParseUint(args[i], 10, 64)
-		if err != nil {
-			return fmt.Errorf("limit %d: %w", i, err)
-		}
-		v[i] = n
-	}
-	set := []struct {
-		res int
-		val uint64
-	}{{unix.RLIMIT_CPU, v[0]}, {unix.RLIMIT_AS, v[1]}, {unix.RLIMIT_NPROC, v[2]}, {unix.RLIMIT_NOFILE, v[3]}, {unix.RLIMIT_CORE, 0}}
-	for _, s := range set {
-		if s.val == 0 && s.res != unix.RLIMIT_CORE {
-			continue
-		}
-		if err := unix.Setrlimit(s.res, &unix.Rlimit{Cur: s.val, Max: s.val}); err != nil {
-			return fmt.Errorf("setrlimit %d: %w", s.res, err)
-		}
-	}
-	prog := args[5]
-	return syscall.Exec(prog, []string{prog}, os.Environ())
 }

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/supervisor/seccomp"
 )
 
 // init pins the main goroutine to the main thread. libcontainer changes
@@ -95,7 +96,7 @@ func New(opts Options) (Runner, error) { return NewLinuxRunner(opts) }
 // NewLinuxRunner checks that this binary and kernel can sandbox (seccomp
 // compiled in, run dir usable) and cleans what crashed runs left behind.
 func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
-	if !SeccompCompiledIn() {
+	if !seccomp.CompiledIn() {
 		return nil, ErrSeccompNotCompiled
 	}
 	if cfg.RunDir == "" {
@@ -373,7 +374,7 @@ func buildSkeleton(dir, stamp string) error {
 // Check loads the seccomp profile the spec names and says what Start will
 // enforce.
 func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
-	sc, profileHash, err := loadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
+	sc, profileHash, err := seccomp.LoadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
 	if err != nil {
 		return Containment{}, err
 	}
@@ -405,7 +406,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	if err := r.prepareRootfs(); err != nil {
 		return nil, fmt.Errorf("sandbox rootfs: %w", err)
 	}
-	sc, profileHash, err := loadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
+	sc, profileHash, err := seccomp.LoadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
 	if err != nil {
 		return nil, err
 	}
@@ -450,7 +451,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 			p.cleanup()
 			return nil, err
 		}
-		cfg.Seccomp = recordingConfig(sc, p.notify.path)
+		cfg.Seccomp = seccomp.RecordingConfig(sc, p.notify.path)
 		p.cont.Seccomp += recordingNote
 	}
 	c, err := libcontainer.Create(r.stateRoot(), spec.ID, cfg)

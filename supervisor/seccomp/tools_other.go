@@ -1,6 +1,6 @@
 //go:build !linux
 
-package sandbox
+package seccomp
 
 // The seccomp operator tools need libseccomp (Linux).
 

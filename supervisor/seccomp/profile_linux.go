@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
-	"github.com/opencontainers/runc/libcontainer/seccomp"
+	runcseccomp "github.com/opencontainers/runc/libcontainer/seccomp"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	libseccomp "github.com/seccomp/libseccomp-golang"
@@ -51,10 +51,10 @@ const maxProfileSize = 1 << 20
 // leave the profiles directory.
 var profileNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
-// SeccompCompiledIn reports whether this binary was built with libcontainer's
+// CompiledIn reports whether this binary was built with libcontainer's
 // seccomp support (cgo and the "seccomp" build tag). Without it libcontainer
 // accepts a seccomp config and then fails every container start.
-func SeccompCompiledIn() bool { return seccomp.Enabled }
+func CompiledIn() bool { return runcseccomp.Enabled }
 
 // LoadProfile reads <dir>/<name>.json, checks it and converts it into the
 // libcontainer seccomp config.
@@ -69,14 +69,14 @@ func SeccompCompiledIn() bool { return seccomp.Enabled }
 // rule for a syscall that also has an unconditional rule, which libseccomp
 // drops). Every error wraps ErrProfile and names the file and the field.
 func LoadProfile(dir, name string) (*configs.Seccomp, error) {
-	cfg, _, err := loadProfileHashed(dir, name)
+	cfg, _, err := LoadProfileHashed(dir, name)
 	return cfg, err
 }
 
-// loadProfileHashed is LoadProfile that also returns the hex SHA-256 of the
+// LoadProfileHashed is LoadProfile that also returns the hex SHA-256 of the
 // profile file's bytes it read (Containment.SeccompProfileHash), so the
 // audit names exactly the profile a sandbox was built from.
-func loadProfileHashed(dir, name string) (*configs.Seccomp, string, error) {
+func LoadProfileHashed(dir, name string) (*configs.Seccomp, string, error) {
 	if !profileNameRE.MatchString(name) {
 		return nil, "", fmt.Errorf("%w: profile name %q: must match %s", ErrProfile, name, profileNameRE)
 	}
@@ -323,7 +323,7 @@ func checkDefaultAction(path string, p *specs.LinuxSeccomp) error {
 	if p.DefaultAction == "" {
 		return profileErr(path, "defaultAction", "missing")
 	}
-	if _, err := seccomp.ConvertStringToAction(string(p.DefaultAction)); err != nil {
+	if _, err := runcseccomp.ConvertStringToAction(string(p.DefaultAction)); err != nil {
 		return profileErr(path, "defaultAction", "unknown action %q", p.DefaultAction)
 	}
 	if allowingActions[p.DefaultAction] {
@@ -346,7 +346,7 @@ func checkErrnoRet(path, field string, act specs.LinuxSeccompAction, ret *uint) 
 
 func checkArchitectures(path string, p *specs.LinuxSeccomp) error {
 	for i, a := range p.Architectures {
-		if _, err := seccomp.ConvertStringToArch(string(a)); err != nil {
+		if _, err := runcseccomp.ConvertStringToArch(string(a)); err != nil {
 			return profileErr(path, fmt.Sprintf("architectures[%d]", i), "unknown architecture %q", a)
 		}
 	}
@@ -371,7 +371,7 @@ func checkRules(path string, p *specs.LinuxSeccomp) error {
 				return profileErr(path, fmt.Sprintf("%s.names[%d]", at, j), "unknown syscall %q", n)
 			}
 		}
-		if _, err := seccomp.ConvertStringToAction(string(r.Action)); err != nil {
+		if _, err := runcseccomp.ConvertStringToAction(string(r.Action)); err != nil {
 			return profileErr(path, at+".action", "unknown action %q", r.Action)
 		}
 		if r.Action == specs.ActNotify {
@@ -386,7 +386,7 @@ func checkRules(path string, p *specs.LinuxSeccomp) error {
 			if a.Index >= uint(len(argSeen)) {
 				return profileErr(path, field+".index", "%d: syscalls have arguments 0..5", a.Index)
 			}
-			if _, err := seccomp.ConvertStringToOperator(string(a.Op)); err != nil {
+			if _, err := runcseccomp.ConvertStringToOperator(string(a.Op)); err != nil {
 				return profileErr(path, field+".op", "unknown operator %q", a.Op)
 			}
 			// libcontainer turns several conditions on one argument into

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 // Types of the operator tools for seccomp profiles (`cyberos seccomp lint`,
 // `explain`, `diff`, `import`, `record`). The work is Linux-only

@@ -16,12 +16,12 @@ import (
 
 // notifyListener is the seccomp agent of a recording sandbox (`cyberos
 // seccomp record`). libcontainer installs the recording filter (every
-// allowed call → SCMP_ACT_NOTIFY, recordingConfig) in the container's init
-// and in every exec'd process, takes the notify fd from the child with
-// pidfd_getfd, and sends it to the listener socket with SCM_RIGHTS. For each
-// notification we record the call's name and answer "continue": the kernel
-// then runs the call as if the filter had allowed it. Refusals of the
-// profile never reach us; the kernel answers them itself.
+// allowed call → SCMP_ACT_NOTIFY, seccomp.RecordingConfig) in the
+// container's init and in every exec'd process, takes the notify fd from the
+// child with pidfd_getfd, and sends it to the listener socket with
+// SCM_RIGHTS. For each notification we record the call's name and answer
+// "continue": the kernel then runs the call as if the filter had allowed it.
+// Refusals of the profile never reach us; the kernel answers them itself.
 //
 // Why notify rather than the alternatives measured here: SCMP_ACT_LOG
 // reaches the kernel log only through audit or printk, rate-limited, so

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"bytes"
@@ -630,14 +630,18 @@ var recordBaseline = []string{
 // profile, bounds what a skill may spawn.
 var recordUnnotified = []string{"clone", "fork", "vfork"}
 
-// recordingConfig turns a loaded profile into the filter `seccomp record`
+// NotNotified lists the calls a recording filter allows without notifying
+// the listener (recordBaseline, recordUnnotified): a recorder never sees them.
+func NotNotified() []string { return append(slices.Clone(recordBaseline), recordUnnotified...) }
+
+// RecordingConfig turns a loaded profile into the filter `seccomp record`
 // runs under: every call the profile allows (conditions included) is
 // notified to the listener at listenerPath instead, which records it and
 // lets it continue; every refusal and the default action stay as they are.
 // So the skill runs exactly as permitted under the base profile, and what it
 // used is seen call by call, including what runc's init and cyberos-init do
 // after the filter is installed.
-func recordingConfig(base *configs.Seccomp, listenerPath string) *configs.Seccomp {
+func RecordingConfig(base *configs.Seccomp, listenerPath string) *configs.Seccomp {
 	c := *base
 	c.ListenerPath = listenerPath
 	c.Syscalls = make([]*configs.Syscall, 0, len(base.Syscalls))

@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
-	"github.com/opencontainers/runc/libcontainer/seccomp"
+	runcseccomp "github.com/opencontainers/runc/libcontainer/seccomp"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -55,10 +55,10 @@ func lookSandboxPath(prog string) (string, error) {
 }
 
 func TestSeccompCompiledIn(t *testing.T) {
-	if !SeccompCompiledIn() {
-		t.Fatalf("seccomp is not compiled in: %v", ErrSeccompNotCompiled)
+	if !CompiledIn() {
+		t.Fatalf("seccomp is not compiled in: %v", ErrNotCompiled)
 	}
-	if maj, minor, _ := seccomp.Version(); maj < 2 || maj == 2 && minor < 5 {
+	if maj, minor, _ := runcseccomp.Version(); maj < 2 || maj == 2 && minor < 5 {
 		t.Errorf("libseccomp %d.%d: want 2.5 or newer", maj, minor)
 	}
 }
@@ -308,8 +308,8 @@ func permits(a configs.Action) bool {
 }
 
 func actionName(a configs.Action) string {
-	for _, name := range seccomp.KnownActions() {
-		if act, _ := seccomp.ConvertStringToAction(name); act == a {
+	for _, name := range runcseccomp.KnownActions() {
+		if act, _ := runcseccomp.ConvertStringToAction(name); act == a {
 			return name
 		}
 	}
@@ -582,7 +582,7 @@ func TestSeccompTrySyscalls(t *testing.T) {
 		t.Fatalf("no results from the child:\n%s", out)
 	}
 	t.Logf("seccomp.InitSeccomp(default.json) took %s", installTime)
-	// libcontainer loads the filter without TSYNC (seccomp_linux.go says so
+	// libcontainer loads the filter without TSYNC (profile_linux.go says so
 	// and relies on it); if this changes, update that comment.
 	if otherThread != "OK" {
 		t.Errorf("unshare(0) on another thread of the filtered process: %q, want OK (no TSYNC)", otherThread)
@@ -795,9 +795,7 @@ func runFiltered(t *testing.T, argv []string) ([]byte, error) {
 }
 
 // runChild re-runs this test binary as a seccomp child (the os/exec
-// helper-process pattern). A TestMain would do the same, but a package has
-// only one, and the sandbox runner's tests need theirs for libcontainer's
-// "init" re-exec.
+// helper-process pattern).
 func runChild(t *testing.T, mode string, env []string) ([]byte, error) {
 	t.Helper()
 	dir, err := filepath.Abs(profilesDir)
@@ -898,7 +896,7 @@ func seccompChild(mode, dir string) error {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	start := time.Now()
-	if _, err := seccomp.InitSeccomp(cfg); err != nil {
+	if _, err := runcseccomp.InitSeccomp(cfg); err != nil {
 		return fmt.Errorf("InitSeccomp: %w", err)
 	}
 	took := time.Since(start)

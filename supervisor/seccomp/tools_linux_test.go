@@ -1,4 +1,4 @@
-package sandbox
+package seccomp
 
 import (
 	"encoding/json"
@@ -433,7 +433,7 @@ func TestImportRefuses(t *testing.T) {
 
 func TestRecordingConfig(t *testing.T) {
 	base := loadDefault(t)
-	rc := recordingConfig(base, "/run/x.sock")
+	rc := RecordingConfig(base, "/run/x.sock")
 	if rc.ListenerPath != "/run/x.sock" || base.ListenerPath != "" {
 		t.Errorf("listener path %q (base %q)", rc.ListenerPath, base.ListenerPath)
 	}
@@ -460,7 +460,7 @@ func TestRecordingConfig(t *testing.T) {
 		}
 	}
 	if base.Syscalls[0].Action != configs.Allow {
-		t.Error("recordingConfig modified the base profile")
+		t.Error("RecordingConfig modified the base profile")
 	}
 }
 
@@ -527,7 +527,7 @@ func TestRecordProfile(t *testing.T) {
 // BenchmarkCompileProfiles: the host-side part of the start cost per
 // profile (check + convert + build the libseccomp filter + export BPF),
 // without the noise of a container start.
-// go test -tags seccomp -run '^$' -bench CompileProfiles ./supervisor/sandbox/
+// go test -tags seccomp -run '^$' -bench CompileProfiles ./supervisor/seccomp/
 func BenchmarkCompileProfiles(b *testing.B) {
 	imp, err := ImportDockerProfile(dockerDefaultJSON(b))
 	if err != nil {
