@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/wire"
 )
 
 // Paths inside the sandbox.
 const (
 	SkillMount     = "/skill"
-	BrokerSockPath = "/run/cyberos/broker.sock"
+	BrokerSockPath = wire.SandboxSocket
 	ToolBinPath    = "/run/cyberos/bin/cyberos-tool"
 	InitBinPath    = "/run/cyberos/bin/cyberos-init"
 	Hostname       = "skill"
