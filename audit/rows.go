@@ -604,6 +604,12 @@ var commonFields = []field{
 var invocationOutcomes = []string{OutcomeSuccess, OutcomeError, OutcomePanic, OutcomeTimeout, OutcomeKilled, OutcomeLost}
 var toolCallOutcomes = []string{OutcomeSuccess, OutcomeError, OutcomeTimeout}
 
+// InvocationOutcomes returns every outcome an invoked_completed row may carry.
+func InvocationOutcomes() []string { return slices.Clone(invocationOutcomes) }
+
+// ToolCallOutcomes returns every outcome a tool_call_completed row may carry.
+func ToolCallOutcomes() []string { return slices.Clone(toolCallOutcomes) }
+
 // kindFields lists, per kind, the payload keys besides the common ones. A
 // payload must have exactly these keys: an extra key is refused, so raw args
 // or results cannot ride along into the audit trail.

@@ -5,7 +5,6 @@ package skillclient
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,66 +14,43 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/cyberos/supervisor/wire"
 )
 
 // EnvSocket names the environment variable holding the broker socket path.
-const EnvSocket = "CYBEROS_BROKER_SOCKET"
+const EnvSocket = wire.EnvSocket
 
 // SandboxSocket is where the socket is mounted inside the sandbox; Dial
 // uses it when EnvSocket is unset.
-const SandboxSocket = "/run/cyberos/broker.sock"
+const SandboxSocket = wire.SandboxSocket
 
 // Frame caps, as the broker applies them.
 const (
-	MaxRequest  = 1 << 20
-	MaxResponse = 16 << 20
+	MaxRequest  = wire.MaxRequest
+	MaxResponse = wire.MaxResponse
 )
 
 // JSON-RPC error codes the broker answers with.
 const (
-	CodeParseError     = -32700
-	CodeInvalidRequest = -32600
-	CodeMethodNotFound = -32601
-	CodeInvalidParams  = -32602
-	CodeInternal       = -32603 // refusals: Data.Reason says which
-	CodeToolError      = -32000 // the tool ran and failed
+	CodeParseError     = wire.CodeParseError
+	CodeInvalidRequest = wire.CodeInvalidRequest
+	CodeMethodNotFound = wire.CodeMethodNotFound
+	CodeInvalidParams  = wire.CodeInvalidParams
+	CodeInternal       = wire.CodeInternal  // refusals: Data.Reason says which
+	CodeToolError      = wire.CodeToolError // the tool ran and failed
 )
 
 // ErrRequestTooLarge: the request would exceed MaxRequest; nothing was sent.
-var ErrRequestTooLarge = errors.New("skillclient: request over 1 MiB")
+var ErrRequestTooLarge = fmt.Errorf("skillclient: request over %d MiB", MaxRequest>>20)
 
-// RPCError is a JSON-RPC error object from the broker.
-type RPCError struct {
-	Code    int        `json:"code"`
-	Message string     `json:"message"`
-	Data    *ErrorData `json:"data,omitempty"`
-}
-
-// ErrorData is the error's data: Reason is e.g. "tool_not_in_allowed_tools",
-// "scope_violation", "tool_error", "timeout".
-type ErrorData struct {
-	Reason  string `json:"reason"`
-	Tool    string `json:"tool,omitempty"`
-	SkillID string `json:"skill_id,omitempty"`
-	Detail  string `json:"detail,omitempty"`
-	// Partial is what a timed-out tool had produced (Bash's output so far).
-	Partial json.RawMessage `json:"partial,omitempty"`
-}
-
-func (e *RPCError) Error() string {
-	if e.Data != nil && e.Data.Reason != "" {
-		return fmt.Sprintf("json-rpc error %d: %s (%s)", e.Code, e.Message, e.Data.Reason)
-	}
-	return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message)
-}
-
-// Reason returns Data.Reason, or "".
-func (e *RPCError) Reason() string {
-	if e.Data == nil {
-		return ""
-	}
-	return e.Data.Reason
-}
+type (
+	// RPCError is a JSON-RPC error object from the broker.
+	RPCError = wire.RPCError
+	// ErrorData is the error's data: Reason is e.g. "tool_not_in_allowed_tools",
+	// "scope_violation", "tool_error", "timeout".
+	ErrorData = wire.ErrorData
+)
 
 // Client is one connection to the broker. Calls on one Client are
 // serialised; open several Clients for parallel calls.
@@ -235,17 +211,17 @@ func (c *Client) Invoke(ctx context.Context, method string, params, result any) 
 }
 
 func (c *Client) roundTrip(body []byte) ([]byte, error) {
-	frame := make([]byte, 4+len(body))
-	binary.BigEndian.PutUint32(frame, uint32(len(body)))
-	copy(frame[4:], body)
+	frame := make([]byte, wire.HeaderLen+len(body))
+	wire.PutHeader(frame, uint32(len(body)))
+	copy(frame[wire.HeaderLen:], body)
 	if _, err := c.conn.Write(frame); err != nil {
 		return nil, err
 	}
-	var hdr [4]byte
+	var hdr [wire.HeaderLen]byte
 	if _, err := io.ReadFull(c.conn, hdr[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+	n := wire.BodyLen(hdr[:])
 	if n > MaxResponse {
 		return nil, fmt.Errorf("response of %d bytes over the cap", n)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/supervisor/tools"
 	"github.com/cyberos/supervisor/telemetry"
+	"github.com/cyberos/supervisor/wire"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -488,10 +489,10 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 		SkillDir:   skillDir,
 		Entrypoint: pol.Entrypoint,
 		Env: []string{
-			"CYBEROS_BROKER_SOCKET=" + sandbox.BrokerSockPath,
-			"CYBEROS_SKILL_ID=" + pol.Name,
-			"CYBEROS_INVOCATION_ID=" + inv.env.InvocationID,
-			"CYBEROS_TENANT_ID=" + req.TenantID,
+			wire.EnvSocket + "=" + sandbox.BrokerSockPath,
+			wire.EnvSkillID + "=" + pol.Name,
+			wire.EnvInvocationID + "=" + inv.env.InvocationID,
+			wire.EnvTenantID + "=" + req.TenantID,
 			"PATH=/usr/local/bin:/usr/bin:/bin",
 			"HOME=/tmp",
 			"LANG=C.UTF-8",

@@ -1,7 +1,11 @@
 package telemetry
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cyberos/supervisor/audit"
 )
 
 // Metrics are the supervisor's Prometheus series. Label values come from
@@ -17,13 +21,24 @@ type Metrics struct {
 	ResponseTruncated  prometheus.Counter       // broker_response_truncated_total
 }
 
-// Tool-call outcomes, the outcome label of tool_calls_total.
+// Tool-call outcomes, the outcome label of tool_calls_total: audit's words,
+// plus denied (a refusal, audited as skill.tool_denied rather than as an outcome).
 const (
-	ToolCallSuccess = "success"
+	ToolCallSuccess = audit.OutcomeSuccess
 	ToolCallDenied  = "denied"
-	ToolCallError   = "error"
-	ToolCallTimeout = "timeout"
+	ToolCallError   = audit.OutcomeError
+	ToolCallTimeout = audit.OutcomeTimeout
 )
+
+// ToolCallOutcomes returns every outcome label value of tool_calls_total.
+func ToolCallOutcomes() []string { return append(audit.ToolCallOutcomes(), ToolCallDenied) }
+
+// InvocationOutcomes returns every outcome label value of
+// skill_invoked_total: audit's invocation outcomes except lost, which
+// startup reconciliation writes only to the audit trail.
+func InvocationOutcomes() []string {
+	return slices.DeleteFunc(audit.InvocationOutcomes(), func(o string) bool { return o == audit.OutcomeLost })
+}
 
 // NewMetrics registers every series on a new registry. Both stages of the
 // audit-failure counter exist at 0 from the start.

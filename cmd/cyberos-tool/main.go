@@ -8,7 +8,8 @@
 //
 // A JSON-RPC error is printed as its error object on stderr, exit 1; any
 // other failure (no broker) is a message on stderr, exit 1; bad usage exits
-// 2. The socket is $CYBEROS_BROKER_SOCKET, else /run/cyberos/broker.sock.
+// 2. The socket is $CYBEROS_BROKER_SOCKET, else /run/cyberos/broker.sock
+// (skillclient.EnvSocket and SandboxSocket).
 package main
 
 import (
@@ -81,7 +82,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s\n", out)
 		return 1
 	case errors.Is(err, skillclient.ErrRequestTooLarge):
-		fmt.Fprintln(stderr, "cyberos-tool: request over 1 MiB")
+		fmt.Fprintf(stderr, "cyberos-tool: request over %d MiB\n", skillclient.MaxRequest>>20)
 		return 2
 	case err != nil:
 		fmt.Fprintln(stderr, "cyberos-tool:", err)

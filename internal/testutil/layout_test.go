@@ -113,3 +113,29 @@ func TestSeccompProfilesOwnPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestWireImportsOnlyStdlib: package wire is the contract skills link through
+// skillclient and the static cyberos-tool, so it stays standard library only
+// (tests included): nothing of this module, nothing third-party.
+func TestWireImportsOnlyStdlib(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "wire", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no Go files in wire/")
+	}
+	for _, f := range files {
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			// A standard library path has no dot in its first element.
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s; package wire may import only the standard library", f, path)
+			}
+		}
+	}
+}

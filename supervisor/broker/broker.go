@@ -7,7 +7,6 @@ package broker
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/tools"
 	"github.com/cyberos/supervisor/telemetry"
+	"github.com/cyberos/supervisor/wire"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -471,11 +471,11 @@ func (b *Broker) serve(c *net.UnixConn) {
 		if err := c.SetReadDeadline(time.Now().Add(b.cfg.FrameTimeout)); err != nil {
 			return
 		}
-		if hdr, err := br.Peek(4); err == nil && textPrefix(hdr) {
+		if hdr, err := br.Peek(wire.HeaderLen); err == nil && textPrefix(hdr) {
 			// Text where a length prefix belongs (an HTTP request, JSON
 			// sent unframed): not this protocol. Say so and hang up rather
 			// than wait for the gigabyte such a prefix announces.
-			b.d.warn("broker: bytes that are not a framed request", "prefix_len", binary.BigEndian.Uint32(hdr))
+			b.d.warn("broker: bytes that are not a framed request", "prefix_len", wire.BodyLen(hdr))
 			b.d.abuse(audit.AbuseNotJSONRPC, "text where a frame's length prefix belongs")
 			_ = b.write(c, b.d.encode(b.d.errorResponse(nullID, errParse)))
 			return

@@ -1,21 +1,22 @@
 package broker
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+
+	"github.com/cyberos/supervisor/wire"
 )
 
-// Frame caps (DESIGN.md "Frames").
+// Frame caps (DESIGN.md "Frames"), as package wire declares them.
 const (
 	// MaxRequest is the largest request body the broker reads. A longer
 	// frame is discarded unread and answered with request_too_large.
-	MaxRequest = 1 << 20
+	MaxRequest = wire.MaxRequest
 	// MaxResponse is the largest response body the broker writes. A longer
 	// response is replaced by a response_too_large error.
-	MaxResponse = 16 << 20
+	MaxResponse = wire.MaxResponse
 )
 
 // ErrTooLarge is the class of a frame over its cap; test with errors.Is.
@@ -55,11 +56,11 @@ const readChunk = 64 << 10
 // ends cleanly before a frame starts returns io.EOF; one that ends inside a
 // frame returns io.ErrUnexpectedEOF.
 func ReadFrame(r io.Reader, max int) ([]byte, error) {
-	var hdr [4]byte
+	var hdr [wire.HeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+	n := wire.BodyLen(hdr[:])
 	if uint64(n) > uint64(max) {
 		tl := &FrameTooLargeError{Length: n, Max: max}
 		if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
@@ -94,8 +95,8 @@ func WriteFrame(w io.Writer, body []byte, max int) error {
 	if len(body) > max || uint64(len(body)) > 1<<32-1 {
 		return &FrameTooLargeError{Length: uint32(min(uint64(len(body)), 1<<32-1)), Max: max}
 	}
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(body)))
+	var hdr [wire.HeaderLen]byte
+	wire.PutHeader(hdr[:], uint32(len(body)))
 	bufs := net.Buffers{hdr[:], body}
 	_, err := bufs.WriteTo(w)
 	return err

@@ -8,18 +8,18 @@ import (
 	"io"
 
 	"github.com/cyberos/supervisor/policy"
-	"github.com/cyberos/supervisor/skillclient"
 	"github.com/cyberos/supervisor/supervisor/tools"
+	"github.com/cyberos/supervisor/wire"
 )
 
-// JSON-RPC 2.0 error codes.
+// JSON-RPC 2.0 error codes, as package wire declares them for both sides.
 const (
-	CodeParseError     = -32700
-	CodeInvalidRequest = -32600
-	CodeMethodNotFound = -32601
-	CodeInvalidParams  = -32602
-	CodeInternal       = -32603 // every enforcement refusal, with data.reason
-	CodeToolError      = -32000 // the tool ran and failed (data.reason tool_error or timeout)
+	CodeParseError     = wire.CodeParseError
+	CodeInvalidRequest = wire.CodeInvalidRequest
+	CodeMethodNotFound = wire.CodeMethodNotFound
+	CodeInvalidParams  = wire.CodeInvalidParams
+	CodeInternal       = wire.CodeInternal
+	CodeToolError      = wire.CodeToolError
 )
 
 // Limits on a request's shape.
@@ -33,14 +33,14 @@ const (
 
 // Reasons the broker gives in data.reason besides policy.Reason.
 const (
-	ReasonResponseTooLarge = "response_too_large"
-	ReasonAuditUnavailable = "audit_unavailable"
-	ReasonToolError        = "tool_error"
-	ReasonTimeout          = "timeout"
-	ReasonInvalidParams    = "invalid_params"
-	ReasonBatchTooLarge    = "batch_too_large"
-	ReasonTooDeep          = "nesting_too_deep"
-	ReasonAuditCapReached  = "audit_cap_reached"
+	ReasonResponseTooLarge = wire.ReasonResponseTooLarge
+	ReasonAuditUnavailable = wire.ReasonAuditUnavailable
+	ReasonToolError        = wire.ReasonToolError
+	ReasonTimeout          = wire.ReasonTimeout
+	ReasonInvalidParams    = wire.ReasonInvalidParams
+	ReasonBatchTooLarge    = wire.ReasonBatchTooLarge
+	ReasonTooDeep          = wire.ReasonNestingTooDeep
+	ReasonAuditCapReached  = wire.ReasonAuditCapReached
 )
 
 // Error classes of the broker itself; the tools' classes live in package
@@ -69,13 +69,13 @@ func invalidParams(format string, a ...any) error {
 	return &paramsError{msg: fmt.Sprintf(format, a...)}
 }
 
-// The error object is defined once, in skillclient (the stdlib-only package
-// skills link), so the broker and its clients cannot drift apart on the wire.
+// The error object is defined once, in wire (the stdlib-only package
+// skillclient also uses), so the broker and its clients cannot drift apart.
 type (
 	// RPCError is a JSON-RPC error object.
-	RPCError = skillclient.RPCError
+	RPCError = wire.RPCError
 	// ErrorData is the error object's data member.
-	ErrorData = skillclient.ErrorData
+	ErrorData = wire.ErrorData
 )
 
 // errorObject is the one place an error becomes what a skill sees. Messages

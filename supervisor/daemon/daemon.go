@@ -151,13 +151,6 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	return d, nil
 }
 
-// Outcome label values, fixed sets.
-var (
-	invocationOutcomes = []supervisor.Outcome{supervisor.OutcomeSuccess, supervisor.OutcomeError, supervisor.OutcomePanic,
-		supervisor.OutcomeTimeout, supervisor.OutcomeKilled}
-	toolCallOutcomes = []string{telemetry.ToolCallSuccess, telemetry.ToolCallDenied, telemetry.ToolCallError, telemetry.ToolCallTimeout}
-)
-
 // exposeSkills creates the labelled series of every skill installed at
 // start at 0, so rates and alerts see them before the first call. Label
 // values come only from the registry (folder = frontmatter name).
@@ -177,12 +170,12 @@ func (d *Daemon) exposeSkills() {
 			d.log.Warn("skill not usable", "skill_id", id, "err", err)
 			continue
 		}
-		for _, o := range invocationOutcomes {
-			d.metrics.InvokedTotal.WithLabelValues(id, string(o))
+		for _, o := range telemetry.InvocationOutcomes() {
+			d.metrics.InvokedTotal.WithLabelValues(id, o)
 		}
 		d.metrics.InvokedDurationMS.WithLabelValues(id)
 		for _, t := range policy.NewEnforcer(pol, policy.EnforcerOptions{}).Tools() {
-			for _, o := range toolCallOutcomes {
+			for _, o := range telemetry.ToolCallOutcomes() {
 				d.metrics.ToolCalls.WithLabelValues(id, string(t), o)
 			}
 		}

@@ -19,12 +19,13 @@ import (
 
 	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/supervisor/seccomp"
+	"github.com/cyberos/supervisor/wire"
 )
 
 // Paths inside the sandbox.
 const (
 	SkillMount     = "/skill"
-	BrokerSockPath = "/run/cyberos/broker.sock"
+	BrokerSockPath = wire.SandboxSocket
 	ToolBinPath    = "/run/cyberos/bin/cyberos-tool"
 	InitBinPath    = "/run/cyberos/bin/cyberos-init"
 	Hostname       = "skill"
