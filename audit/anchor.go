@@ -2,6 +2,7 @@ package audit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ type Anchor struct {
 // readAnchor returns the anchor in dir (ok false when there is none).
 func readAnchor(dir string) (a Anchor, ok bool, err error) {
 	b, err := os.ReadFile(filepath.Join(dir, AnchorName))
-	if os.IsNotExist(err) {
+	if errors.Is(err, os.ErrNotExist) {
 		return Anchor{}, false, nil
 	}
 	if err != nil {
@@ -56,7 +57,7 @@ func advanceAnchor(dir string, h head) error {
 	if err := flock(d, lockExclusive); err != nil {
 		return err
 	}
-	defer flock(d, lockNone)
+	defer unlock(d)
 	if cur, ok, err := readAnchor(dir); err == nil && ok && cur.Seq >= h.seq {
 		return nil
 	}

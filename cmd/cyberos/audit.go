@@ -64,7 +64,6 @@ func newAuditCmd() *cobra.Command {
 				if rows, err = audit.ReadJSONL(f); err != nil {
 					return &exitError{exitOutcome, fmt.Errorf("%s: %w", file, err)}
 				}
-			} else {
 			}
 			var rep audit.Report
 			if file != "" {
