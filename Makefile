@@ -6,13 +6,15 @@ TAGS     := seccomp
 BIN      := bin/cyberos
 CC       ?= gcc
 DEMO_STATE ?= /tmp/cyberos-demo-state
+# Installed by `make deps` (scripts/install-deps.sh pins the version).
+GOLANGCI_LINT ?= $(CURDIR)/.cache/bin/golangci-lint
 
-.PHONY: help deps build demo test unit integration darwin bench lint vm-test clean fuzz install
+.PHONY: help deps build demo test fuzz vm-test bench lint clean install
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl); idempotent
+deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl; golangci-lint into .cache/bin); idempotent
 	@bash scripts/install-deps.sh
 
 build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
@@ -47,10 +49,12 @@ vm-test: ## the root integration + cgroups tests in a cgroup v2 qemu VM (Debian 
 bench: build ## cold start vs unshare/bwrap/runc (and per seccomp profile), audit emit latency, audit vs no-op, broker vs MCP SDK, daemon throughput and RSS (as root)
 	@bash scripts/bench.sh $(BIN)
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and golangci-lint
+	@test -x $(GOLANGCI_LINT) || { echo "$(GOLANGCI_LINT) is missing: run make deps" >&2; exit 1; }
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
 	  if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	CGO_ENABLED=1 $(GO) vet -tags $(TAGS) ./...
+	CGO_ENABLED=1 $(GOLANGCI_LINT) run ./...
 
 clean: ## remove build output
 	rm -rf bin

@@ -69,7 +69,7 @@ func advanceAnchor(dir string, h head, signer *Signer) error {
 	if err := flock(d, lockExclusive); err != nil {
 		return err
 	}
-	defer flock(d, lockNone)
+	defer unlock(d)
 	if cur, ok, err := readAnchor(dir); err == nil && ok && cur.Seq >= h.seq {
 		return nil
 	}

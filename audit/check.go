@@ -78,7 +78,7 @@ func OpenReader(stateDir string) (*Reader, error) {
 			r.Close()
 			return nil, err
 		}
-	} else if !os.IsNotExist(err) {
+	} else if !errors.Is(err, os.ErrNotExist) {
 		r.Close()
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -97,7 +97,7 @@ func (r *Reader) readEnd() error {
 	if err := flock(r.j, lockShared); err != nil {
 		return fmt.Errorf("%w: %s: lock: %w", ErrUnavailable, r.j.Name(), err)
 	}
-	defer flock(r.j, lockNone)
+	defer unlock(r.j)
 	end, _, err := findEnd(r.j, r.jend, make([]byte, 64<<10))
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, r.j.Name(), err)
@@ -112,11 +112,11 @@ func (r *Reader) readEnd() error {
 // is opened immutable: SQLite then creates no -shm or -wal file, which a
 // read-only or full state dir could not take.
 func openIndexReadOnly(path string) (*sql.DB, error) {
-	if _, err := os.Stat(path); os.IsNotExist(err) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	q := "mode=ro"
-	if _, err := os.Stat(path + "-wal"); os.IsNotExist(err) {
+	if _, err := os.Stat(path + "-wal"); errors.Is(err, os.ErrNotExist) {
 		q += "&immutable=1"
 	}
 	uri := (&url.URL{Scheme: "file", Path: path}).String() + "?" + q + "&_pragma=busy_timeout(30000)&_pragma=query_only(1)"

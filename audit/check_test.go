@@ -177,7 +177,7 @@ func TestOpenRefusesMissingJournal(t *testing.T) {
 		!strings.Contains(err.Error(), "seq 12") || !strings.Contains(err.Error(), RepairCommand(dir)) {
 		t.Fatalf("Open without the journal: %v", err)
 	}
-	if _, err := os.Stat(jpath); !os.IsNotExist(err) {
+	if _, err := os.Stat(jpath); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Open left a journal: %v", err)
 	}
 	res, err := Repair(context.Background(), dir, false)

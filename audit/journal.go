@@ -284,7 +284,7 @@ func (j *journal) durableEnd() (int64, error) {
 	if err := flock(j.r, lockShared); err != nil {
 		return 0, err
 	}
-	defer flock(j.r, lockNone)
+	defer unlock(j.r)
 	end, _, err := findEnd(j.r, j.rhint, j.rbuf)
 	if err != nil {
 		return 0, err

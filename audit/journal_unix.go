@@ -24,3 +24,7 @@ func flock(f *os.File, how int) error {
 		}
 	}
 }
+
+// unlock releases f's lock. LOCK_UN never waits and cannot fail on an open
+// f; closing f would release the lock in any case.
+func unlock(f *os.File) { _ = flock(f, lockNone) }

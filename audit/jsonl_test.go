@@ -104,7 +104,7 @@ func TestExportTamperDetected(t *testing.T) {
 	emitAll(t, s, append(invocation("a"), invocation("b")[:2]...)...)
 	rows := allRows(t, s)
 	path := filepath.Join(dir, "export.jsonl")
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -230,7 +230,7 @@ func moveAside(dir, name, stamp string) ([]string, error) {
 		from := filepath.Join(dir, name+suffix)
 		to := filepath.Join(dir, name+".damaged-"+stamp+suffix)
 		if err := os.Rename(from, to); err != nil {
-			if os.IsNotExist(err) {
+			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
 			return moved, err

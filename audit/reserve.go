@@ -149,7 +149,7 @@ func (s *Store) Reserve(id string) (release func(), err error) {
 	if err := flock(s.j.w, lockExclusive); err != nil {
 		return nil, fmt.Errorf("%w: lock journal: %w", ErrUnavailable, err)
 	}
-	defer flock(s.j.w, lockNone)
+	defer unlock(s.j.w)
 	end, size, err := s.j.appendPoint()
 	if err != nil {
 		return nil, fmt.Errorf("%w: read journal end: %w", ErrUnavailable, err)

@@ -15,7 +15,7 @@ import (
 // fillDisk writes a file in dir until the filesystem is full.
 func fillDisk(t *testing.T, dir string) {
 	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
+	f, err := os.OpenFile(filepath.Join(dir, "filler"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestReserveFullDisk(t *testing.T) {
 	}
 	release()
 	release() // idempotent
-	if _, err := os.Stat(filepath.Join(dir, ReserveDirName, "inv-a")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, ReserveDirName, "inv-a")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("reservation file after release: %v", err)
 	}
 	// No room for another reservation: refused before dispatch.
@@ -180,7 +180,7 @@ func TestReserveLeftoverCleaned(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openStore(t, dir)
-	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("leftover reservation after Open: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ReserveDirName, "live")); err != nil {

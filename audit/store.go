@@ -221,11 +221,11 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	}
 	defer func() {
 		if err != nil {
-			s.closeDB()
+			_ = s.closeDB() // the error that stopped Open is the one to report
 		}
 	}()
 	jpath := filepath.Join(dir, JournalName)
-	if _, lerr := os.Lstat(jpath); os.IsNotExist(lerr) {
+	if _, lerr := os.Lstat(jpath); errors.Is(lerr, os.ErrNotExist) {
 		// Created here: if this Open is refused because the index holds
 		// rows the (missing) journal should have, remove it again while
 		// nothing was written to it, so the state dir stays as it was. (Any
@@ -369,7 +369,7 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if err := flock(s.j.w, lockExclusive); err != nil {
 		return fmt.Errorf("%s: lock journal: %w", s.j.path, err)
 	}
-	defer flock(s.j.w, lockNone)
+	defer unlock(s.j.w)
 	end, size, last, err := s.j.tail()
 	if err == nil {
 		err = s.j.clearAfter(end, size)
@@ -502,7 +502,7 @@ func (s *Store) anchorHead() {
 		return
 	}
 	h, _, _, err := s.readHead()
-	_ = flock(s.j.w, lockNone)
+	unlock(s.j.w)
 	if err == nil && advanceAnchor(filepath.Dir(s.path), h, s.opts.signer) == nil {
 		s.toSink(h)
 	}

@@ -363,7 +363,7 @@ func (s *Store) commit(b *batch) error {
 	if err := flock(s.j.w, lockExclusive); err != nil {
 		return fmt.Errorf("lock journal: %w", err)
 	}
-	defer flock(s.j.w, lockNone)
+	defer unlock(s.j.w)
 	start, size, err := s.j.appendPoint()
 	if err != nil {
 		return fmt.Errorf("read journal end: %w", err)

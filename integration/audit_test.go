@@ -127,7 +127,7 @@ func TestAuditFullStateDirRefuses(t *testing.T) {
 	ok := e.run(e.skill("first", "", "#!/bin/sh\necho '{}'\n"))
 	ok.mustOutcome(t, "success")
 	// Fill the tmpfs to the last byte.
-	filler, _ := os.Create(filepath.Join(mnt, "filler"))
+	filler, _ := os.OpenFile(filepath.Join(mnt, "filler"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	buf := make([]byte, 64<<10)
 	for {
 		if _, err := filler.Write(buf); err != nil {

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,7 +109,7 @@ func TestAuditFaultIndexByteFlipped(t *testing.T) {
 	n := 0
 	for at := bytes.Index(data, rowID); at >= 0; at = bytes.Index(data[at+1:], rowID) + at + 1 {
 		flipAt(t, db, int64(at+20))
-		if n++; bytes.Index(data[at+1:], rowID) < 0 {
+		if n++; !bytes.Contains(data[at+1:], rowID) {
 			break
 		}
 	}
@@ -141,13 +142,13 @@ func TestAuditFaultJournalDeleted(t *testing.T) {
 	}
 	t.Logf("skill run: %s", r.stderr)
 	mustContain(t, "skill run", r.stderr, "audit.jsonl", "seq 4", "cyberos audit repair --state-dir "+e.stateDir)
-	if _, err := os.Stat(journal); !os.IsNotExist(err) {
+	if _, err := os.Stat(journal); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("skill run left a journal behind: %v", err)
 	}
 
 	// The daemon refuses too.
 	serveRefuses(t, e, "audit.jsonl", "seq 4", "cyberos audit repair --state-dir "+e.stateDir)
-	if _, err := os.Stat(journal); !os.IsNotExist(err) {
+	if _, err := os.Stat(journal); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("serve left a journal behind: %v", err)
 	}
 
@@ -332,7 +333,7 @@ func TestAuditFaultVerifyFullStateDir(t *testing.T) {
 	for range 2 {
 		e.run(dir).mustOutcome(t, "success")
 	}
-	filler, err := os.Create(filepath.Join(mnt, "filler"))
+	filler, err := os.OpenFile(filepath.Join(mnt, "filler"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}

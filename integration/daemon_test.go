@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -399,7 +400,7 @@ func TestDaemonSIGTERMDuringLongInvocation(t *testing.T) {
 	if ents, _ := os.ReadDir(d.socketDir); len(ents) != 0 {
 		t.Errorf("socket dir not empty: %v", ents)
 	}
-	if _, err := os.Lstat(d.adminSocket); !os.IsNotExist(err) {
+	if _, err := os.Lstat(d.adminSocket); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("admin socket left: %v", err)
 	}
 	if ps := procsMatching(id); len(ps) != 0 {
@@ -480,7 +481,7 @@ func TestDaemonInvokeRefusals(t *testing.T) {
 		}
 	}
 	// Fill the state dir's filesystem to the last byte.
-	filler, _ := os.Create(filepath.Join(mnt, "filler"))
+	filler, _ := os.OpenFile(filepath.Join(mnt, "filler"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	buf := make([]byte, 64<<10)
 	for _, n := range []int{len(buf), 512, 1} {
 		for {

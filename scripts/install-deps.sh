@@ -18,3 +18,14 @@ if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
   echo "Go is not installed (expected at /usr/local/go)" >&2
   exit 1
 fi
+# golangci-lint for `make lint`, built into .cache/bin unless that version is
+# there: a tool, kept out of go.mod so its dependencies are not the product's.
+GOLANGCI_LINT_VERSION=v2.15.0
+bin_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/bin"
+have=$("$bin_dir/golangci-lint" version 2>/dev/null || true)
+if [[ "$have" != *"has version ${GOLANGCI_LINT_VERSION#v} "* ]]; then
+  echo "installing golangci-lint $GOLANGCI_LINT_VERSION into $bin_dir"
+  rm -f "$bin_dir/golangci-lint" # go install will not replace what it did not build
+  GOBIN="$bin_dir" PATH="/usr/local/go/bin:$PATH" \
+    go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+fi

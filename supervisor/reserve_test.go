@@ -34,7 +34,7 @@ func TestReserveHeldWhileRunning(t *testing.T) {
 	if !slices.Contains(during, env.InvocationID) {
 		t.Fatalf("reservations while running: %v, want %s", during, env.InvocationID)
 	}
-	if _, err := os.Stat(filepath.Join(dir, env.InvocationID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, env.InvocationID)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("reservation after the completed row: %v", err)
 	}
 }

@@ -321,7 +321,9 @@ func (s *Supervisor) checkStateDir() error {
 		if err == nil {
 			err = f.Sync()
 		}
-		f.Close()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
 		os.Remove(probe)
 	}
 	if err != nil {

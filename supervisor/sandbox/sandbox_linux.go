@@ -419,13 +419,11 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	defer func() { holder.stop() }()
 	if r.userNS {
 		if p.lease, err = r.takeLease(spec.ID); err != nil {
-			p.cleanup()
-			return nil, err
+			return nil, p.abort(err)
 		}
 		if r.ownedNS {
 			if holder, err = startNSHolder(r.cfg.InitBinary, p.lease.start); err != nil {
-				p.cleanup()
-				return nil, fmt.Errorf("sandbox start: %w", err)
+				return nil, p.abort(fmt.Errorf("sandbox start: %w", err))
 			}
 		}
 	}
@@ -448,23 +446,20 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	p.cont, p.landlock = cont, ll
 	if spec.Recorder != nil {
 		if p.notify, err = startNotifyListener(filepath.Join(r.lockDir(), spec.ID+".notify.sock"), spec.Recorder); err != nil {
-			p.cleanup()
-			return nil, err
+			return nil, p.abort(err)
 		}
 		cfg.Seccomp = seccomp.RecordingConfig(sc, p.notify.path)
 		p.cont.Seccomp += recordingNote
 	}
 	c, err := libcontainer.Create(r.stateRoot(), spec.ID, cfg)
 	if err != nil {
-		p.cleanup()
-		return nil, fmt.Errorf("sandbox create: %w", err)
+		return nil, p.abort(fmt.Errorf("sandbox create: %w", err))
 	}
 	p.c = c
 	// cyberos-init reports the skill's wait status on fd 3 (its ExtraFiles[0]).
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		p.cleanup()
-		return nil, fmt.Errorf("sandbox status pipe: %w", err)
+		return nil, p.abort(fmt.Errorf("sandbox status pipe: %w", err))
 	}
 	p.status = statusR
 	defer statusW.Close()
@@ -482,8 +477,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 		Init:       true,
 	}
 	if err := runContainer(c, proc); err != nil {
-		p.cleanup()
-		return nil, fmt.Errorf("sandbox start: %w", err)
+		return nil, p.abort(fmt.Errorf("sandbox start: %w", err))
 	}
 	// The sandbox's processes keep its user namespace alive now.
 	holder.stop()
@@ -718,6 +712,15 @@ func (p *linuxProcess) Close() error {
 	return err
 }
 
+// abort cleans up after a failed Start and returns err, with the cleanup's
+// error added when the container could not be removed.
+func (p *linuxProcess) abort(err error) error {
+	if cerr := p.cleanup(); cerr != nil {
+		return fmt.Errorf("%w (cleanup: %w)", err, cerr)
+	}
+	return err
+}
+
 func (p *linuxProcess) cleanup() error {
 	var errs []error
 	if p.c != nil {
@@ -822,8 +825,9 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 		select {
 		case <-copyDone:
 		case <-drain:
-			outR.SetReadDeadline(time.Now())
-			errR.SetReadDeadline(time.Now())
+			// os.Pipe's ends are pollable on Linux: deadlines cannot fail.
+			_ = outR.SetReadDeadline(time.Now())
+			_ = errR.SetReadDeadline(time.Now())
 		}
 	}
 	outR.Close()

@@ -95,7 +95,7 @@ func uniqueIndex(b, old []byte) (int, error) {
 		return 0, fmt.Errorf("%w: old_string is not unique (%d matches)", ErrFailed, n)
 	}
 	i := bytes.Index(b, old)
-	if bytes.Index(b[i+1:], old) >= 0 {
+	if bytes.Contains(b[i+1:], old) {
 		return 0, skillError(ErrFailed, "old_string is not unique (overlapping matches)")
 	}
 	return i, nil

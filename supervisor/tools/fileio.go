@@ -174,9 +174,9 @@ func ctxErr(err error) error {
 	return fmt.Errorf("%w: %w", ErrFailed, err)
 }
 
-// walkStop, returned by a walk callback, ends the walk without error;
-// walkSkipDir skips the directory just reported.
+// errWalkStop, returned by a walk callback, ends the walk without error;
+// errWalkSkipDir skips the directory just reported.
 var (
-	walkStop    = errors.New("stop walk")
-	walkSkipDir = errors.New("skip directory")
+	errWalkStop    = errors.New("stop walk")
+	errWalkSkipDir = errors.New("skip directory")
 )

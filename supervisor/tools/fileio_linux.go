@@ -291,7 +291,7 @@ func replaceAt(t policy.Tool, dirfd int, name string, data []byte, old *unix.Sta
 	renamed := false
 	defer func() {
 		if !renamed {
-			unix.Unlinkat(dirfd, tmp, 0)
+			_ = unix.Unlinkat(dirfd, tmp, 0) // best effort, as os.Remove
 		}
 	}()
 	f := os.NewFile(uintptr(fd), tmp)
@@ -311,7 +311,8 @@ func replaceAt(t policy.Tool, dirfd int, name string, data []byte, old *unix.Sta
 			// A file system without RENAME_NOREPLACE: link(2) never
 			// replaces either.
 			if err = unix.Linkat(dirfd, tmp, dirfd, name, 0); err == nil {
-				unix.Unlinkat(dirfd, tmp, 0)
+				// Best effort: name is in place; a leftover tmp is clutter.
+				_ = unix.Unlinkat(dirfd, tmp, 0)
 			}
 		}
 		if err == unix.EEXIST {
@@ -406,7 +407,7 @@ func inSkillFolder(p string) (bool, error) {
 // non-regular files below root are skipped silently; root itself being a
 // symlink (or reached through one) or a non-regular file is a Denial. No
 // directory deeper than maxDepth components is listed (maxDepth < 0: no
-// limit). fn may return walkSkipDir for a directory, walkStop to end the
+// limit). fn may return errWalkSkipDir for a directory, errWalkStop to end the
 // walk without error, or any other error to end it with that error.
 // Directories that cannot be opened below root are skipped.
 func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn func(hostEntry) error) error {
@@ -436,7 +437,7 @@ func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn 
 			err := fn(hostEntry{Path: root, Read: func(limit int64) ([]byte, error) {
 				return readAt(t, parent, base, root, limit)
 			}})
-			if err == walkStop || err == walkSkipDir {
+			if err == errWalkStop || err == errWalkSkipDir {
 				err = nil
 			}
 			return err
@@ -452,7 +453,7 @@ func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn 
 	}
 	switch err := fn(hostEntry{Path: root, Dir: true}); err {
 	case nil:
-	case walkStop, walkSkipDir:
+	case errWalkStop, errWalkSkipDir:
 		unix.Close(dirfd)
 		return nil
 	default:
@@ -460,7 +461,7 @@ func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn 
 		return err
 	}
 	err := walkDir(ctx, t, dirfd, root, maxDepth, fn)
-	if err == walkStop {
+	if err == errWalkStop {
 		err = nil
 	}
 	return err
@@ -502,7 +503,7 @@ func walkDir(ctx context.Context, t policy.Tool, dirfd int, dirPath string, maxD
 			}
 			switch err := fn(hostEntry{Path: p, Dir: true}); err {
 			case nil:
-			case walkSkipDir:
+			case errWalkSkipDir:
 				unix.Close(child)
 				continue
 			default:
@@ -518,7 +519,7 @@ func walkDir(ctx context.Context, t policy.Tool, dirfd int, dirPath string, maxD
 			err := fn(hostEntry{Path: p, Read: func(limit int64) ([]byte, error) {
 				return readAt(t, dirfd, name, p, limit)
 			}})
-			if err != nil && err != walkSkipDir {
+			if err != nil && err != errWalkSkipDir {
 				return err
 			}
 		}

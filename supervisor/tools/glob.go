@@ -79,7 +79,7 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 	for _, root := range roots {
 		err := walkHost(ctx, g.Name(), root, maxDepth, func(en hostEntry) error {
 			if en.Dir && e.Reserved(en.Path) {
-				return walkSkipDir
+				return errWalkSkipDir
 			}
 			if !doublestar.MatchUnvalidated(pat, en.Path) {
 				return nil
@@ -89,7 +89,7 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 			}
 			if len(r.Paths) == MaxGlobResults {
 				r.Truncated = true
-				return walkStop
+				return errWalkStop
 			}
 			r.Paths = append(r.Paths, en.Path)
 			return nil

@@ -96,7 +96,7 @@ func TestGlobDisallowedRule(t *testing.T) {
 func TestGlobCap(t *testing.T) {
 	w := ftNew(t)
 	for i := 0; i <= MaxGlobResults; i++ {
-		f, err := os.Create(filepath.Join(w.allowed, fmt.Sprintf("f%05d", i)))
+		f, err := os.OpenFile(filepath.Join(w.allowed, fmt.Sprintf("f%05d", i)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -113,7 +113,7 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 	r := grepResult{Matches: []grepMatch{}}
 	visit := func(en hostEntry) error {
 		if en.Dir && e.Reserved(en.Path) {
-			return walkSkipDir
+			return errWalkSkipDir
 		}
 		if en.Dir || !match(en.Path) {
 			return nil
@@ -141,7 +141,7 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 			}
 			if len(r.Matches) == limit {
 				r.Truncated = true
-				return walkStop
+				return errWalkStop
 			}
 			r.Matches = append(r.Matches, grepMatch{Path: en.Path, Line: n, Text: clip(line, maxGrepText)})
 		}

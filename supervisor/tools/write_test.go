@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"syscall"
@@ -109,7 +110,7 @@ func TestWriteSymlinkRefused(t *testing.T) {
 		t.Errorf("secret = %q", got)
 	}
 	for _, p := range []string{w.outside + "/dangling", w.outside + "/new"} {
-		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s was created", p)
 		}
 	}
@@ -143,7 +144,7 @@ func TestWriteErrors(t *testing.T) {
 
 	_, err = w.call(t, NewWrite(), map[string]any{"path": w.in("big"), "content": strings.Repeat("x", MaxFileWriteBytes+1)})
 	ftIs(t, err, ErrTooLarge)
-	if _, err := os.Lstat(w.in("big")); !os.IsNotExist(err) {
+	if _, err := os.Lstat(w.in("big")); !errors.Is(err, os.ErrNotExist) {
 		t.Error("an over-cap write created the file")
 	}
 	if _, err := w.call(t, NewWrite(), map[string]any{"path": w.in("cap"), "content": strings.Repeat("x", MaxFileWriteBytes)}); err != nil {
