@@ -23,10 +23,11 @@ import (
 
 // Seccomp profiles are operator-edited files in the OCI LinuxSeccomp format,
 // one per file, named <name>.json in the profiles directory. A profile is
-// read once per start, checked strictly (a misspelt key or a rule that
+// read once per start and checked strictly (a misspelt key or a rule that
 // libcontainer would silently drop weakens a sandbox without anyone
 // noticing), and converted with libcontainer's own specconv so that what we
-// check is what libcontainer compiles.
+// check is what libcontainer compiles; bytes checked before are not checked
+// again (LoadProfileHashed).
 //
 // What libcontainer does with the result (runc v1.5.3, read from its source
 // and proven by TestSeccompTrySyscalls and TestSeccompForeignArch, which
@@ -76,6 +77,10 @@ func LoadProfile(dir, name string) (*configs.Seccomp, error) {
 // LoadProfileHashed is LoadProfile that also returns the hex SHA-256 of the
 // profile file's bytes it read (Containment.SeccompProfileHash), so the
 // audit names exactly the profile a sandbox was built from.
+//
+// The file is opened, checked and read on every call; only the decoding and
+// checking of its bytes is skipped when the same path last held bytes with
+// the same SHA-256 (profileCache), so an edit counts from the next call on.
 func LoadProfileHashed(dir, name string) (*configs.Seccomp, string, error) {
 	if !profileNameRE.MatchString(name) {
 		return nil, "", fmt.Errorf("%w: profile name %q: must match %s", ErrProfile, name, profileNameRE)
@@ -85,12 +90,17 @@ func LoadProfileHashed(dir, name string) (*configs.Seccomp, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	sum := sha256.Sum256(data)
+	if cfg := profiles.get(path, sum); cfg != nil {
+		return cfg, hex.EncodeToString(sum[:]), nil
+	}
 	_, cfg, err := checkProfileBytes(path, data)
 	if err != nil {
+		profiles.forget(path)
 		return nil, "", err
 	}
-	sum := sha256.Sum256(data)
-	return cfg, hex.EncodeToString(sum[:]), nil
+	profiles.put(path, sum, cfg)
+	return cloneSeccomp(cfg), hex.EncodeToString(sum[:]), nil
 }
 
 // LoadProfileFile is LoadProfile for a file named by its path (the operator
