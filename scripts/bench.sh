@@ -11,7 +11,7 @@ for pkg in bubblewrap runc; do
     echo "($pkg not installed: left out of the comparison)"
 done
 n=${BENCH_N:-50}
-echo "== in-process runner, as the daemon runs it: Start→Wait→Close of a /bin/true skill, full default policy, $n rounds interleaved with the references"
+echo "== in-process runner, as the daemon runs it: Check→Start→Wait→Close→Release of a /bin/true skill, full default policy, $n rounds interleaved with the references"
 go test -tags seccomp -run '^$' -bench 'BenchmarkColdStart$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
   grep -E 'BenchmarkColdStart' | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 echo

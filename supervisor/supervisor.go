@@ -308,25 +308,20 @@ func policyHash(pol *policy.Policy) (string, error) {
 // NewID returns a new ULID string (time-ordered, 26 chars).
 func NewID() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
 
-// checkStateDir makes sure the state directory exists and takes a durable
-// write; an unusable one refuses the invocation before anything runs.
+// checkStateDir makes sure the state directory exists, is writable and has
+// the free space running invocations' terminal rows may need; an unusable
+// one refuses the invocation before anything runs. It writes nothing: the
+// durable write that gates dispatch is the started row itself (Emit returns
+// once it is durable, and a failure refuses the invocation as ErrRefused),
+// preceded by the in-flight lock and the journal reservation, which create
+// files there. A probe file written and fsynced here on every invocation
+// only repeated that proof.
 func (s *Supervisor) checkStateDir() error {
 	if err := os.MkdirAll(filepath.Join(s.StateDir, "logs"), 0o700); err != nil {
 		return fmt.Errorf("%w: state dir %s: %v", ErrRefused, s.StateDir, err)
 	}
-	probe := filepath.Join(s.StateDir, ".probe")
-	f, err := os.OpenFile(probe, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err == nil {
-		_, err = f.Write([]byte("ok"))
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		os.Remove(probe)
-	}
-	if err != nil {
+	// EROFS on a read-only (or remounted read-only) filesystem, root or not.
+	if err := unix.Access(s.StateDir, unix.W_OK); err != nil {
 		return fmt.Errorf("%w: state dir %s is not writable: %v", ErrRefused, s.StateDir, err)
 	}
 	if free, size, ok := freeBytes(s.StateDir); ok && free < s.minFree(size) {
@@ -517,6 +512,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	if inv.containment, err = s.Runner.Check(inv.spec); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
 	}
+	inv.spec.SeccompProfileHash = inv.containment.SeccompProfileHash // Start loads what the started row names
 	inv.containment.Egress = tools.EgressMode
 	if err := s.checkStateDir(); err != nil {
 		return nil, err

@@ -24,17 +24,11 @@ import (
 )
 
 // TestMain lets libcontainer re-execute this test binary as the container
-// init ("<self> init"), exactly as it does the cyberos binary.
-// It also seals the binary once, as a long-running supervisor does, so the
-// benchmark measures the per-start cost a daemon pays.
-//
-// A fuzzing worker is not sealed: re-executing it loses the coordinator's
-// connection and fuzzing stalls after the seed corpus.
+// init ("<self> init"), exactly as it does the cyberos binary (whose main
+// does only this too: libcontainer seals the binary per start, with a
+// read-only overlayfs where the kernel has one).
 func TestMain(m *testing.M) {
 	Reexec()
-	if !slices.ContainsFunc(os.Args, func(a string) bool { return strings.HasPrefix(a, "-test.fuzzworker") }) {
-		SealSelf()
-	}
 	os.Exit(m.Run())
 }
 
@@ -76,11 +70,15 @@ func newWorld(tb testing.TB) *world {
 	if err := os.WriteFile(filepath.Join(w.skillDir, "main"), trueBin, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	// The tool client is not exercised here; any executable fills its mount.
-	w.runner, err = NewLinuxRunner(Options{RunDir: w.runDir, InitBinary: initBin, ToolBinary: initBin})
+	// Built through New, as cmd/cyberos's newSupervisor builds the runner of
+	// `skill run` and the daemon (their defaults for everything but the run
+	// dir and the binaries' paths). The tool client is not exercised here;
+	// any executable fills its mount.
+	r, err := New(Options{RunDir: w.runDir, InitBinary: initBin, ToolBinary: initBin})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	w.runner = r.(*LinuxRunner)
 	return w
 }
 
@@ -100,9 +98,18 @@ func (w *world) runOnce(tb testing.TB, id string) (start time.Duration) {
 	return w.runProfile(tb, id, w.spec(id, io.Discard))
 }
 
-// runProfile is one cold start of spec.
+// runProfile is one cold start of spec, with the runner calls the
+// supervisor makes for an invocation: Check (prepare), Reserve (before the
+// started row), Start, Wait, Close, Release.
 func (w *world) runProfile(tb testing.TB, id string, spec Spec) (start time.Duration) {
 	tb.Helper()
+	if _, err := w.runner.Check(spec); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := w.runner.Reserve(spec.ID); err != nil {
+		tb.Fatal(err)
+	}
+	defer w.runner.Release(spec.ID)
 	p, err := w.runner.Start(spec)
 	if err != nil {
 		tb.Fatal(err)
@@ -150,9 +157,10 @@ func TestSupervisorStaysInHostMountNS(t *testing.T) {
 
 // BenchmarkColdStart measures a /bin/true skill under the full default
 // policy (all namespaces incl. user, cgroup memory+pids limits, the default
-// seccomp profile, read-only rootfs, cyberos-init), from Start to Close,
-// interleaved in the same run with the floor (unshare) and, where installed,
-// bwrap and runc run with equivalent settings. Reports medians, p95 and
+// seccomp profile, read-only rootfs, cyberos-init), from Check to Release
+// (the runner calls of one invocation, see runProfile), interleaved in the
+// same run with the floor (unshare) and, where installed, bwrap and runc
+// run with equivalent settings. Reports medians, p95 and
 // ratios. Run with: make bench (or go test -tags seccomp -run x -bench ColdStart -benchtime 50x ./supervisor/sandbox/).
 func BenchmarkColdStart(b *testing.B) {
 	w := newWorld(b)
@@ -214,8 +222,8 @@ func BenchmarkColdStart(b *testing.B) {
 	runtime.KeepAlive(w)
 }
 
-// BenchmarkColdStartProfiles: the same /bin/true cold start (Start to
-// Close, full default policy) under each seccomp profile, interleaved in one
+// BenchmarkColdStartProfiles: the same /bin/true cold start (Check to
+// Release, full default policy) under each seccomp profile, interleaved in one
 // run: default.json, strict.json, and Docker's default profile imported
 // from moby/profiles' DefaultProfile() with ImportDockerProfile (native
 // architecture only). Reports medians, p95 and the ratios to default.

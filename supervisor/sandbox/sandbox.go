@@ -113,6 +113,10 @@ type Spec struct {
 
 	ProfilesDir    string // directory of <name>.json OCI seccomp profiles
 	SeccompProfile string // profile name
+	// SeccompProfileHash, when set, is the hash Check returned (and the
+	// started row recorded): Start refuses a profile whose bytes changed
+	// since, so the audit never names a profile the sandbox did not load.
+	SeccompProfileHash string
 
 	// BrokerSocket, when set, is the invocation's host socket, bind-mounted
 	// at /run/cyberos/broker.sock.

@@ -21,7 +21,6 @@ import (
 	_ "github.com/opencontainers/cgroups/devices" // device rules in the cgroup manager
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
-	"github.com/opencontainers/runc/libcontainer/exeseal"
 	_ "github.com/opencontainers/runc/libcontainer/nsenter" // joins namespaces before the Go runtime starts in "init"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
@@ -409,6 +408,9 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	sc, profileHash, err := seccomp.LoadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
 	if err != nil {
 		return nil, err
+	}
+	if spec.SeccompProfileHash != "" && profileHash != spec.SeccompProfileHash {
+		return nil, fmt.Errorf("%w: %s changed since the invocation was checked (sha256 %s, now %s)", ErrProfile, spec.SeccompProfile, spec.SeccompProfileHash, profileHash)
 	}
 	lock, ok := tryLock(r.lockPath(spec.ID))
 	if !ok {
@@ -865,25 +867,6 @@ const execDrain = 200 * time.Millisecond
 
 func (p *linuxProcess) Containment() Containment    { return p.cont }
 func (p *linuxProcess) StartLatency() time.Duration { return p.latency }
-
-// SealSelf re-executes this process from a sealed memfd copy of its own
-// binary, once. libcontainer then starts every container's init from
-// /proc/self/exe as it is, instead of cloning the binary per container
-// (CVE-2019-5736 protection): the per-start clone and the page faults on
-// a fresh copy would dominate the sandbox's start.
-// A long-running supervisor calls it first thing; it returns when the
-// binary is already sealed or sealing is impossible.
-func SealSelf() {
-	if exeseal.IsSelfExeCloned() {
-		return
-	}
-	f, err := exeseal.CloneSelfExe(os.TempDir())
-	if err != nil {
-		return
-	}
-	_ = unix.Exec(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.Args, os.Environ())
-	f.Close()
-}
 
 // Reexec runs libcontainer's container init when this binary was
 // re-executed as "<self> init" inside the new namespaces; it never returns
