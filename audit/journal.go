@@ -250,16 +250,22 @@ func (j *journal) reserve(end, size int64) {
 
 // clearAfter zeros whatever a crash left beyond the end (must hold the
 // exclusive lock), so a later append cannot end up followed by stale bytes.
-func (j *journal) clearAfter(end, size int64) error {
+// Only a machine crash leaves any (pages of the batch being written reach
+// the disk out of order, or, on a filesystem that does not order data
+// before metadata, the chunk being preallocated shows stale blocks): every
+// append in a running system is contiguous, and a torn one is cut by tail.
+// So it reads all of [end, size) only when full (the first open after a
+// boot, see tailmark.go), else the tailWindow bytes after end, where a
+// batch torn by a filesystem shut down without a reboot would be.
+func (j *journal) clearAfter(end, size int64, full bool) error {
+	limit := size
+	if !full {
+		limit = min(size, end+tailWindow)
+	}
 	dirty := false
-	for off := end; off < size && !dirty; {
-		n, err := j.w.ReadAt(j.wbuf[:min(int64(len(j.wbuf)), size-off)], off)
-		for _, c := range j.wbuf[:n] {
-			if c != 0 {
-				dirty = true
-				break
-			}
-		}
+	for off := end; off < limit && !dirty; {
+		n, err := j.w.ReadAt(j.wbuf[:min(int64(len(j.wbuf)), limit-off)], off)
+		dirty = !allZero(j.wbuf[:n])
 		off += int64(n)
 		if err != nil {
 			break
@@ -272,6 +278,24 @@ func (j *journal) clearAfter(end, size int64) error {
 		return err
 	}
 	return datasync(j.w)
+}
+
+// tailWindow is what clearAfter reads past the end when the whole tail was
+// checked earlier in this boot: more than one batch of ordinary rows.
+const tailWindow = 1 << 20
+
+// zeroBlock is what allZero compares with.
+var zeroBlock [64 << 10]byte
+
+func allZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroBlock))
+		if !bytes.Equal(b[:n], zeroBlock[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }
 
 // durableEnd returns the journal's end while no writer is inside an

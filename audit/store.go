@@ -360,19 +360,23 @@ func (s *Store) checkTail(ctx context.Context) error {
 }
 
 // openJournalTail, with the journal locked (no process appends meanwhile):
-// cuts a torn tail, zeroes what a crash left past the end, applies every
-// row the index lacks, and checks that the journal's last row is the
-// index's last row; otherwise new rows would chain from a different head
-// than the index's. An empty journal continues the index (a store from
-// before the journal).
+// cuts a torn tail, zeroes what a crash left past the end (reading all of
+// it only at the first Open after a boot), applies every row the index
+// lacks, and checks that the journal's last row is the index's last row;
+// otherwise new rows would chain from a different head than the index's.
+// An empty journal continues the index (a store from before the journal).
 func (s *Store) openJournalTail(ctx context.Context) error {
 	if err := flock(s.j.w, lockExclusive); err != nil {
 		return fmt.Errorf("%s: lock journal: %w", s.j.path, err)
 	}
 	defer unlock(s.j.w)
 	end, size, last, err := s.j.tail()
+	// The whole tail is read once per boot and journal file (tailmark.go).
+	dir := filepath.Dir(s.j.path)
+	mark := tailMark(s.j.w)
+	full := !tailChecked(dir, mark)
 	if err == nil {
-		err = s.j.clearAfter(end, size)
+		err = s.j.clearAfter(end, size, full)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.j.path, err)
@@ -380,8 +384,11 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if err := s.checkJournalLength(ctx, end, last); err != nil {
 		return err
 	}
-	if s.resv, err = openReservations(filepath.Dir(s.j.path)); err != nil {
+	if s.resv, err = openReservations(dir); err != nil {
 		return err
+	}
+	if full {
+		markTailChecked(dir, mark)
 	}
 	if _, err := s.resv.recount(); err != nil {
 		return err
