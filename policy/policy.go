@@ -48,7 +48,7 @@ var toolTable = [...]struct {
 type effect uint8
 
 const (
-	effectUnset effect = iota
+	_ effect = iota // unclassified (TestToolEffects refuses it)
 	// effectNone: the call only reads; its reply is its one effect.
 	effectNone
 	// effectOutside: the call acts on the world (runs a command, writes a
