@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,26 +69,130 @@ func BenchmarkToolCallVsMCP(b *testing.B) {
 	}
 }
 
-func runMCP(b *testing.B, d time.Duration) (rate, p50, p99 float64) {
-	ctx := context.Background()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), mcpServerEnv+"=1")
-	c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		b.Fatal(err)
+// BenchmarkToolCallsConcurrentVsMCP: as BenchmarkToolCallVsMCP, with
+// concurrent callers, every call durably audited: callers=8 is eight
+// callers inside one sandbox (eight broker connections of one `skill run`)
+// against eight callers on one MCP SDK session; sandboxes=8 is eight
+// sandboxes at once through one daemon (one audit store), each with one
+// caller, against eight MCP server processes with one client each. Group
+// commit lets concurrent calls share an fdatasync.
+//
+//	go test -tags seccomp -run '^$' -bench ToolCallsConcurrentVsMCP -benchtime 1x ./integration/
+func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
+	e := newEnv(b)
+	data := filepath.Join(e.base, "data")
+	os.MkdirAll(data, 0o755)
+	os.WriteFile(filepath.Join(data, "x.txt"), []byte("hello"), 0o644)
+	dir := e.skill("callbench", fmt.Sprintf("effort_minutes: 1\nallowed_tools: [Read]\nx-allowed-files: [\"%s/**\"]\n", data), "probe:callbench")
+	const seconds, n = 5, 8
+	args := func(callers int) map[string]any {
+		return map[string]any{"tool": "Read", "args": map[string]string{"path": data + "/x.txt"}, "seconds": seconds, "callers": callers}
 	}
-	defer cs.Close()
-	var lat []time.Duration
-	start := time.Now()
-	for time.Since(start) < d {
-		t0 := time.Now()
-		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "noop", Arguments: map[string]any{}}); err != nil {
+	report := func(b *testing.B, ours map[string]float64, mcpRate, mcpP50, mcpP99 float64) {
+		b.ReportMetric(ours["calls_per_s"], "broker-calls/s")
+		b.ReportMetric(ours["p50_us"], "broker-p50-µs")
+		b.ReportMetric(ours["p99_us"], "broker-p99-µs")
+		b.ReportMetric(mcpRate, "mcp-calls/s")
+		b.ReportMetric(mcpP50, "mcp-p50-µs")
+		b.ReportMetric(mcpP99, "mcp-p99-µs")
+		b.ReportMetric(ours["calls_per_s"]/mcpRate, "broker/mcp")
+		b.ReportMetric(0, "ns/op")
+	}
+	b.Run(fmt.Sprintf("callers=%d", n), func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			a, _ := json.Marshal(args(n))
+			// The cost bounds are the operator's: lifted for the measurement.
+			r := e.run(dir, "--args", string(a), "--rate-limit-per-minute", "1000000", "--max-audit-rows", "100000000")
+			if r.env.Outcome != "success" {
+				b.Fatalf("callbench: %s %s %s", r.env.Outcome, r.env.ErrorMessage, r.stderr)
+			}
+			var ours map[string]float64
+			json.Unmarshal(r.env.Result, &ours)
+			rate, p50, p99 := runMCPConcurrent(b, seconds*time.Second, 1, n)
+			report(b, ours, rate, p50, p99)
+		}
+	})
+	b.Run(fmt.Sprintf("sandboxes=%d", n), func(b *testing.B) {
+		d := startDaemon(b, e, "defaults:", "  rate_limit_per_minute: 1000000", "  max_audit_rows: 100000000")
+		for i := 0; i < b.N; i++ {
+			results := make([]map[string]float64, n)
+			var wg sync.WaitGroup
+			for k := range results {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					code, env, raw := d.invoke(map[string]any{"skill_id": "callbench", "args": args(1)})
+					if code != 200 || env.Outcome != "success" {
+						b.Errorf("callbench %d: %d %s", k, code, raw)
+						return
+					}
+					json.Unmarshal(env.Result, &results[k])
+				}()
+			}
+			wg.Wait()
+			if b.Failed() {
+				b.FailNow()
+			}
+			// The sandboxes run the same seconds at once (their starts are
+			// a small part of it): their rates add up.
+			ours := map[string]float64{}
+			for _, r := range results {
+				ours["calls_per_s"] += r["calls_per_s"]
+				ours["p50_us"] = max(ours["p50_us"], r["p50_us"])
+				ours["p99_us"] = max(ours["p99_us"], r["p99_us"])
+			}
+			rate, p50, p99 := runMCPConcurrent(b, seconds*time.Second, n, 1)
+			report(b, ours, rate, p50, p99)
+		}
+	})
+}
+
+func runMCP(b *testing.B, d time.Duration) (rate, p50, p99 float64) {
+	return runMCPConcurrent(b, d, 1, 1)
+}
+
+// runMCPConcurrent calls the noop tool for d from callers goroutines on
+// each of servers MCP sessions (one server process each); it returns the
+// calls/s of all of them and the p50 and p99 of every call.
+func runMCPConcurrent(b *testing.B, d time.Duration, servers, callers int) (rate, p50, p99 float64) {
+	ctx := context.Background()
+	sessions := make([]*mcp.ClientSession, servers)
+	for i := range sessions {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), mcpServerEnv+"=1")
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(t0))
+		defer cs.Close()
+		sessions[i] = cs
 	}
+	lats := make([][]time.Duration, servers*callers)
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range lats {
+		cs := sessions[i/callers]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < d {
+				t0 := time.Now()
+				if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "noop", Arguments: map[string]any{}}); err != nil {
+					failed.Store(err)
+					return
+				}
+				lats[i] = append(lats[i], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
 	total := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	lat := slices.Concat(lats...)
 	slices.Sort(lat)
 	return float64(len(lat)) / total.Seconds(), float64(lat[len(lat)/2].Microseconds()), float64(lat[len(lat)*99/100].Microseconds())
 }

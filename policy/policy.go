@@ -22,23 +22,48 @@ const (
 )
 
 // toolTable declares every native tool once, with the kind of resource its
-// rules name: KnownTools, the Enforcer's rule index and kindOf all derive
-// from it, so a tool added here is known everywhere at once.
+// rules name and what its call does outside the supervisor: KnownTools, the
+// Enforcer's rule index, kindOf and EffectFree all derive from it, so a tool
+// added here is known everywhere at once (and must say its effect).
 var toolTable = [...]struct {
-	tool Tool
-	kind int
+	tool   Tool
+	kind   int
+	effect effect
 }{
-	{ToolBash, kindBash},
-	{ToolRead, kindFile},
-	{ToolWrite, kindFile},
-	{ToolEdit, kindFile},
-	{ToolGlob, kindFile},
-	{ToolGrep, kindFile},
-	{ToolMemoryRead, kindMemory},
-	{ToolMemorySearch, kindMemory},
-	{ToolMemoryEmit, kindMemory},
-	{ToolHttpFetch, kindHTTP},
-	{ToolHttpPost, kindHTTP},
+	{ToolBash, kindBash, effectOutside},
+	{ToolRead, kindFile, effectNone},
+	{ToolWrite, kindFile, effectOutside},
+	{ToolEdit, kindFile, effectOutside},
+	{ToolGlob, kindFile, effectNone},
+	{ToolGrep, kindFile, effectNone},
+	{ToolMemoryRead, kindMemory, effectNone},
+	{ToolMemorySearch, kindMemory, effectNone},
+	{ToolMemoryEmit, kindMemory, effectOutside},
+	{ToolHttpFetch, kindHTTP, effectOutside},
+	{ToolHttpPost, kindHTTP, effectOutside},
+}
+
+// effect is what a tool's call does outside the supervisor. The zero value
+// is no classification: every tool in toolTable must choose one.
+type effect uint8
+
+const (
+	_ effect = iota // unclassified (TestToolEffects refuses it)
+	// effectNone: the call only reads; its reply is its one effect.
+	effectNone
+	// effectOutside: the call acts on the world (runs a command, writes a
+	// file or memory, sends a request) before it replies.
+	effectOutside
+)
+
+// EffectFree reports whether a call of t has no effect outside the
+// supervisor but its reply (Read, Glob, Grep, MemoryRead, MemorySearch).
+// The broker may then make the call's started row durable together with
+// its completed row, before the reply; any other tool's started row is
+// durable before the tool runs. Unknown and unclassified tools are not.
+func EffectFree(t Tool) bool {
+	i := toolIndex(t)
+	return i >= 0 && toolTable[i].effect == effectNone
 }
 
 // KnownTools lists every native tool, in a stable order (toolTable's).

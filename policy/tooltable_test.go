@@ -41,3 +41,30 @@ func TestToolTable(t *testing.T) {
 		}
 	}
 }
+
+// TestToolEffects: every tool declares its effect (a new tool must choose),
+// and exactly the read-only ones are effect-free: a tool that acts on the
+// world keeps its started row durable before it runs.
+func TestToolEffects(t *testing.T) {
+	for _, e := range toolTable {
+		if e.effect != effectNone && e.effect != effectOutside {
+			t.Errorf("%s has no effect classification in toolTable", e.tool)
+		}
+	}
+	effectFree := map[Tool]bool{ToolRead: true, ToolGlob: true, ToolGrep: true, ToolMemoryRead: true, ToolMemorySearch: true}
+	for _, tool := range []Tool{ToolBash, ToolWrite, ToolEdit, ToolMemoryEmit, ToolHttpFetch, ToolHttpPost} {
+		if EffectFree(tool) {
+			t.Errorf("EffectFree(%s) = true: it acts outside the supervisor", tool)
+		}
+	}
+	for _, tool := range KnownTools {
+		if got := EffectFree(tool); got != effectFree[tool] {
+			t.Errorf("EffectFree(%s) = %v, want %v", tool, got, effectFree[tool])
+		}
+	}
+	for _, unknown := range []Tool{"", "read", "Task"} {
+		if EffectFree(unknown) {
+			t.Errorf("EffectFree(%q) = true for a tool outside the table", unknown)
+		}
+	}
+}

@@ -567,8 +567,11 @@ func hasControl(s string) bool {
 
 // toolCall runs one tool.call: decide, audit, run, audit. The order is the
 // contract (DESIGN.md step 5): a refusal is audited as skill.tool_denied and
-// nothing runs; an allowed call runs only once its started row is durable,
-// and every started row gets its completed row.
+// nothing runs; an allowed call's started row is durable before any effect
+// leaves the supervisor — before the tool runs, or, for a tool whose only
+// effect is its reply (policy.EffectFree), before the reply, in the same
+// append as its completed row — and every started row gets its completed
+// row.
 func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	if d.capped.Load() {
 		return nil, errAuditCap
@@ -636,15 +639,21 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 		return nil, errAuditCap
 	}
 
-	// Audit the start; without it the tool must not run.
+	// Audit the start; without it the tool must not run. An effect-free
+	// call's started row is only queued: the reply is its one effect, and
+	// it waits below for the completed row, which follows it (see pair).
 	callID := ulid.Make().String()
 	actx := context.WithoutCancel(ctx)
-	if _, aerr := d.audit.Emit(actx, audit.ToolCallStarted(common, callID, p.tool, argsHash)); aerr != nil {
-		d.rows.give(3)
-		log.Error("broker: tool_call_started row not written; call refused", "err", aerr)
-		d.count(metricTool, telemetry.ToolCallError)
-		obs.outcome = telemetry.ToolCallError
-		return nil, errAuditUnavailable
+	startedRow := audit.ToolCallStarted(common, callID, p.tool, argsHash)
+	var startedWait func() (audit.Row, error) // nil: the started row is durable
+	var aerr error
+	if q, ok := d.audit.(enqueuer); ok && policy.EffectFree(name) {
+		startedWait, aerr = q.Enqueue(actx, startedRow)
+	} else {
+		_, aerr = d.audit.Emit(actx, startedRow)
+	}
+	if aerr != nil {
+		return nil, d.startedFailed(log, metricTool, obs, aerr, 3)
 	}
 
 	// Run.
@@ -682,7 +691,12 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 			log.Info("broker: tool failed", "err", err) // the host-side detail stays in the log
 		}
 	}
-	d.completed(actx, log, callID, audit.ToolCallCompleted(common, callID, p.tool, outcome, dur, resultHash, msg))
+	completedRow := audit.ToolCallCompleted(common, callID, p.tool, outcome, dur, resultHash, msg)
+	if startedWait == nil {
+		d.completed(actx, log, callID, completedRow)
+	} else if perr := d.pair(actx, log, callID, completedRow, startedWait, metricTool, obs); perr != nil {
+		return nil, perr
+	}
 	if denial != nil {
 		d.deny(ctx, log, common, metricTool, denial, argsHash)
 		obs.outcome, obs.reason = telemetry.ToolCallDenied, string(denial.Reason)
@@ -722,8 +736,9 @@ type enqueuer interface {
 // completed writes a tool_call_completed row. With a queueing sink the
 // response goes back as soon as the row is queued: the store writes in
 // queue order, so the skill's next call (whose started row must be durable
-// before its tool runs) commits after this row — one fsync per call instead
-// of two. A failure is never reversed (the tool ran): sev-1 for the operator.
+// before its tool runs, or, effect-free, before its reply) commits after
+// this row — one fsync per call instead of two. A failure is never
+// reversed (the tool ran): sev-1 for the operator.
 func (d *dispatcher) completed(ctx context.Context, log *slog.Logger, callID string, row audit.Draft) {
 	fail := func(err error) {
 		log.Error("broker: tool_call_completed row not written", "call_id", callID, "err", err, "severity", "sev-1")
@@ -747,6 +762,43 @@ func (d *dispatcher) completed(ctx context.Context, log *slog.Logger, callID str
 			fail(err)
 		}
 	}()
+}
+
+// startedFailed refuses a call whose tool_call_started row was not
+// written: the rows reserved for it that were not written go back, and
+// the skill gets audit_unavailable.
+func (d *dispatcher) startedFailed(log *slog.Logger, metricTool string, obs *callObs, err error, unwritten int64) error {
+	d.rows.give(unwritten)
+	log.Error("broker: tool_call_started row not written; call refused", "err", err)
+	d.count(metricTool, telemetry.ToolCallError)
+	obs.outcome = telemetry.ToolCallError
+	return errAuditUnavailable
+}
+
+// pair writes the completed row of an effect-free call whose started row
+// was only queued, and returns once both are durable: rows are durable in
+// the order they were added, so when the completed row's batch is, the
+// started row's is too, and in the usual case (a short tool) both went in
+// one append, one fdatasync. Only then may the reply go. When the started
+// row failed, the result is withheld (the tool's only effect) and the call
+// is refused as if it had not run; should the completed row have been
+// written anyway, in a later append, that is logged for the operator.
+func (d *dispatcher) pair(ctx context.Context, log *slog.Logger, callID string, row audit.Draft, startedWait func() (audit.Row, error), metricTool string, obs *callObs) error {
+	_, cerr := d.audit.Emit(ctx, row)
+	if _, serr := startedWait(); serr != nil {
+		unwritten := int64(3)
+		if cerr == nil {
+			unwritten = 2
+			log.Error("broker: tool_call_completed row written without its started row", "call_id", callID, "err", serr, "severity", "sev-1")
+		}
+		return d.startedFailed(log, metricTool, obs, serr, unwritten)
+	}
+	if cerr != nil {
+		// The started row stands: as for any call, a missing completed
+		// row is the operator's to investigate, and the reply still goes.
+		log.Error("broker: tool_call_completed row not written", "call_id", callID, "err", cerr, "severity", "sev-1")
+	}
+	return nil
 }
 
 // deny records a refusal: the skill.tool_denied row, the counters.

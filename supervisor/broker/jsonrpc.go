@@ -214,8 +214,114 @@ var errNotObject = errors.New("not a JSON object")
 
 // objectMembers splits a JSON object (already known to be valid JSON) into
 // its members, refusing duplicate keys: two "id"s or two "tool"s are an
-// ambiguity a strict decoder does not resolve silently.
+// ambiguity a strict decoder does not resolve silently. Every request and
+// its params pass here, so the usual object (ASCII keys without escapes,
+// none repeated) is split by scanMembers; anything else by the decoder.
 func objectMembers(raw []byte) ([]member, error) {
+	if out, ok := scanMembers(raw); ok {
+		return out, nil
+	}
+	return decodeMembers(raw)
+}
+
+// scanMembers splits a valid JSON object whose keys are plain ASCII
+// without escapes, none repeated; ok is false for anything else.
+func scanMembers(raw []byte) (out []member, ok bool) {
+	if !json.Valid(raw) {
+		return nil, false
+	}
+	i := skipSpace(raw, 0)
+	if raw[i] != '{' {
+		return nil, false
+	}
+	if i = skipSpace(raw, i+1); raw[i] == '}' {
+		return nil, skipSpace(raw, i+1) == len(raw)
+	}
+	for {
+		// A key: valid JSON puts a string here, then ':'.
+		end := i + 1
+		for ; raw[end] != '"'; end++ {
+			if c := raw[end]; c == '\\' || c >= 0x80 {
+				return nil, false
+			}
+		}
+		key := string(raw[i+1 : end])
+		for _, m := range out {
+			if m.key == key {
+				return nil, false
+			}
+		}
+		i = skipSpace(raw, skipSpace(raw, end+1)+1)
+		start := i
+		i = skipValue(raw, i)
+		out = append(out, member{key, raw[start:i]})
+		if i = skipSpace(raw, i); raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+			continue
+		}
+		// '}'
+		return out, skipSpace(raw, i+1) == len(raw)
+	}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace (len(b) when none).
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just after the valid JSON value starting at i.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default: // a number, true, false or null
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return i
+			}
+		}
+		return i
+	}
+}
+
+// skipString returns the index just after the JSON string starting at i.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// decodeMembers is objectMembers with encoding/json's decoder: keys with
+// escapes or non-ASCII bytes, duplicates and their errors.
+func decodeMembers(raw []byte) ([]member, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if err != nil {

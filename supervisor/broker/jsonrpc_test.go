@@ -237,3 +237,51 @@ func TestErrorObjectSkillDetail(t *testing.T) {
 		t.Errorf("invalid params: %+v %+v", e, e.Data)
 	}
 }
+
+// objectMembersCases are objects (and things that are not) for the
+// scanner and the decoder to agree on.
+var objectMembersCases = []string{
+	`{}`, ` { } `, `{"a":1}`, "{\n\"a\" :\t1 , \"b\": -2.5e3 }\n", `{"a":"x\"}y","b":[1,{"c":"]"}],"d":{"e":[]}}`,
+	`{"jsonrpc":"2.0","id":7,"method":"tool.call","params":{"tool":"Read","args":{"path":"a b"}}}`,
+	`{"a":true,"b":false,"c":null}`, `{"a":"\\"}`, `{"a":"é"}`, `{"é":1}`, `{"\u0061":1}`, `{"a":1,"a":2}`,
+	`{"a":1,"\u0061":2}`, `[1]`, `"x"`, `{"a":1}x`, `{"a":}`, `{"a":1,}`, ``, `{"a":1} {}`, "{\"a\":\"\xff\"}", "{\"\xff\":1}",
+}
+
+// The fast path splits exactly what the decoder does, or defers to it.
+func TestScanMembersAgreesWithDecoder(t *testing.T) {
+	for _, in := range objectMembersCases {
+		checkScanMembers(t, []byte(in))
+	}
+	for _, in := range objectMembersCases[:7] { // plain keys: the fast path
+		if _, ok := scanMembers([]byte(in)); !ok {
+			t.Errorf("%q went to the decoder", in)
+		}
+	}
+}
+
+func checkScanMembers(t *testing.T, in []byte) {
+	t.Helper()
+	got, ok := scanMembers(in)
+	if !ok {
+		return
+	}
+	want, err := decodeMembers(in)
+	if err != nil {
+		t.Fatalf("%q: scanned as %v, the decoder says %v", in, got, err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%q: scanned %v, decoded %v", in, got, want)
+	}
+	for i := range got {
+		if got[i].key != want[i].key || !bytes.Equal(got[i].val, want[i].val) {
+			t.Fatalf("%q: member %d scanned %q=%s, decoded %q=%s", in, i, got[i].key, got[i].val, want[i].key, want[i].val)
+		}
+	}
+}
+
+func FuzzScanMembers(f *testing.F) {
+	for _, in := range objectMembersCases {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) { checkScanMembers(t, in) })
+}
