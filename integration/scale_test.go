@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,4 +132,171 @@ func TestKeyringNoneMadePerSandbox(t *testing.T) {
 	case <-time.After(slow(60 * time.Second)):
 		t.Fatal("the skill did not end after its gate opened")
 	}
+}
+
+// envProcs lists the host pids in any of this env's cgroups.
+func envProcs(e *env) []int {
+	parent := ":" + sandbox.CgroupParentFor(e.runDir) + "/"
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); strings.Contains(string(b), parent) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// envCgroups lists the invocation cgroups left under this env's parent,
+// in every mounted hierarchy.
+func envCgroups(e *env) []string {
+	name := strings.TrimPrefix(sandbox.CgroupParentFor(e.runDir), "/")
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
+	v2, _ := filepath.Glob("/sys/fs/cgroup/" + name)
+	var left []string
+	for _, r := range append(roots, v2...) {
+		ents, _ := os.ReadDir(r)
+		for _, ent := range ents {
+			if ent.IsDir() {
+				left = append(left, filepath.Join(r, ent.Name()))
+			}
+		}
+	}
+	return left
+}
+
+// scaleNEnv sets how many sleeping sandboxes TestScaleManySleepingSandboxes
+// holds at once (default defaultScaleN).
+const scaleNEnv = "CYBEROS_SCALE_N"
+
+// defaultScaleN is above the 200 sandboxes one daemon could run at once
+// while every sandbox charged a key to one host uid.
+const defaultScaleN = 300
+
+// TestScaleManySleepingSandboxes: one daemon holds N sleeping sandboxes at
+// once (all started, all waiting), every one of them then ends in success,
+// and nothing is left: no cgroup, process, container state, lock, mount or
+// broker socket. Meanwhile the daemon's RSS grows by less than 1 MiB per
+// running invocation, and after the burst it hands the memory back.
+func TestScaleManySleepingSandboxes(t *testing.T) {
+	n := defaultScaleN
+	if s := os.Getenv(scaleNEnv); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive number", scaleNEnv, s)
+		}
+	}
+	e := newEnv(t)
+	e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
+	dir := e.gatedSkill("sleeper", "effort_minutes: 30\n")
+	d := startDaemon(t, e, fmt.Sprintf("max_concurrent: %d", n), "shutdown_grace: 0s")
+	t.Cleanup(func() { openGate(t, dir) }) // before the daemon stops
+	pid := d.cmd.Process.Pid
+	for range 3 { // warm up: the rootfs skeleton, the store
+		if code, env, raw := d.invoke(map[string]any{"skill_id": "quick"}); code != 200 || env.Outcome != "success" {
+			t.Fatalf("warm-up: %d %s", code, raw)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	idle := vmRSS(t, pid)
+
+	codes := make([]int, n)
+	envs := make([]envelope, n)
+	raws := make([]string, n)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], envs[i], raws[i] = d.invoke(map[string]any{"skill_id": "sleeper"})
+		}()
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	// Scanning /proc costs CPU the starts need: look twice a second.
+	held, deadline, lastLog := 0, time.Now().Add(slow(2*time.Minute+time.Duration(n)*200*time.Millisecond)), time.Now()
+	for held < n && time.Now().Before(deadline) {
+		select {
+		case <-all: // every invocation answered before all were held: failures
+			deadline = time.Now()
+		case <-time.After(500 * time.Millisecond):
+		}
+		held = len(atGate(e))
+		if time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			t.Logf("%v: %d sandboxes held, daemon RSS %d KiB", time.Since(t0).Round(time.Second), held, vmRSS(t, pid))
+		}
+	}
+	heldAfter := time.Since(t0)
+	busy := vmRSS(t, pid)
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	t.Logf("%d of %d sandboxes held at once after %v; daemon RSS %d KiB idle, %d KiB with them (%d KiB per invocation), %d fds, %s",
+		held, n, heldAfter.Round(time.Millisecond), idle, busy, (busy-idle)/int64(n), len(fds), threads(t, pid))
+	openGate(t, dir)
+	select {
+	case <-all:
+	case <-time.After(slow(2*time.Minute + time.Duration(n)*100*time.Millisecond)):
+		t.Fatalf("the invocations did not all end after their gate opened")
+	}
+	failed := 0
+	for i := range n {
+		if codes[i] != 200 || envs[i].Outcome != "success" {
+			if failed++; failed <= 5 {
+				t.Errorf("invocation %d: HTTP %d outcome %q: %s %s", i, codes[i], envs[i].Outcome, envs[i].ErrorMessage, raws[i])
+			}
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d invocations failed", failed, n)
+	}
+	if held != n {
+		t.Fatalf("only %d of %d sandboxes were running at once", held, n)
+	}
+	if perInv := (busy - idle) / int64(n); perInv >= 1024 {
+		t.Errorf("daemon RSS grew by %d KiB per running invocation (%d KiB idle, %d KiB with %d), want < 1024", perInv, idle, busy, n)
+	}
+
+	// Nothing left behind.
+	if st := d.status(); st.ActiveInvocations != 0 {
+		t.Errorf("after every answer: %d active invocations", st.ActiveInvocations)
+	}
+	waitFor(t, 30*time.Second, func() bool { return len(envProcs(e)) == 0 && len(envCgroups(e)) == 0 })
+	if p, c := envProcs(e), envCgroups(e); len(p) > 0 || len(c) > 0 {
+		t.Errorf("left behind: processes %v, cgroups %v", p, c)
+	}
+	if socks, _ := os.ReadDir(d.socketDir); len(socks) > 0 {
+		t.Errorf("%d broker sockets left in %s", len(socks), d.socketDir)
+	}
+	assertNothingLeft(t, e)
+
+	// The burst's memory goes back to the OS once it is over.
+	var after int64
+	waitFor(t, 30*time.Second, func() bool {
+		after = vmRSS(t, pid)
+		return after-idle <= (busy-idle)/2
+	})
+	t.Logf("daemon RSS after the burst: %d KiB (%s)", after, threads(t, pid))
+	if after-idle > (busy-idle)/2 {
+		t.Errorf("daemon RSS %d KiB after the burst, %d KiB at its peak and %d KiB before: less than half of the growth was returned", after, busy, idle)
+	}
+}
+
+// threads reads the Threads line of pid's status.
+func threads(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			return strings.TrimSpace(v) + " threads"
+		}
+	}
+	return "threads unknown"
 }

@@ -125,6 +125,9 @@ type Request struct {
 	// OnProtocolAbuse is called at the first broker protocol abuse of each
 	// kind (it must not block).
 	OnProtocolAbuse func(kind string)
+	// OnSandboxStarted is called once the sandbox's start has returned,
+	// whether it started or not (the daemon's bound on starts in progress).
+	OnSandboxStarted func()
 	// Stop, when closed, ends the invocation early through the timeout path
 	// (SIGTERM now, SIGKILL after the usual 10% grace, at most StopKillAfter):
 	// the daemon's shutdown. The outcome is timeout, with its skill.timeout row.
@@ -681,6 +684,9 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	}()
 	inv.spec.BrokerSocket = brk.Path()
 	proc, err, hung := s.startWithin(inv.spec, deadline, log)
+	if inv.req.OnSandboxStarted != nil {
+		inv.req.OnSandboxStarted()
+	}
 	if hung {
 		// startWithin kills whatever the start returns later.
 		env.Outcome = OutcomeTimeout
