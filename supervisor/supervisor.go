@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -655,7 +656,7 @@ func (s *Supervisor) dispatchRecovered(inv *invocation, log *slog.Logger) (env E
 	env = inv.env
 	defer func() {
 		if r := recover(); r != nil {
-			log.Error("supervisor panic during dispatch", "panic", r)
+			log.Error("supervisor panic during dispatch", "panic", r, "stack", string(debug.Stack()))
 			env.Outcome, env.Result, env.ResultHash = OutcomePanic, nil, ""
 			env.ErrorMessage = fmt.Sprintf("supervisor panic: %v", r)
 			auditMsg = env.ErrorMessage
