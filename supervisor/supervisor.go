@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -125,6 +126,9 @@ type Request struct {
 	// OnProtocolAbuse is called at the first broker protocol abuse of each
 	// kind (it must not block).
 	OnProtocolAbuse func(kind string)
+	// OnSandboxStarted is called once the sandbox's start has returned,
+	// whether it started or not (the daemon's bound on starts in progress).
+	OnSandboxStarted func()
 	// Stop, when closed, ends the invocation early through the timeout path
 	// (SIGTERM now, SIGKILL after the usual 10% grace, at most StopKillAfter):
 	// the daemon's shutdown. The outcome is timeout, with its skill.timeout row.
@@ -648,7 +652,7 @@ func (s *Supervisor) dispatchRecovered(inv *invocation, log *slog.Logger) (env E
 	env = inv.env
 	defer func() {
 		if r := recover(); r != nil {
-			log.Error("supervisor panic during dispatch", "panic", r)
+			log.Error("supervisor panic during dispatch", "panic", r, "stack", string(debug.Stack()))
 			env.Outcome, env.Result, env.ResultHash = OutcomePanic, nil, ""
 			env.ErrorMessage = fmt.Sprintf("supervisor panic: %v", r)
 			auditMsg = env.ErrorMessage
@@ -677,6 +681,9 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	}()
 	inv.spec.BrokerSocket = brk.Path()
 	proc, err, hung := s.startWithin(inv.spec, deadline, log)
+	if inv.req.OnSandboxStarted != nil {
+		inv.req.OnSandboxStarted()
+	}
 	if hung {
 		// startWithin kills whatever the start returns later.
 		env.Outcome = OutcomeTimeout

@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,9 @@ type Config struct {
 	// from its first invocation instead of running again; 0 turns it off.
 	IdempotencyWindow Window `yaml:"idempotency_window"`
 	Audit             Audit  `yaml:"audit"`
+	// MaxConcurrentStarts bounds the sandboxes being created at once; the
+	// other admitted invocations wait in line. 0 means two per CPU.
+	MaxConcurrentStarts int `yaml:"max_concurrent_starts"`
 }
 
 // Audit is how the daemon signs its audit chain's head (audit.Signer).
@@ -73,6 +77,14 @@ func (c *Config) IDRanges() int {
 		return c.MaxConcurrent
 	}
 	return c.Userns.Ranges
+}
+
+// ConcurrentStarts is the bound on sandbox creations in force.
+func (c *Config) ConcurrentStarts() int {
+	if c.MaxConcurrentStarts == 0 {
+		return 2 * runtime.NumCPU()
+	}
+	return c.MaxConcurrentStarts
 }
 
 // Grace is shutdown_grace: a Go duration ("30s", "1m").
@@ -205,6 +217,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
 		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)
+	}
+	if c.MaxConcurrentStarts < 0 || c.MaxConcurrentStarts > 65536 {
+		return bad("max_concurrent_starts", "must be 0 (two per CPU) to 65536, got %d", c.MaxConcurrentStarts)
 	}
 	d := c.Defaults
 	switch {

@@ -68,6 +68,8 @@ type Daemon struct {
 	requests *requests
 
 	inflight atomic.Int64
+	starts   startGate  // sandbox creations in progress
+	scav     *scavenger // hands a burst's memory back to the OS
 	// gate orders the admission of an invocation (wg.Add) before shutdown's
 	// wg.Wait: once draining is set under it, nothing is added.
 	gate     sync.Mutex
@@ -104,7 +106,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		o.Supervisor.Metrics = telemetry.NewMetrics()
 	}
 	d := &Daemon{cfg: cfg, sup: o.Supervisor, store: o.Store, metrics: o.Supervisor.Metrics, log: log, adminGID: gid,
-		hub: newHub(nil), stop: make(chan struct{})}
+		hub: newHub(nil), stop: make(chan struct{}), starts: newStartGate(cfg.ConcurrentStarts()), scav: newScavenger()}
 	day := utcDay(time.Now())
 	calls, denied, err := CountDay(context.Background(), o.Store, day)
 	if err != nil {
@@ -406,11 +408,13 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if n := d.inflight.Add(1); n > int64(d.cfg.MaxConcurrent) {
+	n := d.inflight.Add(1)
+	if n > int64(d.cfg.MaxConcurrent) {
 		d.inflight.Add(-1)
 		reply(http.StatusTooManyRequests, APIError{Code: "too_many_invocations", Error: fmt.Sprintf("max_concurrent (%d) invocations are running", d.cfg.MaxConcurrent)}, false)
 		return
 	}
+	d.scav.admitted(n)
 	d.gate.Lock()
 	if d.draining.Load() { // raced with the start of shutdown
 		d.gate.Unlock()
@@ -421,9 +425,17 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	d.wg.Add(1)
 	d.gate.Unlock()
 	defer func() {
-		d.inflight.Add(-1)
+		d.scav.ended(d.inflight.Add(-1), d.inflight.Load)
 		d.wg.Done()
 	}()
+	// Admitted; the sandbox is created once a start slot is free. A caller
+	// that gives up meanwhile leaves the line, and nothing has run.
+	leave, err := d.starts.enter(r.Context(), d.stop)
+	if err != nil {
+		reply(http.StatusServiceUnavailable, APIError{Code: "not_started", Error: "waiting to start: " + err.Error()}, false)
+		return
+	}
+	defer leave()
 	var id string
 	def := supervisor.Defaults(d.cfg.Defaults)
 	env, err := d.sup.Run(supervisor.Request{
@@ -441,6 +453,8 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		OnToolCall:      d.hub.decided,
 		OnProtocolAbuse: func(kind string) { d.hub.protocolAbuse(id, kind) },
 		Stop:            d.stop,
+		// The slot is free once the sandbox has started (or failed to).
+		OnSandboxStarted: leave,
 	})
 	if id != "" {
 		d.hub.ended(id)

@@ -49,6 +49,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\nmetrics_listen: nocolon\n", "metrics_listen"},
 		{"version: 1\nadmin_group: no-such-group-cyberos\n", "admin_group"},
 		{"version: 1\nmax_concurrent: many\n", "max_concurrent"},
+		{"version: 1\nmax_concurrent_starts: -1\n", "max_concurrent_starts"},
 		{"version: 1\nuserns: {ranges: 8}\n", "userns.ranges"},
 		{"version: 1\nuserns: {host_id_base: 0}\n", "userns.host_id_base"},
 		{"version: 1\nuserns: {host_id_base: 4294000000}\n", "userns.host_id_base"},

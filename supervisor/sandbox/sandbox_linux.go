@@ -574,6 +574,12 @@ func (r *LinuxRunner) config(spec Spec, lease *idLease) (*configs.Config, Contai
 		NoNewPrivileges: true,
 		OomScoreAdj:     &oomAdj,
 		Networks:        []*configs.Network{{Type: "loopback", Address: "127.0.0.1/0", Gateway: "localhost"}},
+		// No session keyring per container: libcontainer's was charged to
+		// the sandbox's host uid and failed the start once that uid's key
+		// quota (kernel.keys.maxkeys) was used up. The skill cannot reach
+		// the keyring it inherits instead: no seccomp profile allows
+		// keyctl, add_key or request_key, and /proc/keys is masked.
+		NoNewKeyring: true,
 		// Set from the host (prlimit) on the sandbox's init and on every
 		// process Exec starts, so the Bash tool's commands get them too.
 		Rlimits: []configs.Rlimit{
