@@ -121,6 +121,9 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		if d.requests, err = newRequests(cfg.StateDir, time.Duration(cfg.IdempotencyWindow)); err != nil {
 			return nil, err
 		}
+		if err := d.requests.resolveUnnamed(context.Background(), o.Store); err != nil {
+			return nil, err
+		}
 	}
 	d.exposeSkills()
 

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -183,6 +184,51 @@ func lostEnvelope(rec *requestRecord) supervisor.Envelope {
 		Outcome:      supervisor.OutcomeLost,
 		ErrorMessage: "the supervisor stopped before this invocation completed; it was not run again",
 	}
+}
+
+// resolveUnnamed fills the invocation id of each record a crash left
+// without one: the started row became durable but the daemon died before
+// started() rewrote the record. The audit rows are the truth; a record
+// with no started row ran nothing and is forgotten, so a retry runs.
+func (r *requests) resolveUnnamed(ctx context.Context, store *audit.Store) error {
+	ents, err := os.ReadDir(r.dir)
+	if err != nil {
+		return err
+	}
+	unnamed := map[string]*requestRecord{}
+	for _, e := range ents {
+		rec, err := readRecord(filepath.Join(r.dir, e.Name()))
+		if err == nil && rec.Status == 0 && rec.InvocationID == "" {
+			unnamed[requestKey(rec.TenantID, rec.RequestID)] = rec
+		}
+	}
+	if len(unnamed) == 0 {
+		return nil
+	}
+	err = store.Each(ctx, audit.Filter{Kind: audit.KindInvokedStarted}, func(row audit.Row) error {
+		var p struct {
+			InvocationID string `json:"invocation_id"`
+			RequestID    string `json:"request_id"`
+			TenantID     string `json:"tenant_id"`
+		}
+		if json.Unmarshal(row.Payload, &p) != nil || p.RequestID == "" {
+			return nil
+		}
+		key := requestKey(p.TenantID, p.RequestID)
+		if rec, ok := unnamed[key]; ok {
+			rec.InvocationID = p.InvocationID
+			delete(unnamed, key)
+			return writeRecord(filepath.Join(r.dir, key+".json"), rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("idempotency records: name the invocations a crash cut short: %w", err)
+	}
+	for key := range unnamed {
+		_ = os.Remove(filepath.Join(r.dir, key+".json"))
+	}
+	return nil
 }
 
 // sweep removes the records older than the window.

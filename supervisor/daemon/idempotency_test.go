@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cyberos/supervisor/audit"
 )
 
 func TestRequestsAnswerARepeatFromTheFirst(t *testing.T) {
@@ -97,5 +100,46 @@ func TestRequestsDropAndWindow(t *testing.T) {
 	r.sweep()
 	if ents, _ := os.ReadDir(filepath.Join(dir, "requests")); len(ents) != 1 {
 		t.Fatalf("sweep left %d records, want the live one", len(ents))
+	}
+}
+
+// TestRequestsNamedFromTheAuditAfterACrash: the daemon died after the
+// started row was durable but before the record was given the invocation
+// id; the next start takes the id from the audit rows. A record with no
+// started row ran nothing, and is forgotten so a retry runs.
+func TestRequestsNamedFromTheAuditAfterACrash(t *testing.T) {
+	dir := t.TempDir()
+	store, err := audit.Open(filepath.Join(dir, "audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	r, _ := newRequests(dir, time.Hour)
+	ran := &InvokeRequest{SkillID: "notes", RequestID: "r-ran"}
+	never := &InvokeRequest{SkillID: "notes", RequestID: "r-never"}
+	for _, req := range []*InvokeRequest{ran, never} {
+		if c, err := r.claim(req, "t1"); err != nil || !c.own {
+			t.Fatal(c, err)
+		}
+	}
+	// Another tenant's same request_id names another invocation.
+	c := audit.Common{InvocationID: "INV-OTHER", RequestID: "r-ran", SkillID: "notes", TenantID: "t2"}
+	if _, err := store.Emit(context.Background(), audit.InvokedStarted(c, "1", "", "", map[string]any{})); err != nil {
+		t.Fatal(err)
+	}
+	c = audit.Common{InvocationID: "INV-RAN", RequestID: "r-ran", SkillID: "notes", TenantID: "t1"}
+	if _, err := store.Emit(context.Background(), audit.InvokedStarted(c, "1", "", "", map[string]any{})); err != nil {
+		t.Fatal(err)
+	}
+	restarted, _ := newRequests(dir, time.Hour)
+	if err := restarted.resolveUnnamed(context.Background(), store); err != nil {
+		t.Fatal(err)
+	}
+	got, err := restarted.claim(ran, "t1")
+	if err != nil || got.rec == nil || got.rec.InvocationID != "INV-RAN" {
+		t.Fatalf("the request that ran: %+v %v, want its record naming INV-RAN", got, err)
+	}
+	if got, err := restarted.claim(never, "t1"); err != nil || !got.own {
+		t.Fatalf("the request that never started: %+v %v, want a fresh claim", got, err)
 	}
 }
