@@ -39,6 +39,15 @@
  * supervisor passes its own deadline plus a margin: it ends the skill first
  * whenever it is alive.
  *
+ * "--control" makes the sandbox ready before its invocation exists (a warm
+ * sandbox): after the limits and Landlock are in place, this waits on fd 4
+ * for the invocation, then closes it and starts the skill. The message is
+ * NUL-terminated fields read to EOF: the deadline backstop in ms ("0" for
+ * none), then the skill's environment, one "NAME=value" per field. EOF
+ * with no message means the sandbox was discarded unused: exit 0 without
+ * starting anything. A message that is too long or malformed is reported
+ * as "control ERRNO" on fd 3 and the skill is not started.
+ *
  * "--exec" is the mode of the Bash tool's processes, which libcontainer
  * starts in the running sandbox outside this init: apply Landlock, then
  * execvp the program in place (no fork, no status fd), because a Landlock
@@ -78,6 +87,9 @@
 #include <unistd.h>
 
 #define STATUS_FD 3
+#define CONTROL_FD 4
+#define MAX_CONTROL (64 * 1024)
+#define MAX_ENV 256
 
 /*
  * Landlock UAPI (linux/landlock.h), spelled out here because the build
@@ -248,7 +260,7 @@ static void report(const char *what, int n) {
 }
 
 static int usage(void) {
-	fprintf(stderr, "usage: cyberos-init [--rlimit RES:SOFT:HARD]... [--landlock ABI] [--deadline-ms N] [--exec] -- PROGRAM [ARGS...]\n"
+	fprintf(stderr, "usage: cyberos-init [--rlimit RES:SOFT:HARD]... [--landlock ABI] [--deadline-ms N] [--control] [--exec] -- PROGRAM [ARGS...]\n"
 			"       cyberos-init --userns-hold\n");
 	return 127;
 }
@@ -307,8 +319,51 @@ static int userns_hold(void) {
 	return 0;
 }
 
+/*
+ * read_control reads the invocation from CONTROL_FD (see "--control"):
+ * it returns 0 with *envp and *deadline_ms set, 1 when the sandbox was
+ * discarded (EOF before any byte), or an errno.
+ */
+static int read_control(char ***envp, long long *deadline_ms) {
+	static char buf[MAX_CONTROL + 1];
+	static char *env[MAX_ENV + 1];
+	size_t len = 0;
+	for (;;) {
+		ssize_t n = read(CONTROL_FD, buf + len, sizeof buf - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno;
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len > MAX_CONTROL)
+			return E2BIG;
+	}
+	close(CONTROL_FD);
+	if (len == 0)
+		return 1;
+	if (buf[len - 1] != '\0')
+		return EINVAL;
+	char *end;
+	errno = 0;
+	long long v = strtoll(buf, &end, 10);
+	if (errno || *end != '\0' || end == buf || v < 0 || v > 2LL * 86400000)
+		return EINVAL;
+	*deadline_ms = v;
+	size_t n = 0;
+	for (char *f = end + 1; f < buf + len; f += strlen(f) + 1) {
+		if (n == MAX_ENV || strchr(f, '=') == NULL)
+			return EINVAL;
+		env[n++] = f;
+	}
+	env[n] = NULL;
+	*envp = env;
+	return 0;
+}
+
 int main(int argc, char **argv) {
-	int abi = 0, exec_mode = 0, i = 1;
+	int abi = 0, exec_mode = 0, control = 0, i = 1;
 	long long deadline_ms = 0;
 	struct init_rlimit rlimits[MAX_RLIMITS];
 	int nrlimits = 0;
@@ -333,6 +388,8 @@ int main(int argc, char **argv) {
 			deadline_ms = v;
 		} else if (strcmp(argv[i], "--exec") == 0) {
 			exec_mode = 1;
+		} else if (strcmp(argv[i], "--control") == 0) {
+			control = 1;
 		} else {
 			return usage();
 		}
@@ -352,8 +409,8 @@ int main(int argc, char **argv) {
 	}
 
 	/* The skill must see only fds 0, 1 and 2. */
-	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0) {
-		perror("cyberos-init: status fd");
+	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0 || (control && fcntl(CONTROL_FD, F_SETFD, FD_CLOEXEC) < 0)) {
+		perror("cyberos-init: status or control fd");
 		return 127;
 	}
 
@@ -367,6 +424,17 @@ int main(int argc, char **argv) {
 		int e = apply_landlock(abi);
 		if (e != 0) {
 			report("landlock", e);
+			return 127;
+		}
+	}
+
+	char **envp = environ;
+	if (control) {
+		int e = read_control(&envp, &deadline_ms);
+		if (e == 1)
+			return 0;
+		if (e != 0) {
+			report("control", e);
 			return 127;
 		}
 	}
@@ -390,7 +458,7 @@ int main(int argc, char **argv) {
 	if (child == 0) {
 		close(ep[0]);
 		sigprocmask(SIG_SETMASK, &old, NULL);
-		execv(prog[0], prog);
+		execve(prog[0], prog, envp);
 		int e = errno;
 		(void)!write(ep[1], &e, sizeof e);
 		_exit(127);

@@ -89,7 +89,12 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 		// children of skill.invoke.
 		tp = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 	}
+	var sock *broker.Socket
+	if inv.warm != nil {
+		sock = inv.warm.sock
+	}
 	return broker.Start(broker.Config{
+		Socket:         sock,
 		SocketDir:      s.SocketDir,
 		Common:         inv.common,
 		Traceparent:    tp,
@@ -100,7 +105,7 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 		Log:            log,
 		SocketUID:      uid,
 		SocketGID:      gid,
-		AllowPeer:      func(pid int32) bool { return s.Runner.Owns(inv.common.InvocationID, pid) },
+		AllowPeer:      func(pid int32) bool { return s.Runner.Owns(inv.spec.ID, pid) },
 		NoConnectAfter: s.NoConnectAfter,
 		RatePerMinute:  inv.limits.ratePerMinute,
 		MaxConns:       inv.limits.maxConns,

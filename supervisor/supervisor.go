@@ -209,7 +209,10 @@ type Reserver interface {
 
 // Supervisor runs invocations on a Runner, auditing each one.
 type Supervisor struct {
-	Runner      sandbox.Runner
+	Runner sandbox.Runner
+	// Warm, when set, hands invocations sandboxes made ahead (the daemon's;
+	// a recording run never takes one).
+	Warm        *WarmPool
 	Audit       Auditor
 	Metrics     *telemetry.Metrics
 	ProfilesDir string
@@ -395,6 +398,7 @@ type invocation struct {
 	spanCtx     context.Context // carries skill.invoke
 	limits      limits
 	capHit      atomic.Bool // the broker reached the audit row cap
+	warm        *warmBox    // the warm sandbox claimed, nil for a cold start
 }
 
 // prepare validates everything that can be refused before any row is
@@ -541,11 +545,26 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 	}
 	defer releaseInflight(s.StateDir, inv.common.InvocationID, lock)
 	// The sandbox's own host identity, taken before the started row (which
-	// records it) and the broker socket (which it owns).
-	if inv.ident, err = s.Runner.Reserve(inv.spec.ID); err != nil {
-		return Envelope{}, fmt.Errorf("%w: %v", ErrRefused, err)
+	// records it) and the broker socket (which it owns): a warm sandbox's,
+	// or one reserved now for a cold start.
+	inv.containment.Start = StartCold
+	if s.Warm != nil && inv.req.SeccompRecorder == nil {
+		var done func()
+		inv.warm, done = s.Warm.claim(inv)
+		defer done()
 	}
-	defer s.Runner.Release(inv.spec.ID)
+	if inv.warm != nil {
+		inv.spec.ID, inv.ident = inv.warm.w.ID(), inv.warm.ident
+		inv.containment.Start = StartWarm
+		// Destroys it if dispatch never activated it; a no-op after the
+		// Process's own Close.
+		defer inv.warm.destroy()
+	} else {
+		if inv.ident, err = s.Runner.Reserve(inv.spec.ID); err != nil {
+			return Envelope{}, fmt.Errorf("%w: %v", ErrRefused, err)
+		}
+		defer s.Runner.Release(inv.spec.ID)
+	}
 	inv.ident.Describe(&inv.containment)
 
 	spanCtx, span := s.tracer().Start(telemetry.ContextWithRemoteParent(ctx, inv.trace), "skill.invoke",
@@ -680,7 +699,13 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		}
 	}()
 	inv.spec.BrokerSocket = brk.Path()
-	proc, err, hung := s.startWithin(inv.spec, deadline, log)
+	var proc sandbox.Process
+	var hung bool
+	if inv.warm != nil {
+		proc, err = inv.warm.w.Activate(sandbox.Activation{Env: inv.spec.Env, Stdin: inv.spec.Stdin, Stdout: inv.spec.Stdout, Stderr: inv.spec.Stderr, Deadline: inv.spec.Deadline})
+	} else {
+		proc, err, hung = s.startWithin(inv.spec, deadline, log)
+	}
 	if inv.req.OnSandboxStarted != nil {
 		inv.req.OnSandboxStarted()
 	}
@@ -708,6 +733,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	}()
 	env.Containment = proc.Containment()
 	env.Containment.Egress = tools.EgressMode
+	env.Containment.Start = inv.containment.Start
 	env.SandboxStartMS = float64(proc.StartLatency().Microseconds()) / 1000
 	s.metrics().SandboxStartMS.Observe(env.SandboxStartMS)
 

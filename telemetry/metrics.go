@@ -19,6 +19,9 @@ type Metrics struct {
 	InvocationsRunning prometheus.Gauge         // skill_active_invocations
 	ToolCalls          *prometheus.CounterVec   // tool_calls_total{skill_id,tool,outcome}
 	ResponseTruncated  prometheus.Counter       // broker_response_truncated_total
+	WarmSandboxes      *prometheus.GaugeVec     // skill_warm_sandboxes{skill_id}
+	WarmClaims         *prometheus.CounterVec   // skill_warm_claims_total{skill_id,result}
+	WarmRefillMS       prometheus.Histogram     // skill_warm_refill_ms
 }
 
 // Tool-call outcomes, the outcome label of tool_calls_total: audit's words,
@@ -68,9 +71,19 @@ func NewMetrics() *Metrics {
 		ResponseTruncated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "broker_response_truncated_total", Help: "Broker responses over the 16 MiB cap, replaced by a response_too_large error.",
 		}),
+		WarmSandboxes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "skill_warm_sandboxes", Help: "Warm sandboxes ready for the skill's next invocations.",
+		}, []string{"skill_id"}),
+		WarmClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skill_warm_claims_total", Help: "Invocations by whether a warm sandbox was ready (hit) or the sandbox started cold (miss).",
+		}, []string{"skill_id", "result"}),
+		WarmRefillMS: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "skill_warm_refill_ms", Help: "Time to make one warm sandbox, in milliseconds.",
+			Buckets: []float64{10, 25, 50, 75, 100, 250, 500, 1000, 2500},
+		}),
 	}
 	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDurationMS, m.AuditEmitFailures, m.SandboxStartMS, m.InvocationsRunning,
-		m.ToolCalls, m.ResponseTruncated)
+		m.ToolCalls, m.ResponseTruncated, m.WarmSandboxes, m.WarmClaims, m.WarmRefillMS)
 	m.AuditEmitFailures.WithLabelValues("start")
 	m.AuditEmitFailures.WithLabelValues("completed")
 	return m

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/telemetry"
@@ -105,6 +106,11 @@ func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 		log.Warn("closed invocations lost by a previous run", "count", len(lost))
 	}
 	removeStaleSockets(sup.SocketDir, log.Warn)
+	if sup.Warm, err = supervisor.NewWarmPool(sup, cfg.Warm.Pool()); errors.Is(err, supervisor.ErrWarmUnsupported) {
+		log.Warn("warm sandboxes are off: every sandbox starts cold", "err", err)
+	} else if err != nil {
+		return &exitError{exitRefused, err}
+	}
 	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log})
 	if err != nil {
 		return &exitError{exitRefused, err}

@@ -68,6 +68,9 @@ var invocationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`
 
 // Config is one invocation's broker.
 type Config struct {
+	// Socket, when set, is the socket to serve, made beforehand with
+	// Listen (SocketDir, SocketUID and SocketGID are then not used).
+	Socket *Socket
 	// SocketDir holds the socket. It must exist, be a real directory (not a
 	// symlink) owned by the user running the broker (root in production)
 	// and have mode 0700 or 0711.
@@ -210,13 +213,16 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	log = log.With("invocation_id", cfg.Common.InvocationID, "skill_id", cfg.Common.SkillID, "tenant_id", cfg.Common.TenantID)
 
-	if err := checkSocketDir(cfg.SocketDir); err != nil {
-		return nil, err
-	}
-	path := filepath.Join(cfg.SocketDir, SocketName(cfg.Common.InvocationID))
-	ln, err := listen(path, cfg.SocketUID, cfg.SocketGID)
-	if err != nil {
-		return nil, err
+	var ln *net.UnixListener
+	var path string
+	if cfg.Socket != nil {
+		ln, path = cfg.Socket.ln, cfg.Socket.path
+	} else {
+		sock, err := Listen(cfg.SocketDir, cfg.Common.InvocationID, cfg.SocketUID, cfg.SocketGID)
+		if err != nil {
+			return nil, err
+		}
+		ln, path = sock.ln, sock.path
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -290,6 +296,37 @@ func checkSocketDir(dir string) error {
 	}
 	return nil
 }
+
+// Socket is a broker socket made before its broker: a warm sandbox's,
+// bind-mounted into it when it is made. Config.Socket hands it to the
+// broker, which serves and closes it; Close discards an unused one.
+type Socket struct {
+	ln   *net.UnixListener
+	path string
+}
+
+// Listen makes the socket of sandbox id in dir (SocketName(id)), owned by
+// uid:gid, for a broker started later.
+func Listen(dir, id string, uid, gid int) (*Socket, error) {
+	if !invocationIDPattern.MatchString(id) {
+		return nil, fmt.Errorf("broker: sandbox id %q is not usable in a socket name", id)
+	}
+	if err := checkSocketDir(dir); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, SocketName(id))
+	ln, err := listen(path, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	return &Socket{ln: ln, path: path}, nil
+}
+
+// Path is the socket's host path.
+func (s *Socket) Path() string { return s.path }
+
+// Close closes and unlinks a socket no broker took.
+func (s *Socket) Close() error { return s.ln.Close() }
 
 // listen binds the socket, which must not exist yet (bind(2) never
 // replaces a file, so an attacker's file or symlink is refused, not

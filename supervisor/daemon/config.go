@@ -15,6 +15,7 @@ import (
 
 	"github.com/goccy/go-yaml"
 
+	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
@@ -43,7 +44,44 @@ type Config struct {
 	Audit             Audit  `yaml:"audit"`
 	// MaxConcurrentStarts bounds the sandboxes being created at once; the
 	// other admitted invocations wait in line. 0 means two per CPU.
-	MaxConcurrentStarts int `yaml:"max_concurrent_starts"`
+	MaxConcurrentStarts int  `yaml:"max_concurrent_starts"`
+	Warm                Warm `yaml:"warm"`
+}
+
+// Warm is the pool of sandboxes made ahead of their invocations
+// (supervisor.WarmPool).
+type Warm struct {
+	// MaxSandboxes bounds the warm sandboxes across skills; 0 disables the
+	// pool. Each holds a user-namespace id range of its own.
+	MaxSandboxes int `yaml:"max_sandboxes"`
+	// MaxPerSkill bounds one skill's ready sandboxes.
+	MaxPerSkill int `yaml:"max_per_skill"`
+	// MaxMemoryMB and MaxPids bound the sums of the warm sandboxes' memory
+	// and pids limits; 0 = no bound besides max_sandboxes.
+	MaxMemoryMB int64 `yaml:"max_memory_mb"`
+	MaxPids     int64 `yaml:"max_pids"`
+	// Idle is how long a skill's warm sandboxes wait unused before they are
+	// destroyed.
+	Idle WarmIdle `yaml:"idle"`
+}
+
+// WarmIdle is warm.idle: a Go duration ("60s").
+type WarmIdle time.Duration
+
+// UnmarshalText parses a duration, naming the key on error.
+func (w *WarmIdle) UnmarshalText(b []byte) error {
+	d, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("warm.idle: %q is not a duration (e.g. 60s)", b)
+	}
+	*w = WarmIdle(d)
+	return nil
+}
+
+// Pool is the pool's configuration.
+func (w Warm) Pool() supervisor.WarmConfig {
+	return supervisor.WarmConfig{MaxSandboxes: w.MaxSandboxes, MaxPerSkill: w.MaxPerSkill,
+		MaxMemoryMB: w.MaxMemoryMB, MaxPids: w.MaxPids, Idle: time.Duration(w.Idle)}
 }
 
 // Audit is how the daemon signs its audit chain's head (audit.Signer).
@@ -74,7 +112,7 @@ type Userns struct {
 // IDRanges is the number of ranges in force.
 func (c *Config) IDRanges() int {
 	if c.Userns.Ranges == 0 {
-		return c.MaxConcurrent
+		return c.MaxConcurrent + c.Warm.MaxSandboxes
 	}
 	return c.Userns.Ranges
 }
@@ -136,6 +174,7 @@ func DefaultConfig() Config {
 		IdempotencyWindow: Window(24 * time.Hour),
 		Userns:            Userns{HostIDBase: sandbox.DefaultHostIDBase},
 		Audit:             Audit{SigningKey: "audit-signing.key"},
+		Warm:              Warm{MaxSandboxes: 16, MaxPerSkill: supervisor.DefaultWarmPerSkill, MaxMemoryMB: 8192, Idle: WarmIdle(supervisor.DefaultWarmIdle)},
 	}
 }
 
@@ -253,8 +292,21 @@ func (c *Config) Validate() error {
 	if _, err := c.AdminGID(); err != nil {
 		return err
 	}
-	if c.Userns.Ranges != 0 && c.Userns.Ranges < c.MaxConcurrent {
-		return bad("userns.ranges", "%d is below max_concurrent %d: each running sandbox holds a range (0 means max_concurrent)", c.Userns.Ranges, c.MaxConcurrent)
+	w := c.Warm
+	switch {
+	case w.MaxSandboxes < 0 || w.MaxSandboxes > 4096:
+		return bad("warm.max_sandboxes", "must be 0 (no warm sandboxes) to 4096, got %d", w.MaxSandboxes)
+	case w.MaxPerSkill < 1 || w.MaxPerSkill > 4096:
+		return bad("warm.max_per_skill", "must be 1..4096, got %d", w.MaxPerSkill)
+	case w.MaxMemoryMB < 0:
+		return bad("warm.max_memory_mb", "must be 0 (no bound) or more, got %d", w.MaxMemoryMB)
+	case w.MaxPids < 0:
+		return bad("warm.max_pids", "must be 0 (no bound) or more, got %d", w.MaxPids)
+	case w.Idle < WarmIdle(time.Second) || w.Idle > WarmIdle(24*time.Hour):
+		return bad("warm.idle", "must be 1s..24h, got %v", time.Duration(w.Idle))
+	}
+	if c.Userns.Ranges != 0 && c.Userns.Ranges < c.MaxConcurrent+w.MaxSandboxes {
+		return bad("userns.ranges", "%d is below max_concurrent %d + warm.max_sandboxes %d: each running or warm sandbox holds a range (0 means their sum)", c.Userns.Ranges, c.MaxConcurrent, w.MaxSandboxes)
 	}
 	if c.Audit.SigningKey == "" {
 		return bad("audit.signing_key", "must be a path (relative to the config file's directory), got \"\"")

@@ -290,6 +290,10 @@ func (d *Daemon) shutdown() {
 		d.stopOnce.Do(func() { close(d.stop) })
 		<-done
 	}
+	// Every invocation has ended: no warm sandbox outlives the daemon.
+	if d.sup.Warm != nil {
+		d.sup.Warm.Close()
+	}
 	// Give the answers to finished invocations a moment to be written,
 	// then close what is left (tail streams of other clients).
 	select {

@@ -51,6 +51,13 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\nmax_concurrent: many\n", "max_concurrent"},
 		{"version: 1\nmax_concurrent_starts: -1\n", "max_concurrent_starts"},
 		{"version: 1\nuserns: {ranges: 8}\n", "userns.ranges"},
+		{"version: 1\nuserns: {ranges: 260}\n", "warm.max_sandboxes"},
+		{"version: 1\nwarm: {max_sandboxes: -1}\n", "warm.max_sandboxes"},
+		{"version: 1\nwarm: {max_per_skill: 0}\n", "warm.max_per_skill"},
+		{"version: 1\nwarm: {max_memory_mb: -5}\n", "warm.max_memory_mb"},
+		{"version: 1\nwarm: {idle: 10ms}\n", "warm.idle"},
+		{"version: 1\nwarm: {idle: soon}\n", "idle"},
+		{"version: 1\nwarm: {max_sandbox: 3}\n", "max_sandbox"},
 		{"version: 1\nuserns: {host_id_base: 0}\n", "userns.host_id_base"},
 		{"version: 1\nuserns: {host_id_base: 4294000000}\n", "userns.host_id_base"},
 		{"version: 1\nuserns: {host_id_base: 1000000, ranges: 70000, extra: 1}\n", "extra"},
@@ -82,8 +89,8 @@ func TestConfigUsernsOverlapsHostIDs(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("ranges after the subuid range: %v", err)
 	}
-	if c.IDRanges() != c.MaxConcurrent {
-		t.Fatalf("ranges %d, want max_concurrent %d by default", c.IDRanges(), c.MaxConcurrent)
+	if c.IDRanges() != c.MaxConcurrent+c.Warm.MaxSandboxes {
+		t.Fatalf("ranges %d, want max_concurrent %d + warm.max_sandboxes %d by default", c.IDRanges(), c.MaxConcurrent, c.Warm.MaxSandboxes)
 	}
 }
 

@@ -110,6 +110,12 @@ func (p landlockPlan) initArgs(exec bool) []string {
 	return append(args, "--")
 }
 
+// withControl makes cyberos-init wait for its invocation on fd 4; args end
+// with "--".
+func withControl(args []string) []string {
+	return append(args[:len(args)-1:len(args)-1], "--control", "--")
+}
+
 // withDeadline adds cyberos-init's deadline backstop (Spec.Deadline plus
 // DeadlineBackstop) to args, which end with "--".
 func withDeadline(args []string, deadline time.Duration) []string {

@@ -244,6 +244,39 @@ type Runner interface {
 	Owns(id string, pid int32) bool
 }
 
+// Warmer is a Runner that can make a sandbox before its invocation exists.
+type Warmer interface {
+	// Prewarm creates the sandbox for spec (its ID a sandbox id of its own,
+	// reserved with Reserve) up to the point where its init waits for the
+	// invocation. Env, stdio and Deadline are ignored: Activate brings them.
+	Prewarm(spec Spec) (Warm, error)
+}
+
+// Warm is a prewarmed sandbox: namespaces, mounts, cgroup, limits, the
+// seccomp filter and Landlock are in place, and nothing of the skill runs
+// yet. It serves one invocation (Activate) or none (Close); either way it
+// is destroyed with Close.
+type Warm interface {
+	// ID is the sandbox's id (container id and cgroup leaf).
+	ID() string
+	// Alive reports whether its init is still waiting.
+	Alive() bool
+	// Activate starts the skill with the invocation's environment, stdio
+	// and deadline; StartLatency is then the activation's own time.
+	Activate(a Activation) (Process, error)
+	Close() error
+}
+
+// Activation is what a prewarmed sandbox gets from its invocation.
+type Activation struct {
+	Env            []string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Deadline is Spec.Deadline: the sandbox's init ends everything
+	// Deadline+DeadlineBackstop after the skill starts. 0 = none.
+	Deadline time.Duration
+}
+
 // Identity is the host identity of one sandbox.
 type Identity struct {
 	// UID and GID are the host ids the skill's processes run as; the
@@ -302,4 +335,7 @@ type Containment struct {
 	// UsernsOwner is who owns the user namespace: the kernel charges the
 	// sandbox's per-user counters (inotify, keys, …) to that host uid.
 	UsernsOwner string `json:"userns_owner,omitempty"`
+	// Start is how the sandbox was made: "warm" (ahead of the invocation,
+	// from the daemon's pool) or "cold" (for it); the supervisor fills it in.
+	Start string `json:"start,omitempty"`
 }

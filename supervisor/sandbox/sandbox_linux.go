@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -399,9 +400,34 @@ func seccompSummary(profile string) string {
 	return fmt.Sprintf("%s (allowlist, native architecture only)", profile)
 }
 
-// Start creates the container for spec and starts the skill in it.
+// Start creates the container for spec and starts the skill in it: the
+// same two steps as a warm sandbox (prewarm, then activate), back to back,
+// so both kinds of start run one code path.
 func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	start := time.Now()
+	p, err := r.prewarm(spec, start)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.activate(Activation{Env: spec.Env, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, Deadline: spec.Deadline}, start); err != nil {
+		return nil, p.abort(err)
+	}
+	return p, nil
+}
+
+// Prewarm makes the sandbox for spec without its invocation: Env, stdio and
+// Deadline are ignored (Activate brings them), Recorder must be nil.
+func (r *LinuxRunner) Prewarm(spec Spec) (Warm, error) {
+	if spec.Recorder != nil {
+		return nil, errors.New("sandbox: a recording run is never prewarmed")
+	}
+	spec.Env, spec.Stdin, spec.Stdout, spec.Stderr, spec.Deadline = nil, nil, nil, nil, 0
+	return r.prewarm(spec, time.Now())
+}
+
+// prewarm creates the container and starts its init, which waits on its
+// control pipe for the invocation (activate).
+func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error) {
 	if err := r.prepareRootfs(); err != nil {
 		return nil, fmt.Errorf("sandbox rootfs: %w", err)
 	}
@@ -465,17 +491,25 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	}
 	p.status = statusR
 	defer statusW.Close()
+	// The invocation comes later on fd 4 (cyberos-init --control); stdio
+	// are pipes of ours, connected to the invocation's readers and writers
+	// by activate.
+	child, err := p.openPipes()
+	if err != nil {
+		return nil, p.abort(fmt.Errorf("sandbox pipes: %w", err))
+	}
+	defer child.close()
 	uid := r.skillUID()
 	proc := &libcontainer.Process{
-		Args:       append(withDeadline(withInitRlimits(ll.initArgs(false), p.initRlimits), spec.Deadline), filepath.Join(SkillMount, spec.Entrypoint)),
-		ExtraFiles: []*os.File{statusW},
-		Env:        spec.Env,
+		Args:       append(withControl(withInitRlimits(ll.initArgs(false), p.initRlimits)), filepath.Join(SkillMount, spec.Entrypoint)),
+		ExtraFiles: []*os.File{statusW, child.control},
+		Env:        []string{"PATH=/usr/bin:/bin"},
 		UID:        uid,
 		GID:        uid,
 		Cwd:        "/tmp",
-		Stdin:      spec.Stdin,
-		Stdout:     spec.Stdout,
-		Stderr:     spec.Stderr,
+		Stdin:      child.stdin,
+		Stdout:     child.stdout,
+		Stderr:     child.stderr,
 		Init:       true,
 	}
 	if err := runContainer(c, proc); err != nil {
@@ -485,8 +519,124 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	holder.stop()
 	holder = nil
 	p.proc = proc
-	p.latency = time.Since(start)
 	return p, nil
+}
+
+// childEnds are the sandbox init's ends of its stdio and control pipes,
+// closed in the supervisor once the init has them.
+type childEnds struct{ stdin, stdout, stderr, control *os.File }
+
+func (c childEnds) close() {
+	for _, f := range []*os.File{c.stdin, c.stdout, c.stderr, c.control} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// openPipes makes the stdio and control pipes; p keeps its own ends.
+func (p *linuxProcess) openPipes() (childEnds, error) {
+	var c childEnds
+	var err error
+	pipe := func(r, w **os.File) {
+		if err == nil {
+			*r, *w, err = os.Pipe()
+		}
+	}
+	pipe(&c.stdin, &p.stdin)
+	pipe(&p.stdout, &c.stdout)
+	pipe(&p.stderr, &c.stderr)
+	pipe(&c.control, &p.control)
+	if err != nil {
+		c.close()
+	}
+	return c, err
+}
+
+// maxControl is cyberos-init's bound on the control message (MAX_CONTROL).
+const maxControl = 64 << 10
+
+// controlMessage is cyberos-init's --control message: NUL-terminated
+// fields, the deadline backstop in ms, then the environment.
+func controlMessage(a Activation) ([]byte, error) {
+	var ms int64
+	if a.Deadline > 0 {
+		ms = (a.Deadline + DeadlineBackstop).Milliseconds()
+	}
+	b := append(strconv.AppendInt(nil, ms, 10), 0)
+	for _, kv := range a.Env {
+		if strings.IndexByte(kv, 0) >= 0 || !strings.Contains(kv, "=") {
+			return nil, fmt.Errorf("sandbox: environment entry %q is not NAME=value", kv)
+		}
+		b = append(append(b, kv...), 0)
+	}
+	if len(b) > maxControl {
+		return nil, fmt.Errorf("sandbox: the invocation's environment is %d bytes, more than %d", len(b), maxControl)
+	}
+	return b, nil
+}
+
+// Alive reports whether the sandbox's init is still waiting for its
+// invocation: a warm sandbox whose init died is never activated.
+func (p *linuxProcess) Alive() bool {
+	if p.control == nil || p.c == nil {
+		return false
+	}
+	st, err := p.c.Status()
+	return err == nil && st == libcontainer.Running
+}
+
+// ID is the sandbox's container id (the leaf of its cgroup path).
+func (p *linuxProcess) ID() string { return p.id }
+
+// Activate hands the invocation to the waiting init, which starts the
+// skill. A sandbox is activated at most once.
+func (p *linuxProcess) Activate(a Activation) (Process, error) {
+	if err := p.activate(a, time.Now()); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// activate sends the control message and connects stdio; since is when
+// the start began, for StartLatency.
+func (p *linuxProcess) activate(a Activation, since time.Time) error {
+	msg, err := controlMessage(a)
+	if err != nil {
+		return err
+	}
+	if !p.Alive() {
+		return errors.New("sandbox: its init is gone; it cannot be activated")
+	}
+	ctl := p.control
+	p.control = nil
+	_, err = ctl.Write(msg)
+	if cerr := ctl.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: hand the invocation to its init: %w", err)
+	}
+	p.copies = make(chan struct{}, 2)
+	copyOut := func(dst io.Writer, src *os.File) {
+		if dst == nil {
+			dst = io.Discard
+		}
+		_, _ = io.Copy(dst, src)
+		p.copies <- struct{}{}
+	}
+	go copyOut(a.Stdout, p.stdout)
+	go copyOut(a.Stderr, p.stderr)
+	in := p.stdin
+	p.stdin = nil
+	go func() {
+		if a.Stdin != nil {
+			_, _ = io.Copy(in, a.Stdin) // EPIPE once the sandbox is gone
+		}
+		in.Close()
+	}()
+	p.latency = time.Since(since)
+	return nil
 }
 
 // runContainer is c.Run(proc), with a panic inside libcontainer turned into
@@ -639,6 +789,11 @@ type linuxProcess struct {
 	// initRlimits are cyberos-init's --rlimit arguments (moveRlimitsToInit).
 	initRlimits []string
 	status      *os.File // read end of cyberos-init's status pipe
+	// control is the write end of init's control pipe until activation;
+	// stdin, stdout and stderr are our ends of the skill's stdio.
+	control, stdin, stdout, stderr *os.File
+	// copies gets one value as each of stdout and stderr reaches EOF.
+	copies chan struct{}
 	notify      *notifyListener
 	cont        Containment
 	// landlock is what cyberos-init applies, to Exec'd processes too.
@@ -665,6 +820,7 @@ func (p *linuxProcess) KillAll() error {
 // killer) there is no report and init's own status is returned.
 func (p *linuxProcess) Wait() (Exit, error) {
 	ps, err := p.proc.Wait()
+	p.drainOutput()
 	if ps == nil {
 		return Exit{}, fmt.Errorf("sandbox wait: %w", err)
 	}
@@ -679,6 +835,31 @@ func (p *linuxProcess) Wait() (Exit, error) {
 		return Exit{Code: -1, Signal: ws.Signal()}, nil
 	}
 	return Exit{Code: ws.ExitStatus()}, nil
+}
+
+// outputDrain bounds how long Wait reads the skill's output after the
+// sandbox's init ended. The kernel has killed and reaped every other
+// process of the pid namespace by then, so the pipes are at EOF unless a
+// process outside the sandbox holds one.
+const outputDrain = 5 * time.Second
+
+// drainOutput waits for the stdout and stderr copies to reach EOF.
+func (p *linuxProcess) drainOutput() {
+	if p.copies == nil {
+		return
+	}
+	drain := time.After(outputDrain)
+	for range 2 {
+		select {
+		case <-p.copies:
+		case <-drain:
+			_ = p.stdout.SetReadDeadline(time.Now())
+			_ = p.stderr.SetReadDeadline(time.Now())
+			drain = nil
+			<-p.copies
+		}
+	}
+	p.copies = nil
 }
 
 // readInitStatus parses cyberos-init's one line: "exit N", "signal N",
@@ -698,6 +879,8 @@ func readInitStatus(f *os.File) (Exit, bool) {
 		return Exit{Code: 127, ExecError: syscall.Errno(n).Error()}, true
 	case scan(b, "rlimit %d", &n):
 		return Exit{Code: 127, ExecError: "the sandbox could not set its resource limits: " + syscall.Errno(n).Error()}, true
+	case scan(b, "control %d", &n):
+		return Exit{Code: 127, ExecError: "the sandbox could not read its invocation: " + syscall.Errno(n).Error()}, true
 	case scan(b, "landlock %d", &n):
 		return Exit{Code: 127, ExecError: "the sandbox could not apply Landlock: " + syscall.Errno(n).Error()}, true
 	}
@@ -750,8 +933,10 @@ func (p *linuxProcess) cleanup() error {
 	if p.lock != nil {
 		p.lock.Close()
 	}
-	if p.status != nil {
-		p.status.Close()
+	for _, f := range []*os.File{p.status, p.control, p.stdin, p.stdout, p.stderr} {
+		if f != nil {
+			f.Close()
+		}
 	}
 	if p.notify != nil {
 		p.notify.Close()

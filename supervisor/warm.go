@@ -1,0 +1,380 @@
+package supervisor
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cyberos/supervisor/supervisor/broker"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
+)
+
+// Start kinds, Containment.Start.
+const (
+	StartWarm = "warm"
+	StartCold = "cold"
+)
+
+// WarmConfig bounds a WarmPool. The zero value of each bound but
+// MaxSandboxes takes its default.
+type WarmConfig struct {
+	// MaxSandboxes is how many warm sandboxes (ready or being made) may
+	// exist at once across skills; 0 disables the pool.
+	MaxSandboxes int
+	// MaxPerSkill bounds one skill's ready sandboxes (DefaultWarmPerSkill).
+	MaxPerSkill int
+	// MaxMemoryMB bounds the sum of the warm sandboxes' memory limits, and
+	// MaxPids the sum of their pids limits; 0 = only MaxSandboxes bounds.
+	MaxMemoryMB int64
+	MaxPids     int64
+	// Idle is how long a skill's sandboxes wait unused before they are
+	// destroyed (DefaultWarmIdle).
+	Idle time.Duration
+}
+
+// Defaults of WarmConfig.
+const (
+	DefaultWarmPerSkill = 4
+	DefaultWarmIdle     = time.Minute
+	// warmRetryAfter is how long a skill whose warm sandbox could not be
+	// made goes without another try.
+	warmRetryAfter = 5 * time.Second
+)
+
+// WarmPool keeps sandboxes made ahead of their invocations, per skill
+// shape: one is claimed by exactly one invocation and destroyed after it,
+// never reused. A pool refills in the background towards the number of
+// invocations of the shape seen running at once, within its budget; a
+// shape unused for Idle is emptied. A SKILL.md, profile or limit change is
+// a new shape: the old one's sandboxes are destroyed at its first claim.
+type WarmPool struct {
+	sup *Supervisor
+	cfg WarmConfig
+
+	mu      sync.Mutex
+	entries map[string]*warmEntry
+	// count, memMB and pids are what ready and filling sandboxes hold.
+	count       int
+	memMB, pids int64
+	closed      bool
+
+	refills chan struct{} // semaphore bounding concurrent refills
+	wg      sync.WaitGroup
+	stop    chan struct{}
+}
+
+// warmEntry is one shape's sandboxes.
+type warmEntry struct {
+	key      string
+	skillDir string
+	skillID  string
+	tmpl     sandbox.Spec
+	ready    []*warmBox
+	filling  int
+	inUse    int // claimed, running
+	want     int // ready sandboxes to keep
+	lastUse  time.Time
+	failedAt time.Time
+}
+
+// warmBox is one warm sandbox with its host identity and broker socket.
+type warmBox struct {
+	w     sandbox.Warm
+	sock  *broker.Socket
+	ident sandbox.Identity
+	entry *warmEntry
+}
+
+// destroy removes a box never activated.
+func (b *warmBox) destroy() {
+	_ = b.w.Close()
+	_ = b.sock.Close()
+}
+
+// ErrWarmUnsupported: this platform's runner cannot make warm sandboxes.
+var ErrWarmUnsupported = errors.New("warm sandboxes: this platform's runner cannot make them")
+
+// NewWarmPool returns the pool of s (whose Runner must be a
+// sandbox.Warmer), or nil when cfg disables it.
+func NewWarmPool(s *Supervisor, cfg WarmConfig) (*WarmPool, error) {
+	if cfg.MaxSandboxes <= 0 {
+		return nil, nil
+	}
+	if _, ok := s.Runner.(sandbox.Warmer); !ok {
+		return nil, ErrWarmUnsupported
+	}
+	if cfg.MaxPerSkill <= 0 {
+		cfg.MaxPerSkill = DefaultWarmPerSkill
+	}
+	if cfg.Idle <= 0 {
+		cfg.Idle = DefaultWarmIdle
+	}
+	p := &WarmPool{sup: s, cfg: cfg, entries: map[string]*warmEntry{},
+		refills: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)), stop: make(chan struct{})}
+	p.wg.Add(1)
+	go p.janitor()
+	return p, nil
+}
+
+// shapeKey names what a warm sandbox was made from: the skill folder (by
+// path and inode), the effective policy, the profile's bytes and every
+// limit of the spec.
+func shapeKey(spec sandbox.Spec, policyHash string) (string, error) {
+	fi, err := os.Stat(spec.SkillDir)
+	if err != nil {
+		return "", err
+	}
+	var ino, dev uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino, dev = st.Ino, uint64(st.Dev) //nolint:unconvert // Dev's type differs by platform
+	}
+	b, err := json.Marshal(struct {
+		Dir, Entrypoint, ProfilesDir, Profile, ProfileHash, Policy string
+		Ino, Dev                                                   uint64
+		Mem, Pids, Tmp, FSize, NoFile                              int64
+		CPU                                                        float64
+		Degraded                                                   bool
+	}{spec.SkillDir, spec.Entrypoint, spec.ProfilesDir, spec.SeccompProfile, spec.SeccompProfileHash, policyHash,
+		ino, dev, spec.MemoryMB, spec.PidsMax, spec.TmpSizeMB, spec.FileSizeMB, spec.NoFile, spec.CPU, spec.AllowDegraded})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// claim takes a live warm sandbox of inv's shape, or returns nil (a miss:
+// the invocation starts cold). Either way the shape's demand is noted and
+// its refill started. done must be called once the invocation ended.
+func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func()) {
+	key, err := shapeKey(inv.spec, inv.policyHash)
+	if err != nil {
+		return nil, func() {}
+	}
+	var dead []*warmBox
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, func() {}
+	}
+	e := p.entries[key]
+	if e == nil {
+		// A changed skill is a new shape: its old sandboxes go now.
+		for k, old := range p.entries {
+			if old.skillDir == inv.spec.SkillDir {
+				dead = append(dead, p.dropLocked(k, old)...)
+			}
+		}
+		tmpl := inv.spec
+		tmpl.Env, tmpl.Stdin, tmpl.Stdout, tmpl.Stderr, tmpl.Deadline, tmpl.BrokerSocket, tmpl.Recorder = nil, nil, nil, nil, 0, "", nil
+		e = &warmEntry{key: key, skillDir: inv.spec.SkillDir, skillID: inv.common.SkillID, tmpl: tmpl}
+		p.entries[key] = e
+	}
+	e.lastUse = time.Now()
+	e.inUse++
+	e.want = max(e.want, min(p.cfg.MaxPerSkill, e.inUse))
+	for len(e.ready) > 0 && box == nil {
+		b := e.ready[0]
+		e.ready = e.ready[1:]
+		p.releaseLocked(e)
+		if b.w.Alive() {
+			box = b
+		} else {
+			dead = append(dead, b)
+		}
+	}
+	p.fillLocked(e)
+	p.mu.Unlock()
+	for _, b := range dead {
+		b.destroy()
+	}
+	result := "miss"
+	if box != nil {
+		result = "hit"
+	}
+	p.sup.metrics().WarmClaims.WithLabelValues(e.skillID, result).Inc()
+	p.gauge(e)
+	return box, func() {
+		p.mu.Lock()
+		e.inUse--
+		p.mu.Unlock()
+	}
+}
+
+// dropLocked removes entry k and returns its ready sandboxes to destroy.
+func (p *WarmPool) dropLocked(k string, e *warmEntry) []*warmBox {
+	delete(p.entries, k)
+	out := e.ready
+	for range e.ready {
+		p.releaseLocked(e)
+	}
+	e.ready, e.want = nil, 0
+	p.sup.metrics().WarmSandboxes.WithLabelValues(e.skillID).Set(0)
+	return out
+}
+
+// releaseLocked gives back the budget of one of e's sandboxes.
+func (p *WarmPool) releaseLocked(e *warmEntry) {
+	p.count--
+	p.memMB -= e.tmpl.MemoryMB
+	p.pids -= e.tmpl.PidsMax
+}
+
+// fitsLocked reports whether one more of e's sandboxes fits the budget.
+func (p *WarmPool) fitsLocked(e *warmEntry) bool {
+	return p.count < p.cfg.MaxSandboxes &&
+		(p.cfg.MaxMemoryMB <= 0 || p.memMB+e.tmpl.MemoryMB <= p.cfg.MaxMemoryMB) &&
+		(p.cfg.MaxPids <= 0 || p.pids+e.tmpl.PidsMax <= p.cfg.MaxPids)
+}
+
+// fillLocked starts the refills e needs, within the budget.
+func (p *WarmPool) fillLocked(e *warmEntry) {
+	if time.Since(e.failedAt) < warmRetryAfter {
+		return
+	}
+	for len(e.ready)+e.filling < e.want && p.fitsLocked(e) {
+		e.filling++
+		p.count++
+		p.memMB += e.tmpl.MemoryMB
+		p.pids += e.tmpl.PidsMax
+		p.wg.Add(1)
+		go p.refill(e)
+	}
+}
+
+// refill makes one sandbox of e's shape.
+func (p *WarmPool) refill(e *warmEntry) {
+	defer p.wg.Done()
+	select {
+	case p.refills <- struct{}{}:
+	case <-p.stop:
+		p.mu.Lock()
+		e.filling--
+		p.releaseLocked(e)
+		p.mu.Unlock()
+		return
+	}
+	t0 := time.Now()
+	box, err := p.make(e)
+	<-p.refills
+	if err == nil {
+		p.sup.metrics().WarmRefillMS.Observe(float64(time.Since(t0).Microseconds()) / 1000)
+	}
+	p.mu.Lock()
+	e.filling--
+	keep := err == nil && !p.closed && p.entries[e.key] == e
+	if keep {
+		e.ready = append(e.ready, box)
+	} else {
+		p.releaseLocked(e)
+		if err != nil {
+			e.failedAt = time.Now()
+		}
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.sup.logger().Warn("warm sandbox not made; invocations start cold", "skill_id", e.skillID, "err", err)
+	} else if !keep {
+		box.destroy()
+	}
+	p.gauge(e)
+}
+
+// make creates one warm sandbox: its identity, its broker socket (owned by
+// that identity, bind-mounted into it) and the sandbox.
+func (p *WarmPool) make(e *warmEntry) (*warmBox, error) {
+	id := "warm-" + NewID()
+	r := p.sup.Runner
+	ident, err := r.Reserve(id)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Release(id) // a no-op once Prewarm took the identity over
+	sock, err := broker.Listen(p.sup.SocketDir, id, ident.UID, ident.GID)
+	if err != nil {
+		return nil, err
+	}
+	spec := e.tmpl
+	spec.ID, spec.BrokerSocket = id, sock.Path()
+	w, err := r.(sandbox.Warmer).Prewarm(spec)
+	if err != nil {
+		_ = sock.Close()
+		return nil, fmt.Errorf("prewarm: %w", err)
+	}
+	return &warmBox{w: w, sock: sock, ident: ident, entry: e}, nil
+}
+
+// gauge publishes e's ready count.
+func (p *WarmPool) gauge(e *warmEntry) {
+	p.mu.Lock()
+	n := len(e.ready)
+	if p.entries[e.key] != e {
+		n = 0
+	}
+	p.mu.Unlock()
+	p.sup.metrics().WarmSandboxes.WithLabelValues(e.skillID).Set(float64(n))
+}
+
+// janitor empties the shapes unused for Idle.
+func (p *WarmPool) janitor() {
+	defer p.wg.Done()
+	tick := time.NewTicker(max(p.cfg.Idle/4, 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+		var dead []*warmBox
+		p.mu.Lock()
+		for k, e := range p.entries {
+			if e.inUse == 0 && time.Since(e.lastUse) > p.cfg.Idle {
+				dead = append(dead, p.dropLocked(k, e)...)
+			}
+		}
+		p.mu.Unlock()
+		for _, b := range dead {
+			b.destroy()
+		}
+	}
+}
+
+// Ready is how many warm sandboxes are ready now, across shapes.
+func (p *WarmPool) Ready() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, e := range p.entries {
+		n += len(e.ready)
+	}
+	return n
+}
+
+// Close destroys every warm sandbox and waits for the refills under way,
+// whose sandboxes are destroyed too. Claims after Close miss.
+func (p *WarmPool) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	close(p.stop)
+	var dead []*warmBox
+	for k, e := range p.entries {
+		dead = append(dead, p.dropLocked(k, e)...)
+	}
+	p.mu.Unlock()
+	for _, b := range dead {
+		b.destroy()
+	}
+	p.wg.Wait()
+}
