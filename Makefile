@@ -28,7 +28,7 @@ demo: build ## run the example skills in the sandbox (as root): results, what wa
 
 # RACE_PKGS are the packages whose tests need no root: they run again
 # under the race detector.
-RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/daemon/... \
+RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/ ./supervisor/daemon/... \
 	./supervisor/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/... ./wire/...
 
 test: deps lint ## unit + root integration tests, the race detector on RACE_PKGS, and the macOS and FreeBSD builds

@@ -51,7 +51,9 @@ func (f *fakeRunner) Check(sandbox.Spec) (sandbox.Containment, error) {
 }
 
 func (f *fakeRunner) Start(spec sandbox.Spec) (sandbox.Process, error) {
+	f.mu.Lock()
 	f.lastSpec = spec
+	f.mu.Unlock()
 	if f.startErr != nil {
 		return nil, f.startErr
 	}
@@ -139,13 +141,19 @@ func run(t *testing.T, f *fakeRunner, req Request) (Envelope, error) {
 // newSup is a supervisor on the fake runner and a real audit store.
 func newSup(t *testing.T, f *fakeRunner) *Supervisor {
 	t.Helper()
+	return newSupWith(t, f)
+}
+
+// newSupWith is a supervisor on runner r and a real audit store.
+func newSupWith(t *testing.T, r sandbox.Runner) *Supervisor {
+	t.Helper()
 	state := t.TempDir()
 	store, err := audit.Open(state)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return &Supervisor{Runner: f, StateDir: state, Audit: store, Tools: tools.Registry(), SocketDir: socketDir(t)}
+	return &Supervisor{Runner: r, StateDir: state, Audit: store, Tools: tools.Registry(), SocketDir: socketDir(t)}
 }
 
 // socketDir is a private (0700) directory for broker sockets. Unix socket

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
@@ -114,16 +113,6 @@ func (p landlockPlan) initArgs(exec bool) []string {
 // with "--".
 func withControl(args []string) []string {
 	return append(args[:len(args)-1:len(args)-1], "--control", "--")
-}
-
-// withDeadline adds cyberos-init's deadline backstop (Spec.Deadline plus
-// DeadlineBackstop) to args, which end with "--".
-func withDeadline(args []string, deadline time.Duration) []string {
-	if deadline <= 0 {
-		return args
-	}
-	ms := (deadline + DeadlineBackstop).Milliseconds()
-	return append(args[:len(args)-1:len(args)-1], "--deadline-ms", strconv.FormatInt(ms, 10), "--")
 }
 
 // apply records the plan in cont.

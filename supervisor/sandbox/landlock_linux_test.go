@@ -57,11 +57,8 @@ func TestPlanLandlock(t *testing.T) {
 			if (p.ABI == 0) != notEnforced || (p.ABI == 0) != strings.HasPrefix(cont.Landlock, "unavailable: ") {
 				t.Errorf("containment %q / %v for plan %+v", cont.Landlock, cont.NotEnforced, p)
 			}
-			args := withDeadline(p.initArgs(true), 2*time.Second)
-			if i := slices.Index(args, "--deadline-ms"); i < 0 || args[i+1] != "3000" {
-				t.Errorf("init args %v: want --deadline-ms 3000 (the deadline plus the backstop)", args)
-			}
-			if args[0] != InitBinPath || args[len(args)-1] != "--" || !slices.Contains(args, "--exec") ||
+			args := withControl(p.initArgs(true))
+			if args[0] != InitBinPath || args[len(args)-1] != "--" || !slices.Contains(args, "--exec") || !slices.Contains(args, "--control") ||
 				slices.Contains(args, "--landlock") != (p.ABI > 0) {
 				t.Errorf("init args %v for plan %+v", args, p)
 			}
@@ -186,5 +183,23 @@ func TestInitFailsClosedWithoutLandlock(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the program ran although Landlock could not be applied")
+	}
+}
+
+// TestControlMessage: the deadline backstop (deadline plus
+// DeadlineBackstop) then the environment, each NUL-terminated; an entry
+// cyberos-init could not pass on, or a message over its bound, is refused.
+func TestControlMessage(t *testing.T) {
+	b, err := controlMessage(Activation{Deadline: 2 * time.Second, Env: []string{"A=1", "B=x=y"}})
+	if err != nil || string(b) != "3000\x00A=1\x00B=x=y\x00" {
+		t.Fatalf("message %q %v", b, err)
+	}
+	if b, err := controlMessage(Activation{}); err != nil || string(b) != "0\x00" {
+		t.Fatalf("no deadline, no env: %q %v", b, err)
+	}
+	for _, env := range [][]string{{"NOEQUALS"}, {"A=1\x00B=2"}, {"A=" + strings.Repeat("x", maxControl)}} {
+		if _, err := controlMessage(Activation{Env: env}); err == nil {
+			t.Errorf("env %.40q: accepted", env)
+		}
 	}
 }

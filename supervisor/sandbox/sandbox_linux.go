@@ -794,8 +794,8 @@ type linuxProcess struct {
 	control, stdin, stdout, stderr *os.File
 	// copies gets one value as each of stdout and stderr reaches EOF.
 	copies chan struct{}
-	notify      *notifyListener
-	cont        Containment
+	notify *notifyListener
+	cont   Containment
 	// landlock is what cyberos-init applies, to Exec'd processes too.
 	landlock landlockPlan
 	started  time.Time

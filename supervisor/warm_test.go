@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/supervisor/sandbox"
+)
+
+// warmRunner is a goroutine-safe fake Runner that can prewarm: each warm
+// sandbox counts its activations.
+type warmRunner struct {
+	made, cold atomic.Int64
+	mu         sync.Mutex
+	activated  map[string]int
+	kill       bool // sandboxes die right after they are made
+}
+
+func (r *warmRunner) Reserve(string) (sandbox.Identity, error) {
+	return sandbox.Identity{UID: os.Getuid(), GID: os.Getgid(), RangeStart: -1, Owner: -1}, nil
+}
+func (r *warmRunner) Release(string)          {}
+func (r *warmRunner) Owns(string, int32) bool { return false }
+func (r *warmRunner) Check(sandbox.Spec) (sandbox.Containment, error) {
+	return sandbox.Containment{Platform: "fake"}, nil
+}
+
+func (r *warmRunner) Start(spec sandbox.Spec) (sandbox.Process, error) {
+	r.cold.Add(1)
+	io.WriteString(spec.Stdout, "{}")
+	return warmProc{}, nil
+}
+
+func (r *warmRunner) Prewarm(spec sandbox.Spec) (sandbox.Warm, error) {
+	r.made.Add(1)
+	return &fakeWarm{r: r, id: spec.ID, dead: r.kill}, nil
+}
+
+type fakeWarm struct {
+	r    *warmRunner
+	id   string
+	dead bool
+}
+
+func (w *fakeWarm) ID() string   { return w.id }
+func (w *fakeWarm) Alive() bool  { return !w.dead }
+func (w *fakeWarm) Close() error { return nil }
+func (w *fakeWarm) Activate(a sandbox.Activation) (sandbox.Process, error) {
+	w.r.mu.Lock()
+	w.r.activated[w.id]++
+	w.r.mu.Unlock()
+	io.WriteString(a.Stdout, "{}")
+	return warmProc{}, nil
+}
+
+type warmProc struct{}
+
+func (warmProc) Terminate() error                 { return nil }
+func (warmProc) KillAll() error                   { return nil }
+func (warmProc) Wait() (sandbox.Exit, error)      { return sandbox.Exit{}, nil }
+func (warmProc) Stats() (cgroups.Stats, error)    { return cgroups.Stats{}, nil }
+func (warmProc) Close() error                     { return nil }
+func (warmProc) StartLatency() time.Duration      { return 0 }
+func (warmProc) Containment() sandbox.Containment { return sandbox.Containment{Platform: "fake"} }
+func (warmProc) Exec(context.Context, sandbox.ExecSpec) (sandbox.ExecExit, error) {
+	return sandbox.ExecExit{}, errors.New("fake: no exec")
+}
+
+// TestWarmPoolHandsEachSandboxOnce: concurrent invocations of one skill
+// through the pool; no warm sandbox is activated twice, some are
+// activated, and Close leaves none ready. Run under -race.
+func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}}
+	s := newSupWith(t, r)
+	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 4, MaxPerSkill: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Warm = pool
+	dir := skillDir(t, "")
+	var wg sync.WaitGroup
+	var starts sync.Map
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				env, err := s.Run(Request{SkillDir: dir})
+				if err != nil || env.Outcome != OutcomeSuccess {
+					t.Errorf("goroutine %d run %d: %v %s %s", g, i, err, env.Outcome, env.ErrorMessage)
+					return
+				}
+				starts.Store(fmt.Sprintf("%d/%d", g, i), env.Containment.Start)
+			}
+		}()
+	}
+	wg.Wait()
+	pool.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, n := range r.activated {
+		if n != 1 {
+			t.Errorf("warm sandbox %s activated %d times", id, n)
+		}
+	}
+	warm := 0
+	starts.Range(func(_, v any) bool {
+		if v == StartWarm {
+			warm++
+		}
+		return true
+	})
+	if warm == 0 || warm != len(r.activated) || int64(warm)+r.cold.Load() != 160 {
+		t.Errorf("%d warm starts, %d activations, %d cold starts, want every one of 160 warm or cold and some warm", warm, len(r.activated), r.cold.Load())
+	}
+	if pool.Ready() != 0 {
+		t.Errorf("%d warm sandboxes ready after Close", pool.Ready())
+	}
+}
+
+// TestWarmPoolSkipsDeadSandboxes: sandboxes whose init died are discarded
+// at the claim, and the invocation starts cold.
+func TestWarmPoolSkipsDeadSandboxes(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}, kill: true}
+	s := newSupWith(t, r)
+	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s.Warm = pool
+	dir := skillDir(t, "")
+	for i := range 5 {
+		env, err := s.Run(Request{SkillDir: dir})
+		if err != nil || env.Outcome != OutcomeSuccess || env.Containment.Start != StartCold {
+			t.Fatalf("run %d: %v %s start %q, want a cold success", i, err, env.Outcome, env.Containment.Start)
+		}
+		time.Sleep(10 * time.Millisecond) // let a refill land
+	}
+	if len(r.activated) != 0 || r.made.Load() == 0 {
+		t.Errorf("dead sandboxes: %d made, %d activated, want some made and none activated", r.made.Load(), len(r.activated))
+	}
+}
