@@ -2,9 +2,15 @@
 # Cold-start benchmark (make bench). The skill is /bin/true: it prints no
 # JSON, so its outcome is "error"; only the time matters here. Needs root. Installs bubblewrap and runc
 # when missing so the comparison is complete; skips them if that fails.
+# Every benchmark's raw result lines are also appended to $BENCH_OUT/raw.txt
+# (default ./bench-out), from which scripts/benchplot writes bench.md and the plots.
 set -euo pipefail
 bin=$1
 if [ "$(id -u)" -ne 0 ]; then echo "make bench needs root" >&2; exit 1; fi
+out=${BENCH_OUT:-./bench-out}
+mkdir -p "$out"
+raw=$out/raw.txt
+: > "$raw"
 for pkg in bubblewrap runc; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null 2>&1 ||
@@ -13,11 +19,11 @@ done
 n=${BENCH_N:-50}
 echo "== in-process runner, as the daemon runs it: Check→Start→Wait→Close→Release of a /bin/true skill, full default policy, $n rounds interleaved with the references"
 go test -tags seccomp -run '^$' -bench 'BenchmarkColdStart$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
-  grep -E 'BenchmarkColdStart' | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
+  grep -E 'BenchmarkColdStart' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 echo
 echo "== the same cold start per seccomp profile: default, strict, Docker's default imported (native arch), $n rounds interleaved"
 go test -tags seccomp -run '^$' -bench 'BenchmarkColdStartProfiles$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
-  grep -E 'BenchmarkColdStartProfiles' | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
+  grep -E 'BenchmarkColdStartProfiles' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 echo
 echo "== whole CLI: \`cyberos skill run\` of the same skill (process start, policy, sandbox, cleanup), 20 runs"
 tmp=$(mktemp -d); chmod 711 "$tmp"; trap 'rm -rf "$tmp"' EXIT
@@ -37,26 +43,31 @@ echo "   3 rounds, each: the store, then its floor, then the disk (so a drift of
 go test -c -o "$tmp/audit.test" ./audit/
 for round in 1 2 3; do
   "$tmp/audit.test" -test.run '^$' -test.bench '^BenchmarkEmit(Floor|Flush)?$' -test.benchtime 40000x -test.count 1 | grep -E '^Benchmark'
-done | tee "$tmp/emit.txt"
+done | tee -a "$tmp/emit.txt" "$raw"
 awk -f scripts/emit-summary.awk "$tmp/emit.txt"
 echo "   the builders' own RFC 8785 encoder vs the same drafts through encoding/json + jcs.Transform, 100 emitters, 3 rounds (BenchmarkEmitCanon):"
 for round in 1 2 3; do
   "$tmp/audit.test" -test.run '^$' -test.bench 'BenchmarkEmitCanon' -test.benchtime 20000x -test.count 1 | grep -E '^Benchmark'
-done | tee "$tmp/canon.txt"
+done | tee -a "$tmp/canon.txt" "$raw"
 awk '/^BenchmarkEmitCanon\// { for (i = 3; i < NF; i++) if ($(i+1) == "p95-ms") { if ($1 ~ /builders/) b[++nb] = $i; else l[++nl] = $i } }
   END { for (r = 1; r <= nb && r <= nl; r++) { q[r] = b[r] / l[r]; s = s sprintf(" %.2f", q[r]) }
     n = r - 1; for (i = 2; i <= n; i++) for (j = i; j > 1 && q[j] < q[j-1]; j--) { t = q[j]; q[j] = q[j-1]; q[j-1] = t }
     if (n) printf "   p95 builders/library, round by round:%s (median %.2f; below 1: the builders\x27 encoder pays end to end)\n", s, n % 2 ? q[(n+1)/2] : (q[n/2] + q[n/2+1]) / 2 }' "$tmp/canon.txt"
 echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids, hashes, journal lines):"
-go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark'
+go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark' | tee -a "$raw"
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
-go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark'
+go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark' | tee -a "$raw"
 
 echo
 echo "== tool calls from inside a sandbox through the broker (enforced, audited durably) vs the MCP Go SDK over stdio, 5 s each"
-go test -tags seccomp -run '^$' -bench BenchmarkToolCallVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark'
+go test -tags seccomp -run '^$' -bench BenchmarkToolCallVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw"
 
 echo
 echo "== the daemon: invocations/s of a trivial skill through the admin socket at concurrency 1, 8, 32; RSS idle and per active invocation"
-go test -tags seccomp -run '^$' -bench BenchmarkDaemon -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
+go test -tags seccomp -run '^$' -bench BenchmarkDaemon -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
+
+echo
+echo "== results table and plots (scripts/benchplot: medians of the lines above)"
+go run ./scripts/benchplot -out "$out" "$raw"
+echo "   raw lines: $raw"

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// coldLines: BenchmarkColdStart as go test prints it, three rounds among
+// the lines around them; the cyberos and unshare figures of the first two are
+// a real run's, the bwrap and runc columns (reported when both are installed)
+// are added in the same format.
+const coldLines = `goos: linux
+goarch: amd64
+pkg: github.com/cyberos/supervisor/supervisor/sandbox
+cpu: Intel(R) Xeon(R) Processor
+BenchmarkColdStart-2   	       5	        33.79 cyberos-median-ms	        49.93 cyberos-p95-ms	         9.326 cyberos-supervisor-cpu-ms	         6.896 cyberos/unshare	         4.900 unshare-median-ms	         7.334 unshare-p95-ms	        10.00 bwrap-median-ms	        12.00 bwrap-p95-ms	         2.041 bwrap/unshare	        50.00 runc-median-ms	        60.00 runc-p95-ms	        10.20 runc/unshare	         0.6758 cyberos/runc
+BenchmarkColdStart-2   	       5	        32.88 cyberos-median-ms	        38.08 cyberos-p95-ms	         8.760 cyberos-supervisor-cpu-ms	         6.507 cyberos/unshare	         5.054 unshare-median-ms	         6.973 unshare-p95-ms	         9.000 bwrap-median-ms	        11.00 bwrap-p95-ms	         1.781 bwrap/unshare	        55.00 runc-median-ms	        70.00 runc-p95-ms	        10.88 runc/unshare	         0.5978 cyberos/runc
+BenchmarkColdStart-2   	       5	        40.00 cyberos-median-ms	        41.00 cyberos-p95-ms	         9.000 cyberos-supervisor-cpu-ms	         8.000 cyberos/unshare	         5.000 unshare-median-ms	         7.000 unshare-p95-ms	        11.00 bwrap-median-ms	        13.00 bwrap-p95-ms	         2.200 bwrap/unshare	        52.00 runc-median-ms	        65.00 runc-p95-ms	        10.40 runc/unshare	         0.7692 cyberos/runc
+PASS
+ok  	github.com/cyberos/supervisor/supervisor/sandbox	1.570s
+`
+
+// daemonLines: BenchmarkDaemon's one round (-benchtime 1x) in a real run's
+// format (ns/op, then the metrics sorted by unit), twice, plus an unrelated
+// benchmark.
+const daemonLines = `BenchmarkDaemon-2   	       1	9876543210 ns/op	       300.0 RSS-KiB/active-inv	        15.50 c1-inv/s	        64.00 c1-p50-ms	        80.00 c1-p95-ms	        20.60 c32-inv/s	      1300 c32-p50-ms	      1900 c32-p95-ms	        33.00 c8-inv/s	       230.0 c8-p50-ms	       400.0 c8-p95-ms	        40.00 idle-RSS-MiB
+BenchmarkDaemon-2   	       1	9876543210 ns/op	       310.0 RSS-KiB/active-inv	        16.50 c1-inv/s	        60.00 c1-p50-ms	        75.00 c1-p95-ms	        21.60 c32-inv/s	      1200 c32-p50-ms	      1800 c32-p95-ms	        35.00 c8-inv/s	       220.0 c8-p50-ms	       390.0 c8-p95-ms	        41.00 idle-RSS-MiB
+BenchmarkChain-2   	   12345	     98765 ns/op	    4096 B/op	      50 allocs/op
+`
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func TestParseMedians(t *testing.T) {
+	res, err := parse(strings.NewReader(coldLines), strings.NewReader(daemonLines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		bench, unit string
+		want        float64
+	}{
+		{"BenchmarkColdStart", "cyberos-median-ms", 33.79}, // odd count: the middle one
+		{"BenchmarkColdStart", "bwrap-median-ms", 10},
+		{"BenchmarkColdStart", "runc-median-ms", 52},
+		{"BenchmarkColdStart", "unshare-median-ms", 5},
+		{"BenchmarkDaemon", "c1-inv/s", 16},      // even count: the mean of the middle two
+		{"BenchmarkDaemon", "c8-p50-ms", 225},    // idem
+		{"BenchmarkChain", "allocs/op", 50},      // unrelated, parsed all the same
+		{"BenchmarkDaemon", "ns/op", 9876543210}, // the standard unit too
+	} {
+		got, ok := res.median(c.bench, c.unit)
+		if !ok || !near(got, c.want) {
+			t.Errorf("median(%s, %s) = %v, %v; want %v", c.bench, c.unit, got, ok, c.want)
+		}
+	}
+	if _, ok := res.median("BenchmarkColdStart", "nope-median-ms"); ok {
+		t.Error("median of an absent metric reported found")
+	}
+	if _, ok := res["PASS"]; ok {
+		t.Error("a non-benchmark line was parsed")
+	}
+}
+
+func TestBuildRatiosAndSeries(t *testing.T) {
+	res, err := parse(strings.NewReader(coldLines + daemonLines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := build(res)
+	var names []string
+	for _, v := range rep.start {
+		names = append(names, v.name)
+	}
+	if got, want := strings.Join(names, ","), "cyberos,unshare,bwrap,runc,daemon cold"; got != want {
+		t.Errorf("start variants %s, want %s", got, want)
+	}
+	if got := rep.refs["cyberos"] / rep.refs["bwrap"]; !near(got, 3.379) {
+		t.Errorf("cyberos/bwrap = %v, want 3.379", got)
+	}
+	if got := rep.refs["cyberos"] / rep.refs["runc"]; !near(got, 33.79/52) {
+		t.Errorf("cyberos/runc = %v, want %v", got, 33.79/52)
+	}
+	if len(rep.series) != 1 || rep.series[0].label != "cold" || len(rep.series[0].points) != 3 {
+		t.Fatalf("series %+v, want one cold series of 3 points", rep.series)
+	}
+	for i, want := range []point{{1, 16, 62, 77.5}, {8, 34, 225, 395}, {32, 21.1, 1250, 1850}} {
+		if p := rep.series[0].points[i]; p.conc != want.conc || !near(p.rate, want.rate) || !near(p.p50, want.p50) || !near(p.p95, want.p95) {
+			t.Errorf("point %d = %+v, want %+v", i, p, want)
+		}
+	}
+	md := rep.markdown([]string{"raw.txt"})
+	for _, want := range []string{
+		"| cyberos | 33.8 | 41.0 | 6.76× | 3.38× | 0.65× | BenchmarkColdStart, in process |",
+		"| bwrap | 10.0 | 12.0 | 2.00× | 1.00× | 0.19× |",
+		"- cyberos cold start in process ≤ 2× bwrap: 3.38× (missed)",
+		"- cyberos cold start in process ≤ 0.5× runc: 0.65× (missed)",
+		"| 8 | cold | 34.0 | 2.12× | 225 | 395 |",
+		"- daemon cold throughput at concurrency 8 ≥ 100/s: 34.0/s (missed)",
+		"- warm invocation p50 at concurrency 1 ≤ 5 ms and ≤ 1.1× unshare: — (no warm figure)", // not in this input: said, not made up
+		`a warm series`,
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("bench.md lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// A warm series beside the cold one: both lines, a warm bar, its target.
+func TestBuildWarmAndCold(t *testing.T) {
+	warm := `BenchmarkDaemon-2   	       1	9876543210 ns/op	        15.50 c1-inv/s	        64.00 c1-p50-ms	        200.0 c1-warm-inv/s	        4.000 c1-warm-p50-ms	        6.000 c1-warm-p95-ms	        33.00 c8-inv/s	       400.0 c8-warm-inv/s
+`
+	res, err := parse(strings.NewReader(coldLines), strings.NewReader(warm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := build(res)
+	if len(rep.series) != 2 || rep.series[0].label != "cold" || rep.series[1].label != "warm" {
+		t.Fatalf("series %+v, want cold and warm", rep.series)
+	}
+	if p := rep.series[1].points; len(p) != 2 || p[1].conc != 8 || p[1].rate != 400 || !math.IsNaN(p[1].p50) {
+		t.Errorf("warm points %+v", p)
+	}
+	md := rep.markdown(nil)
+	for _, want := range []string{
+		"| daemon warm | 4.00 | 6.00 | 0.80× | 0.40× | 0.08× |",
+		"- daemon warm invocation p50 at concurrency 1 ≤ 5 ms: 4.00 ms (met); ≤ 1.1× unshare: 0.80× (met)",
+		"- daemon warm throughput at concurrency 8 ≥ 100/s: 400/s (met)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("bench.md lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "a warm series") {
+		t.Errorf("bench.md says the warm series is missing:\n%s", md)
+	}
+}
+
+// A warm benchmark of its own and a warm latency without a concurrency: the
+// series is named by the benchmark, the latency gets a bar named by its metric.
+func TestBuildWarmBenchmark(t *testing.T) {
+	in := "BenchmarkDaemon-2   \t       1\t9876543210 ns/op\t        15.50 c1-inv/s\n" +
+		"BenchmarkDaemonWarm-2   \t       1\t9876543210 ns/op\t        250.0 c8-inv/s\t        3.500 warm-p50-ms\n"
+	res, err := parse(strings.NewReader(coldLines), strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := build(res)
+	if len(rep.series) != 2 || rep.series[1].label != "warm" || len(rep.series[1].points) != 1 || rep.series[1].points[0].rate != 250 {
+		t.Fatalf("series %+v, want cold and warm (one point at 8)", rep.series)
+	}
+	last := rep.start[len(rep.start)-1]
+	if last.name != "warm-p50-ms" || last.median != 3.5 || last.source != "BenchmarkDaemonWarm warm-p50-ms" {
+		t.Errorf("last start variant %+v, want warm-p50-ms 3.5", last)
+	}
+	if md := rep.markdown(nil); !strings.Contains(md, "| warm-p50-ms | 3.50 | — | 0.70× |") || strings.Contains(md, "a warm series") {
+		t.Errorf("bench.md:\n%s", md)
+	}
+}
+
+// wellFormedSVG fails unless path holds a non-empty, well-formed XML document
+// whose root is an svg element.
+func wellFormedSVG(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("<?xml")) {
+		t.Fatalf("%s starts %q, want an XML declaration", path, b[:min(len(b), 40)])
+	}
+	d := xml.NewDecoder(bytes.NewReader(b))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("%s: root element %q, want svg", path, root)
+	}
+}
+
+func TestRunWritesTableAndPlots(t *testing.T) {
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw.txt")
+	if err := os.WriteFile(raw, []byte(coldLines+daemonLines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	var stdout, stderr bytes.Buffer
+	if err := run(out, []string{raw}, nil, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "bench.md"))
+	if err != nil || !bytes.Contains(md, []byte("## Start latency")) || !bytes.Contains(md, []byte("## Daemon throughput")) {
+		t.Fatalf("bench.md: %v\n%s", err, md)
+	}
+	wellFormedSVG(t, filepath.Join(out, "start-latency.svg"))
+	wellFormedSVG(t, filepath.Join(out, "daemon-throughput.svg"))
+	for _, f := range []string{"bench.md", "start-latency.svg", "daemon-throughput.svg"} {
+		if !strings.Contains(stdout.String(), filepath.Join(out, f)) {
+			t.Errorf("stdout does not name %s:\n%s", f, stdout.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "not found: a warm series") {
+		t.Errorf("stderr does not say the warm series is missing:\n%s", stderr.String())
+	}
+}
+
+// Input without the daemon, bwrap or runc, from stdin: the table says what is
+// missing, the start plot is drawn, no throughput plot, no crash.
+func TestRunMissingMetrics(t *testing.T) {
+	out := t.TempDir()
+	in := "BenchmarkColdStart-2   \t       5\t        33.79 cyberos-median-ms\t         4.900 unshare-median-ms\n" +
+		"BenchmarkColdStart-2   \t       5\t        not-a-number cyberos-median-ms\n" +
+		"BenchmarkColdStart-2   \t  --- FAIL: x\n"
+	var stdout, stderr bytes.Buffer
+	if err := run(out, nil, strings.NewReader(in), &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	wellFormedSVG(t, filepath.Join(out, "start-latency.svg"))
+	if _, err := os.Stat(filepath.Join(out, "daemon-throughput.svg")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("daemon-throughput.svg without daemon figures: %v", err)
+	}
+	for _, want := range []string{"bwrap-median-ms", "runc-median-ms", "BenchmarkDaemon c<N>-inv/s", "a warm series"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(out, "bench.md"))
+	for _, want := range []string{"| cyberos | 33.8 | — | 6.90× | — | — |", "## Daemon throughput (invocations/s)\n\nNot measured in this run.", "## Not found in the input",
+		"≤ 2× bwrap: — (no figure or reference)", "≥ 100/s: — (no figure)"} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("bench.md lacks %q:\n%s", want, md)
+		}
+	}
+
+	// Nothing at all: a table saying so, no plots.
+	empty := t.TempDir()
+	stdout.Reset()
+	stderr.Reset()
+	if err := run(empty, nil, strings.NewReader("PASS\n"), &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 1 {
+		t.Errorf("empty input wrote %d files, want bench.md alone", len(entries))
+	}
+}
