@@ -190,7 +190,11 @@ func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func()) {
 			dead = append(dead, b)
 		}
 	}
-	p.fillLocked(e)
+	// A hit refills once its invocation has ended, so that the making of
+	// the next sandbox does not take CPU from this one; a miss refills now.
+	if box == nil {
+		p.fillLocked(e)
+	}
 	p.mu.Unlock()
 	for _, b := range dead {
 		b.destroy()
@@ -204,6 +208,9 @@ func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func()) {
 	return box, func() {
 		p.mu.Lock()
 		e.inUse--
+		if !p.closed && p.entries[e.key] == e {
+			p.fillLocked(e)
+		}
 		p.mu.Unlock()
 	}
 }
