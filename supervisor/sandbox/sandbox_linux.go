@@ -818,14 +818,20 @@ func (p *linuxProcess) KillAll() error {
 // Wait waits for the sandbox's init and reports how the skill ended, as
 // cyberos-init saw it. When init itself was killed (the deadline, the OOM
 // killer) there is no report and init's own status is returned.
+//
+// It first reads init's status pipe to EOF, which comes when init exits:
+// a pipe read parks the goroutine on the runtime's poller, where wait4
+// would hold an OS thread per waiting sandbox. The reap that follows is
+// then immediate.
 func (p *linuxProcess) Wait() (Exit, error) {
+	report, reported := readInitStatus(p.status)
 	ps, err := p.proc.Wait()
 	p.drainOutput()
 	if ps == nil {
 		return Exit{}, fmt.Errorf("sandbox wait: %w", err)
 	}
-	if ex, ok := readInitStatus(p.status); ok {
-		return ex, nil
+	if reported {
+		return report, nil
 	}
 	ws, ok := ps.Sys().(syscall.WaitStatus)
 	if !ok {
