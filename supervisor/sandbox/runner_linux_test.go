@@ -115,6 +115,14 @@ func (w *world) runProfile(tb testing.TB, id string, spec Spec) (start time.Dura
 	if err != nil {
 		tb.Fatal(err)
 	}
+	waitClose(tb, p)
+	return p.StartLatency()
+}
+
+// waitClose waits for a /bin/true skill, which must exit 0, and removes
+// its sandbox.
+func waitClose(tb testing.TB, p Process) {
+	tb.Helper()
 	ex, err := p.Wait()
 	if err != nil || ex.Code != 0 || ex.Signal != nil {
 		tb.Fatalf("skill ended %+v, %v", ex, err)
@@ -122,7 +130,6 @@ func (w *world) runProfile(tb testing.TB, id string, spec Spec) (start time.Dura
 	if err := p.Close(); err != nil {
 		tb.Fatal(err)
 	}
-	return p.StartLatency()
 }
 
 // prewarm makes a warm sandbox of the /bin/true skill with the runner
@@ -151,13 +158,7 @@ func (w *world) activateOnce(tb testing.TB, warm Warm) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ex, err := p.Wait()
-	if err != nil || ex.Code != 0 || ex.Signal != nil {
-		tb.Fatalf("skill ended %+v, %v", ex, err)
-	}
-	if err := p.Close(); err != nil {
-		tb.Fatal(err)
-	}
+	waitClose(tb, p)
 }
 
 func mountNS(tb testing.TB, path string) string {
