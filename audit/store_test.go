@@ -949,3 +949,83 @@ func TestSyncerLetsWokenEmittersRun(t *testing.T) {
 		})
 	}
 }
+
+// TestFollowedRowNeverOutlivesItsLeader: a row emitted with
+// EnqueueFollowed's then is written only if the row it follows was. Its
+// leader's append fails; the follower, in the next append beside an
+// unrelated row, fails with ErrUnavailable and is not written, while the
+// unrelated row is; the chain verifies. When the leader is written, so is
+// the follower.
+func TestFollowedRowNeverOutlivesItsLeader(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	var fail atomic.Bool
+	hold, entered := make(chan struct{}), make(chan struct{})
+	var holdNext atomic.Bool
+	s.beforeCommit = func() error {
+		if fail.CompareAndSwap(true, false) {
+			return errors.New("injected: no space left on device")
+		}
+		if holdNext.CompareAndSwap(true, false) {
+			close(entered)
+			<-hold
+		}
+		return nil
+	}
+	started := ToolCallStarted(common("inv-f"), "call-1", "Read", zeroHash(1))
+	completed := ToolCallCompleted(common("inv-f"), "call-1", "Read", OutcomeSuccess, 1, "", "")
+
+	fail.Store(true)
+	wait, then, err := s.EnqueueFollowed(ctx, started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wait(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("leader: %v, want its append to fail", err)
+	}
+	// Hold the writer on a blocker's commit so that the follower and an
+	// unrelated row share the next append.
+	holdNext.Store(true)
+	blocked := make(chan error, 1)
+	go func() { _, err := s.Emit(ctx, NoConnect(common("blocker"), 1)); blocked <- err }()
+	<-entered
+	followed, unrelated := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := then(ctx, completed); followed <- err }()
+	go func() { _, err := s.Emit(ctx, NoConnect(common("unrelated"), 1)); unrelated <- err }()
+	waitQueued(t, s, 2)
+	close(hold)
+	if err := <-blocked; err != nil {
+		t.Fatalf("blocker: %v", err)
+	}
+	if err := <-followed; !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("follower of a failed row: %v, want ErrUnavailable", err)
+	}
+	if err := <-unrelated; err != nil {
+		t.Fatalf("unrelated row in the follower's append: %v", err)
+	}
+	rows, err := s.Rows(ctx, Filter{InvocationID: "inv-f"})
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("rows of the failed call: %d (%v), want none", len(rows), err)
+	}
+	if rows, err := s.Rows(ctx, Filter{InvocationID: "unrelated"}); err != nil || len(rows) != 1 {
+		t.Fatalf("unrelated rows: %d (%v), want 1", len(rows), err)
+	}
+
+	// A leader that is written takes its follower with it.
+	wait, then, err = s.EnqueueFollowed(ctx, ToolCallStarted(common("inv-g"), "call-2", "Read", zeroHash(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := then(ctx, ToolCallCompleted(common("inv-g"), "call-2", "Read", OutcomeSuccess, 1, "", "")); err != nil {
+		t.Fatalf("follower of a written row: %v", err)
+	}
+	if _, err := wait(); err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	if rows, err := s.Rows(ctx, Filter{InvocationID: "inv-g"}); err != nil || len(rows) != 2 || rows[0].Kind != KindToolCallStarted {
+		t.Fatalf("rows of the written call: %+v (%v)", rows, err)
+	}
+	if rep, err := s.Verify(ctx); err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}

@@ -35,7 +35,13 @@ func (s *Store) startAt(h head, end int64) {
 // outcome whatever ctx does, so a nil error always means a durable row.
 // Write failures wrap ErrUnavailable.
 func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
-	b, i, err := s.add(ctx, d, true)
+	return s.emit(ctx, d, nil, 0)
+}
+
+// emit is Emit of a row that, when after is set, follows row afterIdx of
+// batch after (see EnqueueFollowed).
+func (s *Store) emit(ctx context.Context, d Draft, after *batch, afterIdx int) (Row, error) {
+	b, i, err := s.add(ctx, d, true, after, afterIdx)
 	if err != nil {
 		return Row{}, err
 	}
@@ -59,11 +65,38 @@ func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
 // then cost one fdatasync each (completed row and the next started row
 // together), not two.
 func (s *Store) Enqueue(ctx context.Context, d Draft) (wait func() (Row, error), err error) {
-	b, i, err := s.add(ctx, d, false)
+	b, i, err := s.add(ctx, d, false, nil, 0)
 	if err != nil {
 		return nil, err
 	}
 	return func() (Row, error) { return b.result(i) }, nil
+}
+
+// EnqueueFollowed is Enqueue of a row that another must follow: then emits
+// that row (as Emit does), and writes it only if d was written. When d's
+// append failed and then's row would land in a later append, it is not
+// written and fails with ErrUnavailable, so the journal never holds a row
+// without the row it follows (a tool call's completed row without its
+// started row). then is for rows that are not terminal (see isTerminal).
+func (s *Store) EnqueueFollowed(ctx context.Context, d Draft) (wait func() (Row, error), then func(context.Context, Draft) (Row, error), err error) {
+	b, i, err := s.add(ctx, d, false, nil, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	wait = func() (Row, error) { return b.result(i) }
+	then = func(ctx context.Context, next Draft) (Row, error) { return s.emit(ctx, next, b, i) }
+	return wait, then, nil
+}
+
+// failed is row i's failure once b is done (nil when it was written).
+func (b *batch) failed(i int) error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.errs != nil {
+		return b.errs[i]
+	}
+	return nil
 }
 
 // writerState is the Store's journal writer: the batch being filled, the
@@ -126,6 +159,10 @@ type slot struct {
 	kind    Kind
 	payload []byte
 	prefix  [sha256StateLen]byte // SHA-256 state after appendHashPrefix
+	// after, when set, is the batch of the row this one follows (its index
+	// afterIdx): the row is written only if that one was.
+	after    *batch
+	afterIdx int
 }
 
 // sha256StateLen is the size of a marshalled crypto/sha256 state.
@@ -207,11 +244,12 @@ const lazyHold = time.Millisecond
 // add prepares d's slot and adds it to the batch being filled; it returns
 // that batch and the slot's index in it. urgent: the caller waits for the
 // row (Emit), so the batch goes as soon as the syncer is free.
-func (s *Store) add(ctx context.Context, d Draft, urgent bool) (*batch, int, error) {
+func (s *Store) add(ctx context.Context, d Draft, urgent bool, after *batch, afterIdx int) (*batch, int, error) {
 	sl, err := prepare(d)
 	if err != nil {
 		return nil, 0, err
 	}
+	sl.after, sl.afterIdx = after, afterIdx
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
@@ -376,22 +414,58 @@ func (s *Store) commit(b *batch) error {
 			return err
 		}
 	}
-	rows, buf, err := s.chain(b.slots, h, s.spare[:0])
+	// slots are the rows to write; keep, when set, their indexes in b.
+	slots, keep := b.slots, []int(nil)
+	at := func(k int) int {
+		if keep == nil {
+			return k
+		}
+		return keep[k]
+	}
+	// A row whose row before it failed in an earlier append is not written
+	// (EnqueueFollowed); in the same append, both share its fate.
+	for i, sl := range b.slots {
+		if sl.after == nil || sl.after == b {
+			continue
+		}
+		b.slots[i].after = nil // no chain of batches kept alive
+		if ferr := sl.after.failed(sl.afterIdx); ferr != nil {
+			if b.errs == nil {
+				b.errs = make([]error, len(b.slots))
+			}
+			b.errs[i] = fmt.Errorf("%w: the row it follows was not written: %w", ErrUnavailable, ferr)
+		}
+	}
+	if b.errs != nil {
+		slots = nil
+		keep = []int{}
+		for i, sl := range b.slots {
+			if b.errs[i] == nil {
+				keep = append(keep, i)
+				slots = append(slots, sl)
+			}
+		}
+		if len(slots) == 0 {
+			b.rows = make([]Row, len(b.slots))
+			return nil
+		}
+	}
+	rows, buf, err := s.chain(slots, h, s.spare[:0])
 	s.spare = buf
 	if err != nil {
 		return err
 	}
-	var keep []int // when set: the indexes of the only slots written
-	if hasPlain(b.slots) {
+	if hasPlain(slots) {
 		if size, err = s.makeRoom(start+int64(len(buf)), size); err != nil {
 			// Rows other than terminal ones would use space reserved for
 			// running invocations' terminal rows (or that space cannot be
 			// told): refuse those, write the terminal rows.
-			var slots []slot
-			for i, sl := range b.slots {
+			var terminal []slot
+			var terminalAt []int
+			for k, sl := range slots {
 				if isTerminal(sl.kind) {
-					keep = append(keep, i)
-					slots = append(slots, sl)
+					terminalAt = append(terminalAt, at(k))
+					terminal = append(terminal, sl)
 				}
 			}
 			if errors.Is(err, ErrNoSpace) && !errors.Is(err, syscall.ENOSPC) {
@@ -399,13 +473,18 @@ func (s *Store) commit(b *batch) error {
 			} else if !errors.Is(err, ErrUnavailable) {
 				err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
-			if len(keep) == 0 {
+			if len(terminal) == 0 {
 				return err
 			}
-			b.errs = make([]error, len(b.slots))
-			for i := range b.errs {
-				b.errs[i] = err
+			if b.errs == nil {
+				b.errs = make([]error, len(b.slots))
 			}
+			for i := range b.errs {
+				if b.errs[i] == nil {
+					b.errs[i] = err
+				}
+			}
+			slots, keep = terminal, terminalAt
 			rows, buf, err = s.chain(slots, h, s.spare[:0])
 			s.spare = buf
 			if err != nil {

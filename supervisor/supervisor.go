@@ -47,6 +47,10 @@ var (
 	// ErrRefused: the invocation was refused before dispatch, e.g. the state
 	// directory is unusable (exit 3).
 	ErrRefused = errors.New("refused before dispatch")
+	// ErrNotStarted: Request.StartSlot refused the invocation (the caller
+	// left, or the daemon is stopping) while it waited to start; nothing
+	// ran and no row was written. errors.Is(err, ErrRefused) holds for it.
+	ErrNotStarted = fmt.Errorf("%w: not started", ErrRefused)
 	// ErrNotFound: the skill asked for is not there (or not in that
 	// version); nothing ran.
 	ErrNotFound = errors.New("skill not found")
@@ -126,9 +130,12 @@ type Request struct {
 	// OnProtocolAbuse is called at the first broker protocol abuse of each
 	// kind (it must not block).
 	OnProtocolAbuse func(kind string)
-	// OnSandboxStarted is called once the sandbox's start has returned,
-	// whether it started or not (the daemon's bound on starts in progress).
-	OnSandboxStarted func()
+	// StartSlot, when set, is called before a cold start to take one of
+	// the slots of sandbox creations in progress (the daemon's bound), and
+	// its release once the start has returned, whether it started or not.
+	// Its error refuses the invocation before any row (ErrNotStarted). A
+	// warm sandbox is not created, so it takes no slot.
+	StartSlot func() (release func(), err error)
 	// Stop, when closed, ends the invocation early through the timeout path
 	// (SIGTERM now, SIGKILL after the usual 10% grace, at most StopKillAfter):
 	// the daemon's shutdown. The outcome is timeout, with its skill.timeout row.
@@ -399,6 +406,7 @@ type invocation struct {
 	limits      limits
 	capHit      atomic.Bool // the broker reached the audit row cap
 	warm        *warmBox    // the warm sandbox claimed, nil for a cold start
+	releaseSlot func()      // gives back a cold start's StartSlot; nil without one
 }
 
 // prepare validates everything that can be refused before any row is
@@ -553,6 +561,14 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		inv.warm, done = s.Warm.claim(inv)
 		defer done()
 	}
+	if inv.warm == nil && inv.req.StartSlot != nil {
+		release, err := inv.req.StartSlot()
+		if err != nil {
+			return Envelope{}, fmt.Errorf("%w: waiting to start: %v", ErrNotStarted, err)
+		}
+		inv.releaseSlot = sync.OnceFunc(release)
+		defer inv.releaseSlot()
+	}
 	if inv.warm != nil {
 		inv.spec.ID, inv.ident = inv.warm.w.ID(), inv.warm.ident
 		inv.containment.Start = StartWarm
@@ -706,8 +722,8 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	} else {
 		proc, err, hung = s.startWithin(inv.spec, deadline, log)
 	}
-	if inv.req.OnSandboxStarted != nil {
-		inv.req.OnSandboxStarted()
+	if inv.releaseSlot != nil {
+		inv.releaseSlot()
 	}
 	if hung {
 		// startWithin kills whatever the start returns later.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
@@ -88,12 +89,17 @@ func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 	dir := skillDir(t, "")
 	var wg sync.WaitGroup
 	var starts sync.Map
+	var slots, released atomic.Int64
+	slot := func() (func(), error) {
+		slots.Add(1)
+		return func() { released.Add(1) }, nil
+	}
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 20 {
-				env, err := s.Run(Request{SkillDir: dir})
+				env, err := s.Run(Request{SkillDir: dir, StartSlot: slot})
 				if err != nil || env.Outcome != OutcomeSuccess {
 					t.Errorf("goroutine %d run %d: %v %s %s", g, i, err, env.Outcome, env.ErrorMessage)
 					return
@@ -123,6 +129,26 @@ func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 	}
 	if pool.Ready() != 0 {
 		t.Errorf("%d warm sandboxes ready after Close", pool.Ready())
+	}
+	// Only cold starts wait for a start slot, each given back once.
+	if slots.Load() != r.cold.Load() || released.Load() != slots.Load() {
+		t.Errorf("%d start slots taken, %d released, for %d cold starts", slots.Load(), released.Load(), r.cold.Load())
+	}
+}
+
+// TestStartSlotRefusalRunsNothing: an invocation whose start slot is
+// refused (its caller left the line) is ErrNotStarted, writes no row and
+// starts no sandbox.
+func TestStartSlotRefusalRunsNothing(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}}
+	s := newSupWith(t, r)
+	_, err := s.Run(Request{SkillDir: skillDir(t, ""), StartSlot: func() (func(), error) { return nil, context.Canceled }})
+	if !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrRefused) {
+		t.Fatalf("err %v, want ErrNotStarted (an ErrRefused)", err)
+	}
+	rows, err := s.Audit.(*audit.Store).Rows(context.Background(), audit.Filter{})
+	if err != nil || len(rows) != 0 || r.cold.Load() != 0 {
+		t.Fatalf("%d rows (%v) and %d starts after a refused start slot, want none", len(rows), err, r.cold.Load())
 	}
 }
 

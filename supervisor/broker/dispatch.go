@@ -646,9 +646,10 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	actx := context.WithoutCancel(ctx)
 	startedRow := audit.ToolCallStarted(common, callID, p.tool, argsHash)
 	var startedWait func() (audit.Row, error) // nil: the started row is durable
+	var emitCompleted func(context.Context, audit.Draft) (audit.Row, error)
 	var aerr error
 	if q, ok := d.audit.(enqueuer); ok && policy.EffectFree(name) {
-		startedWait, aerr = q.Enqueue(actx, startedRow)
+		startedWait, emitCompleted, aerr = q.EnqueueFollowed(actx, startedRow)
 	} else {
 		_, aerr = d.audit.Emit(actx, startedRow)
 	}
@@ -694,7 +695,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	completedRow := audit.ToolCallCompleted(common, callID, p.tool, outcome, dur, resultHash, msg)
 	if startedWait == nil {
 		d.completed(actx, log, callID, completedRow)
-	} else if perr := d.pair(actx, log, callID, completedRow, startedWait, metricTool, obs); perr != nil {
+	} else if perr := d.pair(actx, log, callID, completedRow, startedWait, emitCompleted, metricTool, obs); perr != nil {
 		return nil, perr
 	}
 	if denial != nil {
@@ -728,9 +729,10 @@ func (e *partialError) Error() string { return e.err.Error() }
 func (e *partialError) Unwrap() error { return e.err }
 
 // enqueuer is an audit sink that can queue a row without waiting for its
-// commit (audit.Store).
+// commit, and one that another row must follow (audit.Store).
 type enqueuer interface {
 	Enqueue(ctx context.Context, d audit.Draft) (func() (audit.Row, error), error)
+	EnqueueFollowed(ctx context.Context, d audit.Draft) (func() (audit.Row, error), func(context.Context, audit.Draft) (audit.Row, error), error)
 }
 
 // completed writes a tool_call_completed row. With a queueing sink the
@@ -781,17 +783,16 @@ func (d *dispatcher) startedFailed(log *slog.Logger, metricTool string, obs *cal
 // started row's is too, and in the usual case (a short tool) both went in
 // one append, one fdatasync. Only then may the reply go. When the started
 // row failed, the result is withheld (the tool's only effect) and the call
-// is refused as if it had not run; should the completed row have been
-// written anyway, in a later append, that is logged for the operator.
-func (d *dispatcher) pair(ctx context.Context, log *slog.Logger, callID string, row audit.Draft, startedWait func() (audit.Row, error), metricTool string, obs *callObs) error {
-	_, cerr := d.audit.Emit(ctx, row)
+// is refused as if it had not run; the store never writes the completed
+// row then (it follows the started row: audit.Store.EnqueueFollowed).
+func (d *dispatcher) pair(ctx context.Context, log *slog.Logger, callID string, row audit.Draft, startedWait func() (audit.Row, error), emitCompleted func(context.Context, audit.Draft) (audit.Row, error), metricTool string, obs *callObs) error {
+	_, cerr := emitCompleted(ctx, row)
 	if _, serr := startedWait(); serr != nil {
-		unwritten := int64(3)
-		if cerr == nil {
-			unwritten = 2
+		if cerr == nil { // the store's rule broken: say so
 			log.Error("broker: tool_call_completed row written without its started row", "call_id", callID, "err", serr, "severity", "sev-1")
+			return d.startedFailed(log, metricTool, obs, serr, 2)
 		}
-		return d.startedFailed(log, metricTool, obs, serr, unwritten)
+		return d.startedFailed(log, metricTool, obs, serr, 3)
 	}
 	if cerr != nil {
 		// The started row stands: as for any call, a missing completed

@@ -322,6 +322,7 @@ func TestEffectFreeFailuresKeepRowOrder(t *testing.T) {
 type faultyQueue struct {
 	*audit.Store
 	enqueueErr, commitErr, emitErr error
+	writeOrphan                    bool
 }
 
 func (f *faultyQueue) Enqueue(ctx context.Context, d audit.Draft) (func() (audit.Row, error), error) {
@@ -332,6 +333,25 @@ func (f *faultyQueue) Enqueue(ctx context.Context, d audit.Draft) (func() (audit
 		return func() (audit.Row, error) { return audit.Row{}, f.commitErr }, nil
 	}
 	return f.Store.Enqueue(ctx, d)
+}
+
+// EnqueueFollowed fails like Enqueue; a row following a failed one fails
+// as the store's own does (audit's TestFollowedRowNeverOutlivesItsLeader)
+// unless writeOrphan asks for the broken rule.
+func (f *faultyQueue) EnqueueFollowed(ctx context.Context, d audit.Draft) (func() (audit.Row, error), func(context.Context, audit.Draft) (audit.Row, error), error) {
+	switch {
+	case f.enqueueErr != nil:
+		return nil, nil, f.enqueueErr
+	case f.commitErr != nil:
+		then := func(ctx context.Context, next audit.Draft) (audit.Row, error) {
+			if f.writeOrphan {
+				return f.Emit(ctx, next)
+			}
+			return audit.Row{}, fmt.Errorf("%w: the row it follows was not written: %w", audit.ErrUnavailable, f.commitErr)
+		}
+		return func() (audit.Row, error) { return audit.Row{}, f.commitErr }, then, nil
+	}
+	return f.Store.EnqueueFollowed(ctx, d)
 }
 
 func (f *faultyQueue) Emit(ctx context.Context, d audit.Draft) (audit.Row, error) {
@@ -354,7 +374,10 @@ func TestEffectFreeStartedRowFailure(t *testing.T) {
 	}{
 		{"enqueue fails", faultyQueue{enqueueErr: audit.ErrClosed}, false, 0},
 		{"append fails", faultyQueue{commitErr: diskFull, emitErr: diskFull}, true, 0},
-		{"only the started append fails", faultyQueue{commitErr: diskFull}, true, 1},
+		{"only the started append fails", faultyQueue{commitErr: diskFull}, true, 0},
+		// Were the store to write a completed row after its failed started
+		// row, the call is still refused (and the operator told).
+		{"the store's rule broken", faultyQueue{commitErr: diskFull, writeOrphan: true}, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, store := storeEnv(t, map[policy.Tool]func(context.Context, *tools.Call) (any, error){

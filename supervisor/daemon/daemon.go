@@ -435,14 +435,6 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		d.scav.ended(d.inflight.Add(-1), d.inflight.Load)
 		d.wg.Done()
 	}()
-	// Admitted; the sandbox is created once a start slot is free. A caller
-	// that gives up meanwhile leaves the line, and nothing has run.
-	leave, err := d.starts.enter(r.Context(), d.stop)
-	if err != nil {
-		reply(http.StatusServiceUnavailable, APIError{Code: "not_started", Error: "waiting to start: " + err.Error()}, false)
-		return
-	}
-	defer leave()
 	var id string
 	def := supervisor.Defaults(d.cfg.Defaults)
 	env, err := d.sup.Run(supervisor.Request{
@@ -460,8 +452,9 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		OnToolCall:      d.hub.decided,
 		OnProtocolAbuse: func(kind string) { d.hub.protocolAbuse(id, kind) },
 		Stop:            d.stop,
-		// The slot is free once the sandbox has started (or failed to).
-		OnSandboxStarted: leave,
+		// Admitted; a cold sandbox is created once a start slot is free. A
+		// caller that gives up meanwhile leaves the line, and nothing runs.
+		StartSlot: func() (func(), error) { return d.starts.enter(r.Context(), d.stop) },
 	})
 	if id != "" {
 		d.hub.ended(id)
@@ -474,6 +467,8 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, supervisor.ErrAuditIncomplete):
 		// The skill ran; its record is not durable: never a success.
 		reply(http.StatusServiceUnavailable, APIError{Code: "audit_incomplete", Error: err.Error()}, true)
+	case errors.Is(err, supervisor.ErrNotStarted):
+		reply(http.StatusServiceUnavailable, APIError{Code: "not_started", Error: err.Error()}, false)
 	case errors.Is(err, supervisor.ErrRefused):
 		reply(http.StatusServiceUnavailable, APIError{Code: "refused", Error: err.Error()}, false)
 	case err != nil:
