@@ -252,6 +252,11 @@ func TestWarmPoisonedIsDiscarded(t *testing.T) {
 		fmt.Sscan(f, &pid)
 		_ = syscall.Kill(pid, syscall.SIGKILL) // the sandbox's init, started by our daemon
 	}
+	// SIGKILL is delivered asynchronously: wait until the init is gone.
+	waitFor(t, 10*time.Second, func() bool {
+		b, err := os.ReadFile(filepath.Join(dirs[0], "cgroup.procs"))
+		return err != nil || len(strings.Fields(string(b))) == 0
+	})
 	env := d.invokeWarm(t, map[string]any{"skill_id": "probe"})
 	if env.Containment["start"] != "cold" {
 		t.Fatalf("after its warm sandbox was poisoned: start %v, want cold", env.Containment["start"])

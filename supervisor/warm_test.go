@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -173,5 +174,49 @@ func TestWarmPoolSkipsDeadSandboxes(t *testing.T) {
 	}
 	if len(r.activated) != 0 || r.made.Load() == 0 {
 		t.Errorf("dead sandboxes: %d made, %d activated, want some made and none activated", r.made.Load(), len(r.activated))
+	}
+}
+
+// TestShapeKeyNamesWhatTheSandboxWasMadeFrom: a warm sandbox is only
+// handed to an invocation of the same shape: another skill folder, the
+// same path swapped for another folder, another policy, profile bytes or
+// limit is another shape.
+func TestShapeKeyNamesWhatTheSandboxWasMadeFrom(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "skill")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{SkillDir: dir, Entrypoint: "main", MemoryMB: 64, PidsMax: 8, SeccompProfile: "default", SeccompProfileHash: "aa"}
+	key := func(s sandbox.Spec, pol string) string {
+		t.Helper()
+		k, err := shapeKey(s, pol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	k0 := key(spec, "p1")
+	if key(spec, "p1") != k0 {
+		t.Fatal("the same shape gave two keys")
+	}
+	other := spec
+	other.MemoryMB = 65
+	profile := spec
+	profile.SeccompProfileHash = "bb"
+	for name, k := range map[string]string{"policy": key(spec, "p2"), "memory": key(other, "p1"), "profile bytes": key(profile, "p1")} {
+		if k == k0 {
+			t.Errorf("another %s, the same key", name)
+		}
+	}
+	// The folder swapped for another at the same path (a new inode).
+	if err := os.Rename(dir, dir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if key(spec, "p1") == k0 {
+		t.Error("a swapped skill folder kept the key")
 	}
 }
