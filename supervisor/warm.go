@@ -51,8 +51,8 @@ const (
 // WarmPool keeps sandboxes made ahead of their invocations, per skill
 // shape: one is claimed by exactly one invocation and destroyed after it,
 // never reused. A pool refills in the background towards the number of
-// invocations of the shape seen running at once, within its budget; a
-// shape unused for Idle is emptied. A SKILL.md, profile or limit change is
+// invocations of the shape seen running at once, plus one per miss, up to
+// MaxPerSkill and within its budget; a shape unused for Idle is emptied. A SKILL.md, profile or limit change is
 // a new shape: the old one's sandboxes are destroyed at its first claim.
 type WarmPool struct {
 	sup *Supervisor
@@ -79,7 +79,7 @@ type warmEntry struct {
 	ready    []*warmBox
 	filling  int
 	inUse    int // claimed, running
-	want     int // ready sandboxes to keep
+	want     int // ready sandboxes to keep: grows with concurrent use and misses
 	lastUse  time.Time
 	failedAt time.Time
 }
@@ -191,8 +191,10 @@ func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func()) {
 		}
 	}
 	// A hit refills once its invocation has ended, so that the making of
-	// the next sandbox does not take CPU from this one; a miss refills now.
+	// the next sandbox does not take CPU from this one; a miss refills now,
+	// and keeps one more ready from now on: calls came faster than refills.
 	if box == nil {
+		e.want = min(p.cfg.MaxPerSkill, e.want+1)
 		p.fillLocked(e)
 	}
 	p.mu.Unlock()
