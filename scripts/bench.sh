@@ -62,6 +62,8 @@ go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -c
 echo
 echo "== tool calls from inside a sandbox through the broker (enforced, audited durably) vs the MCP Go SDK over stdio, 5 s each"
 go test -tags seccomp -run '^$' -bench BenchmarkToolCallVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw"
+echo "   the same with 8 callers in one sandbox, and 8 sandboxes with one caller each, against 8 MCP callers:"
+go test -tags seccomp -run '^$' -bench BenchmarkToolCallsConcurrentVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw"
 
 echo
 echo "== the daemon: invocations/s of a trivial skill through the admin socket at concurrency 1, 8, 32; RSS idle and per active invocation"

@@ -225,7 +225,6 @@ func (p *WarmPool) dropLocked(k string, e *warmEntry) []*warmBox {
 		p.releaseLocked(e)
 	}
 	e.ready, e.want = nil, 0
-	p.sup.metrics().WarmSandboxes.WithLabelValues(e.skillID).Set(0)
 	return out
 }
 
@@ -320,12 +319,15 @@ func (p *WarmPool) make(e *warmEntry) (*warmBox, error) {
 	return &warmBox{w: w, sock: sock, ident: ident, entry: e}, nil
 }
 
-// gauge publishes e's ready count.
+// gauge publishes the ready count of e's skill, over all its shapes (an
+// old one may still be emptying after an edit).
 func (p *WarmPool) gauge(e *warmEntry) {
 	p.mu.Lock()
-	n := len(e.ready)
-	if p.entries[e.key] != e {
-		n = 0
+	n := 0
+	for _, o := range p.entries {
+		if o.skillID == e.skillID {
+			n += len(o.ready)
+		}
 	}
 	p.mu.Unlock()
 	p.sup.metrics().WarmSandboxes.WithLabelValues(e.skillID).Set(float64(n))
@@ -352,6 +354,7 @@ func (p *WarmPool) janitor() {
 		p.mu.Unlock()
 		for _, b := range dead {
 			b.destroy()
+			p.gauge(b.entry)
 		}
 	}
 }
@@ -384,6 +387,7 @@ func (p *WarmPool) Close() {
 	p.mu.Unlock()
 	for _, b := range dead {
 		b.destroy()
+		p.gauge(b.entry)
 	}
 	p.wg.Wait()
 }

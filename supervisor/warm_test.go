@@ -12,9 +12,13 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/internal/testutil"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/telemetry"
 )
 
 // warmRunner is a goroutine-safe fake Runner that can prewarm: each warm
@@ -219,4 +223,24 @@ func TestShapeKeyNamesWhatTheSandboxWasMadeFrom(t *testing.T) {
 	if key(spec, "p1") == k0 {
 		t.Error("a swapped skill folder kept the key")
 	}
+}
+
+// TestWarmGaugeFollowsThePool: skill_warm_sandboxes shows the skill's
+// ready sandboxes, and 0 once idle expiry has emptied them.
+func TestWarmGaugeFollowsThePool(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}}
+	s := newSupWith(t, r)
+	s.Metrics = telemetry.NewMetrics()
+	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 2, Idle: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s.Warm = pool
+	if env, err := s.Run(Request{SkillDir: skillDir(t, "")}); err != nil || env.Outcome != OutcomeSuccess {
+		t.Fatal(err, env.Outcome)
+	}
+	gauge := func() float64 { return promtest.ToFloat64(s.Metrics.WarmSandboxes.WithLabelValues("fake")) }
+	testutil.WaitFor(t, 5*time.Second, func() bool { return pool.Ready() >= 1 && gauge() == float64(pool.Ready()) })
+	testutil.WaitFor(t, 5*time.Second, func() bool { return pool.Ready() == 0 && gauge() == 0 })
 }

@@ -46,6 +46,14 @@ const (
 	targetWarmVsUnsh  = 1.1   // ≤ 1.1× unshare of /bin/true
 	targetRateConc    = 8     // daemon throughput target is at this concurrency
 	targetRate        = 100.0 // invocations/s
+
+	// Broker benchmarks: broker-calls/s, mcp-calls/s and broker/mcp.
+	brokerOne         = "BenchmarkToolCallVsMCP"                      // one client
+	brokerConcurrent  = "BenchmarkToolCallsConcurrentVsMCP"           // /callers=8, /sandboxes=8
+	brokerCallers     = "BenchmarkToolCallsConcurrentVsMCP/callers=8" // the 10× target's case
+	targetBrokerOne   = 2.0                                           // ≥ 2× the MCP SDK, one client
+	targetBrokerEight = 10.0                                          // ≥ 10× at 8 callers
+	targetRSSKiB      = 1024.0                                        // daemon RSS per active invocation (BenchmarkDaemon RSS-KiB/active-inv)
 )
 
 func main() {
@@ -190,7 +198,48 @@ type report struct {
 	refs      map[string]float64 // in-process medians of cyberos, unshare, bwrap, runc, when present
 	series    []series
 	warmOther []variant // daemon warm latencies reported without a concurrency
+	broker    []brokerRow
+	rssPerInv float64 // BenchmarkDaemon's RSS-KiB/active-inv, NaN when absent
 	missing   []string
+}
+
+// res0 turns a NaN-for-absent figure into a figure and whether it is there.
+func res0(v float64) (float64, bool) { return v, !math.IsNaN(v) }
+
+// brokerRow is one broker-vs-MCP case: audited calls/s through the broker
+// against the MCP Go SDK's in the same run.
+type brokerRow struct {
+	name              string
+	broker, mcp, rate float64 // rate: broker/mcp
+}
+
+// brokerRows picks the broker-vs-MCP benchmarks out of res, sorted by name.
+func (rep *report) brokerRows(res results) {
+	for name := range res {
+		if !strings.HasPrefix(name, brokerOne) && !strings.HasPrefix(name, brokerConcurrent) {
+			continue
+		}
+		bro, okB := res.median(name, "broker-calls/s")
+		mcp, okM := res.median(name, "mcp-calls/s")
+		if !okB || !okM || mcp == 0 {
+			continue
+		}
+		rep.broker = append(rep.broker, brokerRow{name: name, broker: bro, mcp: mcp, rate: bro / mcp})
+	}
+	slices.SortFunc(rep.broker, func(a, b brokerRow) int { return strings.Compare(a.name, b.name) })
+	if len(rep.broker) == 0 {
+		rep.missing = append(rep.missing, "broker vs MCP: no "+brokerOne+" or "+brokerConcurrent+" lines")
+	}
+}
+
+// brokerRatio is the broker/mcp ratio of the named case.
+func (rep *report) brokerRatio(name string) (float64, bool) {
+	for _, r := range rep.broker {
+		if r.name == name {
+			return r.rate, true
+		}
+	}
+	return math.NaN(), false
 }
 
 // build picks the figures out of res.
@@ -198,6 +247,11 @@ func build(res results) report {
 	rep := report{refs: map[string]float64{}}
 	rep.startVariants(res)
 	rep.daemonSeries(res)
+	rep.brokerRows(res)
+	rep.rssPerInv = math.NaN()
+	if v, ok := res.median(daemonBench, "RSS-KiB/active-inv"); ok {
+		rep.rssPerInv = v
+	}
 	for _, s := range rep.series {
 		if !math.IsNaN(s.points[0].p50) && s.points[0].conc == 1 {
 			v := variant{name: "daemon " + s.label, source: daemonSource(s.label) + ", POST→envelope p50 at concurrency 1", median: s.points[0].p50, p95: s.points[0].p95}
@@ -418,6 +472,16 @@ func (rep report) markdown(inputs []string) string {
 		}
 	}
 
+	b.WriteString("\n## Broker vs the MCP Go SDK (audited calls/s)\n\n")
+	if len(rep.broker) == 0 {
+		b.WriteString("Not measured in this run.\n")
+	} else {
+		b.WriteString("| case | broker calls/s | MCP calls/s | × MCP |\n|---|---|---|---|\n")
+		for _, r := range rep.broker {
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f× |\n", r.name, num(r.broker), num(r.mcp), r.rate)
+		}
+	}
+
 	b.WriteString("\n## Targets (issue 19), same run\n\n")
 	c, okC := rep.refs["cyberos"]
 	fmt.Fprintf(&b, "- cyberos cold start in process ≤ %g× bwrap: %s\n", targetColdVsBwrap, against(c/bwrap, okC && okB, c/bwrap <= targetColdVsBwrap, "×"))
@@ -447,6 +511,12 @@ func (rep report) markdown(inputs []string) string {
 	if !rated {
 		fmt.Fprintf(&b, "- daemon throughput at concurrency %d ≥ %g/s: — (no figure)\n", targetRateConc, targetRate)
 	}
+	rss, okRSS := res0(rep.rssPerInv)
+	fmt.Fprintf(&b, "- daemon RSS per active invocation < %g KiB: %s\n", targetRSSKiB, against(rss, okRSS, rss < targetRSSKiB, " KiB"))
+	one, okOne := rep.brokerRatio(brokerOne)
+	fmt.Fprintf(&b, "- broker, one client, ≥ %g× the MCP SDK: %s\n", targetBrokerOne, against(one, okOne, one >= targetBrokerOne, "×"))
+	eight, okEight := rep.brokerRatio(brokerCallers)
+	fmt.Fprintf(&b, "- broker, 8 callers, ≥ %g× the MCP SDK: %s\n", targetBrokerEight, against(eight, okEight, eight >= targetBrokerEight, "×"))
 
 	if len(rep.missing) > 0 {
 		b.WriteString("\n## Not found in the input\n\n")

@@ -212,6 +212,9 @@ func TestRunWritesTableAndPlots(t *testing.T) {
 	}
 	wellFormedSVG(t, filepath.Join(out, "start-latency.svg"))
 	wellFormedSVG(t, filepath.Join(out, "daemon-throughput.svg"))
+	if !bytes.Contains(md, []byte("- daemon RSS per active invocation < 1024 KiB: 305 KiB (met)")) {
+		t.Errorf("bench.md lacks the RSS target (median of 300 and 310):\n%s", md)
+	}
 	for _, f := range []string{"bench.md", "start-latency.svg", "daemon-throughput.svg"} {
 		if !strings.Contains(stdout.String(), filepath.Join(out, f)) {
 			t.Errorf("stdout does not name %s:\n%s", f, stdout.String())
@@ -259,5 +262,37 @@ func TestRunMissingMetrics(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(empty); len(entries) != 1 {
 		t.Errorf("empty input wrote %d files, want bench.md alone", len(entries))
+	}
+}
+
+// brokerLines: the broker benchmarks as a real make bench prints them (the
+// one-client line is from one; the concurrent ones in the same format).
+const brokerLines = `BenchmarkToolCallVsMCP-2   	       1	      2344 broker-calls/s	       387.0 broker-p50-µs	       923.0 broker-p99-µs	         1.059 broker/mcp	      2214 mcp-calls/s	       357.0 mcp-p50-µs	      1560 mcp-p99-µs
+BenchmarkToolCallsConcurrentVsMCP/callers=8-2   	       1	      2954 broker-calls/s	       2000 broker-p50-µs	       5000 broker-p99-µs	         2.05 broker/mcp	      1441 mcp-calls/s	       5000 mcp-p50-µs	      9000 mcp-p99-µs
+BenchmarkToolCallsConcurrentVsMCP/sandboxes=8-2   	       1	      2718 broker-calls/s	       2000 broker-p50-µs	       5000 broker-p99-µs	         1.98 broker/mcp	      1373 mcp-calls/s	       5000 mcp-p50-µs	      9000 mcp-p99-µs
+`
+
+// The broker cases get their table and both broker targets, against the
+// MCP SDK figures of the same lines; without them, the targets say so.
+func TestBrokerTargets(t *testing.T) {
+	res, err := parse(strings.NewReader(brokerLines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := build(res).markdown([]string{"raw.txt"})
+	for _, want := range []string{
+		"| BenchmarkToolCallVsMCP | 2344 | 2214 | 1.06× |",
+		"| BenchmarkToolCallsConcurrentVsMCP/sandboxes=8 | 2718 | 1373 | 1.98× |",
+		"- broker, one client, ≥ 2× the MCP SDK: 1.06× (missed)",
+		"- broker, 8 callers, ≥ 10× the MCP SDK: 2.05× (missed)",
+		"- daemon RSS per active invocation < 1024 KiB: — (no figure or reference)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("bench.md lacks %q:\n%s", want, md)
+		}
+	}
+	md = build(results{}).markdown(nil)
+	if !strings.Contains(md, "- broker, one client, ≥ 2× the MCP SDK: — (no figure or reference)") {
+		t.Errorf("no broker lines: %s", md)
 	}
 }
