@@ -344,18 +344,23 @@ func (p *WarmPool) janitor() {
 			return
 		case <-tick.C:
 		}
-		var dead []*warmBox
-		p.mu.Lock()
-		for k, e := range p.entries {
-			if e.inUse == 0 && time.Since(e.lastUse) > p.cfg.Idle {
-				dead = append(dead, p.dropLocked(k, e)...)
-			}
+		p.expire(time.Now())
+	}
+}
+
+// expire empties the shapes unused for Idle at now.
+func (p *WarmPool) expire(now time.Time) {
+	var dead []*warmBox
+	p.mu.Lock()
+	for k, e := range p.entries {
+		if e.inUse == 0 && now.Sub(e.lastUse) > p.cfg.Idle {
+			dead = append(dead, p.dropLocked(k, e)...)
 		}
-		p.mu.Unlock()
-		for _, b := range dead {
-			b.destroy()
-			p.gauge(b.entry)
-		}
+	}
+	p.mu.Unlock()
+	for _, b := range dead {
+		b.destroy()
+		p.gauge(b.entry)
 	}
 }
 

@@ -176,8 +176,11 @@ func TestWarmPoolSkipsDeadSandboxes(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // let a refill land
 	}
-	if len(r.activated) != 0 || r.made.Load() == 0 {
-		t.Errorf("dead sandboxes: %d made, %d activated, want some made and none activated", r.made.Load(), len(r.activated))
+	testutil.WaitFor(t, 10*time.Second, func() bool { return r.made.Load() > 0 })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.activated) != 0 {
+		t.Errorf("dead sandboxes: %d made, %d activated, want none activated", r.made.Load(), len(r.activated))
 	}
 }
 
@@ -231,7 +234,7 @@ func TestWarmGaugeFollowsThePool(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}}
 	s := newSupWith(t, r)
 	s.Metrics = telemetry.NewMetrics()
-	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 2, Idle: 300 * time.Millisecond})
+	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 2, Idle: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +244,9 @@ func TestWarmGaugeFollowsThePool(t *testing.T) {
 		t.Fatal(err, env.Outcome)
 	}
 	gauge := func() float64 { return promtest.ToFloat64(s.Metrics.WarmSandboxes.WithLabelValues("fake")) }
-	testutil.WaitFor(t, 5*time.Second, func() bool { return pool.Ready() >= 1 && gauge() == float64(pool.Ready()) })
-	testutil.WaitFor(t, 5*time.Second, func() bool { return pool.Ready() == 0 && gauge() == 0 })
+	testutil.WaitFor(t, 10*time.Second, func() bool { return pool.Ready() >= 1 && gauge() == float64(pool.Ready()) })
+	pool.expire(time.Now().Add(2 * time.Hour)) // what the janitor does once the hour has passed
+	if pool.Ready() != 0 || gauge() != 0 {
+		t.Fatalf("after idle expiry: %d ready, gauge %v, want 0 and 0", pool.Ready(), gauge())
+	}
 }
