@@ -58,15 +58,21 @@ func BenchmarkToolCallVsMCP(b *testing.B) {
 		json.Unmarshal(r.env.Result, &ours)
 
 		mcpRate, mcpP50, mcpP99 := runMCP(b, seconds*time.Second)
-		b.ReportMetric(ours["calls_per_s"], "broker-calls/s")
-		b.ReportMetric(ours["p50_us"], "broker-p50-µs")
-		b.ReportMetric(ours["p99_us"], "broker-p99-µs")
-		b.ReportMetric(mcpRate, "mcp-calls/s")
-		b.ReportMetric(mcpP50, "mcp-p50-µs")
-		b.ReportMetric(mcpP99, "mcp-p99-µs")
-		b.ReportMetric(ours["calls_per_s"]/mcpRate, "broker/mcp")
-		b.ReportMetric(0, "ns/op")
+		reportVsMCP(b, ours, mcpRate, mcpP50, mcpP99)
 	}
+}
+
+// reportVsMCP reports the broker's figures (the callbench probe's) beside
+// the MCP SDK's of the same run.
+func reportVsMCP(b *testing.B, ours map[string]float64, mcpRate, mcpP50, mcpP99 float64) {
+	b.ReportMetric(ours["calls_per_s"], "broker-calls/s")
+	b.ReportMetric(ours["p50_us"], "broker-p50-µs")
+	b.ReportMetric(ours["p99_us"], "broker-p99-µs")
+	b.ReportMetric(mcpRate, "mcp-calls/s")
+	b.ReportMetric(mcpP50, "mcp-p50-µs")
+	b.ReportMetric(mcpP99, "mcp-p99-µs")
+	b.ReportMetric(ours["calls_per_s"]/mcpRate, "broker/mcp")
+	b.ReportMetric(0, "ns/op")
 }
 
 // BenchmarkToolCallsConcurrentVsMCP: as BenchmarkToolCallVsMCP, with
@@ -88,16 +94,6 @@ func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
 	args := func(callers int) map[string]any {
 		return map[string]any{"tool": "Read", "args": map[string]string{"path": data + "/x.txt"}, "seconds": seconds, "callers": callers}
 	}
-	report := func(b *testing.B, ours map[string]float64, mcpRate, mcpP50, mcpP99 float64) {
-		b.ReportMetric(ours["calls_per_s"], "broker-calls/s")
-		b.ReportMetric(ours["p50_us"], "broker-p50-µs")
-		b.ReportMetric(ours["p99_us"], "broker-p99-µs")
-		b.ReportMetric(mcpRate, "mcp-calls/s")
-		b.ReportMetric(mcpP50, "mcp-p50-µs")
-		b.ReportMetric(mcpP99, "mcp-p99-µs")
-		b.ReportMetric(ours["calls_per_s"]/mcpRate, "broker/mcp")
-		b.ReportMetric(0, "ns/op")
-	}
 	b.Run(fmt.Sprintf("callers=%d", n), func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			a, _ := json.Marshal(args(n))
@@ -109,7 +105,7 @@ func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
 			var ours map[string]float64
 			json.Unmarshal(r.env.Result, &ours)
 			rate, p50, p99 := runMCPConcurrent(b, seconds*time.Second, 1, n)
-			report(b, ours, rate, p50, p99)
+			reportVsMCP(b, ours, rate, p50, p99)
 		}
 	})
 	b.Run(fmt.Sprintf("sandboxes=%d", n), func(b *testing.B) {
@@ -142,7 +138,7 @@ func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
 				ours["p99_us"] = max(ours["p99_us"], r["p99_us"])
 			}
 			rate, p50, p99 := runMCPConcurrent(b, seconds*time.Second, n, 1)
-			report(b, ours, rate, p50, p99)
+			reportVsMCP(b, ours, rate, p50, p99)
 		}
 	})
 }
