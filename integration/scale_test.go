@@ -143,6 +143,23 @@ func envProcs(e *env) []int {
 	return pids
 }
 
+// describeProcs names each pid with its command line, state and kernel
+// wait channel, for a failure message.
+func describeProcs(pids []int) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		state := ""
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) {
+			state = string(stat[i+2 : i+3])
+		}
+		fmt.Fprintf(&b, "\n  pid %d state %s wchan %s: %q", pid, state, wchan, strings.ReplaceAll(string(cmd), "\x00", " "))
+	}
+	return b.String()
+}
+
 // envCgroups lists the invocation cgroups left under this env's parent,
 // in every mounted hierarchy.
 func envCgroups(e *env) []string {

@@ -329,7 +329,13 @@ func TestWarmSandboxesEndWithADeadDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-d.exited
-	waitFor(t, 10*time.Second, func() bool { return len(envProcs(e)) == 0 })
+	deadline := time.Now().Add(slow(10 * time.Second))
+	for len(envProcs(e)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of the dead daemon's sandboxes still alive after 10s: %s", describeProcs(envProcs(e)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	startDaemon(t, e)
 	if left := envCgroups(e); len(left) > 0 {
 		t.Errorf("cgroups of the dead daemon's warm sandboxes left after a restart: %v", left)

@@ -99,6 +99,21 @@ func TestIDRangeFreedWithItsHolder(t *testing.T) {
 	}
 	_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 	_ = cmd.Wait()
+	// Until it closes its copy of the fd (-o), flock(1)'s child shares the
+	// lock, and the SIGKILL may have caught it before: the lock is free once
+	// that child has exited too, which Wait (flock(1) only) does not wait for.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		l, ok := tryLock(filepath.Join(r.idRangeDir(), "0.lock"))
+		if ok {
+			l.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("range 0's lock still held 10s after its holders were killed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	y, err := r.Reserve("y")
 	if err != nil || y.RangeStart != 2_000_000 {
 		t.Fatalf("after the holder died: %+v %v, want range 0", y, err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	mobyseccomp "github.com/moby/profiles/seccomp"
+	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -488,4 +489,42 @@ func dockerDefaultJSON(t testing.TB) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A sandbox whose supervisor dies after libcontainer started its init, but
+// before the init was let through its exec fifo to become cyberos-init,
+// ends on its own: without a watch on the control pipe that init would
+// wait on the fifo forever, holding its cgroup and pid until a restart.
+func TestInitEndsWhenItsSupervisorDiesBeforeExec(t *testing.T) {
+	w := newWorld(t)
+	var initPid int
+	runInit = func(c *libcontainer.Container, proc *libcontainer.Process) error {
+		// Start without Exec: the init now waits on the exec fifo, as it
+		// does between the two inside Run.
+		if err := c.Start(proc); err != nil {
+			return err
+		}
+		initPid, _ = proc.Pid()
+		return nil
+	}
+	defer func() { runInit = runContainer }()
+	p := w.prewarm(t, "fifo-wait").(*linuxProcess)
+	defer p.Close()
+	ended := func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", initPid))
+		if err != nil {
+			return true
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+	}
+	time.Sleep(200 * time.Millisecond)
+	if initPid == 0 || ended() {
+		t.Fatalf("init %d ended before its supervisor's end of the control pipe closed", initPid)
+	}
+	// The supervisor's end of the control pipe is its only one: closing
+	// it is what the supervisor's death does to it.
+	p.control.Close()
+	p.control = nil
+	testutil.WaitFor(t, 5*time.Second, ended)
 }

@@ -502,7 +502,7 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	uid := r.skillUID()
 	proc := &libcontainer.Process{
 		Args:       append(withControl(withInitRlimits(ll.initArgs(false), p.initRlimits)), filepath.Join(SkillMount, spec.Entrypoint)),
-		ExtraFiles: []*os.File{statusW, child.control},
+		ExtraFiles: []*os.File{statusW, child.control}, // fds 3 and controlFD
 		Env:        []string{"PATH=/usr/bin:/bin"},
 		UID:        uid,
 		GID:        uid,
@@ -512,7 +512,7 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 		Stderr:     child.stderr,
 		Init:       true,
 	}
-	if err := runContainer(c, proc); err != nil {
+	if err := runInit(c, proc); err != nil {
 		return nil, p.abort(fmt.Errorf("sandbox start: %w", err))
 	}
 	// The sandbox's processes keep its user namespace alive now.
@@ -638,6 +638,10 @@ func (p *linuxProcess) activate(a Activation, since time.Time) error {
 	p.latency = time.Since(since)
 	return nil
 }
+
+// runInit starts a sandbox's init; a test replaces it to stop the init
+// before its exec.
+var runInit = runContainer
 
 // runContainer is c.Run(proc), with a panic inside libcontainer turned into
 // an error: a start that takes libcontainer over a minute (seen with 100
@@ -1070,6 +1074,43 @@ func (p *linuxProcess) StartLatency() time.Duration { return p.latency }
 // then. Otherwise it returns at once.
 func Reexec() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
+		if os.Getenv("_LIBCONTAINER_INITTYPE") == "standard" {
+			go exitIfControlHangsUp()
+		}
 		libcontainer.Init()
+	}
+}
+
+// controlFD is the init's end of the control pipe: Start's ExtraFiles[1],
+// cyberos-init's CONTROL_FD.
+const controlFD = 4
+
+// exitIfControlHangsUp ends a container init whose supervisor is gone
+// before the init execs cyberos-init. Libcontainer's init waits for the
+// supervisor to open the container's exec fifo, and would wait forever if
+// the supervisor died in between; the control pipe's write end is the
+// supervisor's, so a hang-up with no message on it means it died (or
+// dropped the sandbox). A message means the sandbox was activated: stop
+// watching, cyberos-init reads it.
+func exitIfControlHangsUp() {
+	var st unix.Stat_t
+	if unix.Fstat(controlFD, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return
+	}
+	if fl, err := unix.FcntlInt(controlFD, unix.F_GETFL, 0); err != nil || fl&unix.O_ACCMODE != unix.O_RDONLY {
+		return
+	}
+	fds := []unix.PollFd{{Fd: controlFD, Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || fds[0].Revents&(unix.POLLIN|unix.POLLNVAL) != 0 {
+			return
+		}
+		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+			os.Exit(1)
+		}
 	}
 }
