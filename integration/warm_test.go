@@ -39,12 +39,17 @@ func (d *daemonProc) invokeWarm(t *testing.T, body map[string]any) warmEnvelope 
 }
 
 // warmDirs lists this env's warm sandboxes by their cgroup directories in
-// one hierarchy (pids under v1, the unified one under v2).
+// one hierarchy (pids under v1, the unified one under v2): those with a
+// process, so not one whose invocation ended and which is being destroyed
+// after the answer.
 func warmDirs(e *env) []string {
 	var out []string
 	for _, d := range envCgroups(e) {
 		first, _, _ := strings.Cut(strings.TrimPrefix(d, "/sys/fs/cgroup/"), "/")
-		if strings.HasPrefix(filepath.Base(d), "warm-") && (first == "pids" || strings.HasPrefix(first, "cyberos")) {
+		if !strings.HasPrefix(filepath.Base(d), "warm-") || (first != "pids" && !strings.HasPrefix(first, "cyberos")) {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 			out = append(out, d)
 		}
 	}

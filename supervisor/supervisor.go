@@ -265,6 +265,18 @@ type Supervisor struct {
 	logs      *logStore
 
 	metricsOnce sync.Once
+
+	// MaxTeardowns is how many sandboxes of ended invocations may be
+	// destroyed in the background, after their answer, at once; past it (and
+	// with 0) a sandbox is destroyed before its invocation answers. Each
+	// holds its host id range until it is gone.
+	MaxTeardowns int
+	// teardowns counts the sandboxes being destroyed in the background;
+	// teardownSlots holds one token for each.
+	teardowns     sync.WaitGroup
+	teardownOnce  sync.Once
+	teardownSlots chan struct{}
+
 	// clock is time.Now unless a test sets it.
 	clock func() time.Time
 }
@@ -404,9 +416,10 @@ type invocation struct {
 	req         Request
 	spanCtx     context.Context // carries skill.invoke
 	limits      limits
-	capHit      atomic.Bool // the broker reached the audit row cap
-	warm        *warmBox    // the warm sandbox claimed, nil for a cold start
-	releaseSlot func()      // gives back a cold start's StartSlot; nil without one
+	capHit      atomic.Bool     // the broker reached the audit row cap
+	warm        *warmBox        // the warm sandbox claimed, nil for a cold start
+	releaseSlot func()          // gives back a cold start's StartSlot; nil without one
+	proc        sandbox.Process // the started sandbox, destroyed by teardown
 }
 
 // prepare validates everything that can be refused before any row is
@@ -572,9 +585,6 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 	if inv.warm != nil {
 		inv.spec.ID, inv.ident = inv.warm.w.ID(), inv.warm.ident
 		inv.containment.Start = StartWarm
-		// Destroys it if dispatch never activated it; a no-op after the
-		// Process's own Close.
-		defer inv.warm.destroy()
 	} else {
 		if inv.ident, err = s.Runner.Reserve(inv.spec.ID); err != nil {
 			return Envelope{}, fmt.Errorf("%w: %v", ErrRefused, err)
@@ -582,6 +592,9 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		defer s.Runner.Release(inv.spec.ID)
 	}
 	inv.ident.Describe(&inv.containment)
+	// Registered after the inflight lock's release, so it runs first: the
+	// sandbox is destroyed once the completed row is durable.
+	defer s.teardown(inv, log)
 
 	spanCtx, span := s.tracer().Start(telemetry.ContextWithRemoteParent(ctx, inv.trace), "skill.invoke",
 		trace.WithSpanKind(trace.SpanKindServer),
@@ -739,17 +752,19 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		return env, "sandbox did not start"
 	}
 	running.Store(&proc)
+	inv.proc = proc
 	if inv.capHit.Load() { // reached while the sandbox was starting
 		_ = proc.KillAll()
 	}
-	defer func() {
-		if cerr := proc.Close(); cerr != nil {
-			log.Error("sandbox cleanup", "err", cerr)
-		}
-	}()
 	env.Containment = proc.Containment()
 	env.Containment.Egress = tools.EgressMode
 	env.Containment.Start = inv.containment.Start
+	if proc.Containment().Start == StartCold && inv.warm != nil {
+		// Its init died between the claim and the activation: the runner
+		// made it again, cold, with the identity the started row records.
+		env.Containment.Start = StartCold
+		log.Warn("warm sandbox's init died after its claim: it was made again, cold")
+	}
 	env.SandboxStartMS = float64(proc.StartLatency().Microseconds()) / 1000
 	s.metrics().SandboxStartMS.Observe(env.SandboxStartMS)
 
@@ -858,6 +873,49 @@ func (s *Supervisor) metrics() *telemetry.Metrics {
 	})
 	return s.Metrics
 }
+
+// teardown destroys the invocation's sandbox (and a warm one it claimed
+// but never activated). Every process of the sandbox is gone once Wait
+// returned, and the completed row is durable: what is left (cgroups,
+// container state, the id range) need not delay the answer, so it goes on
+// in the background, at most MaxTeardowns at once; past that, in line.
+// Drain waits for it.
+func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {
+	proc, warm := inv.proc, inv.warm
+	if proc == nil && warm == nil {
+		return
+	}
+	work := func() {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("supervisor panic during sandbox cleanup", "panic", r, "stack", string(debug.Stack()))
+			}
+		}()
+		if proc != nil {
+			if err := proc.Close(); err != nil {
+				log.Error("sandbox cleanup", "err", err)
+			}
+		}
+		if warm != nil {
+			warm.destroy() // a no-op after the Process's own Close
+		}
+	}
+	s.teardownOnce.Do(func() { s.teardownSlots = make(chan struct{}, max(0, s.MaxTeardowns)) })
+	select {
+	case s.teardownSlots <- struct{}{}:
+		s.teardowns.Add(1)
+		go func() {
+			defer func() { <-s.teardownSlots; s.teardowns.Done() }()
+			work()
+		}()
+	default:
+		work()
+	}
+}
+
+// Drain waits until every sandbox of an ended invocation is destroyed.
+// Whoever ends the supervisor calls it after the last invocation returned.
+func (s *Supervisor) Drain() { s.teardowns.Wait() }
 
 // startWithin starts the sandbox, giving up at the deadline: a start that
 // hangs ends the invocation as a timeout, and whatever the start returns

@@ -26,8 +26,9 @@ type fakeRunner struct {
 	stdout, stderr string
 	exit           sandbox.Exit
 	stats          cgroups.Stats
-	ignoreTerm     bool // keep running after SIGTERM, until KillAll
-	hang           bool // never end by itself
+	ignoreTerm     bool          // keep running after SIGTERM, until KillAll
+	hang           bool          // never end by itself
+	closeGate      chan struct{} // when set, Close waits for it
 	startErr       error
 	checkErr       error
 	panicInWait    bool
@@ -109,6 +110,9 @@ func (p *fakeProc) Exec(context.Context, sandbox.ExecSpec) (sandbox.ExecExit, er
 	return sandbox.ExecExit{}, errors.New("fake: no exec")
 }
 func (p *fakeProc) Close() error {
+	if p.f.closeGate != nil {
+		<-p.f.closeGate
+	}
 	p.f.mu.Lock()
 	p.f.closed = true
 	p.f.mu.Unlock()
@@ -135,7 +139,10 @@ func run(t *testing.T, f *fakeRunner, req Request) (Envelope, error) {
 	if req.SkillDir == "" {
 		req.SkillDir = skillDir(t, "")
 	}
-	return newSup(t, f).Run(req)
+	s := newSup(t, f)
+	env, err := s.Run(req)
+	s.Drain()
+	return env, err
 }
 
 // newSup is a supervisor on the fake runner and a real audit store.
@@ -245,6 +252,36 @@ func TestDeadlineMayOnlyShorten(t *testing.T) {
 	_, err := run(t, &fakeRunner{}, Request{SkillDir: skillDir(t, "effort_minutes: 1\n"), Deadline: 2 * time.Minute})
 	if !errors.Is(err, ErrInvalidSkill) || !strings.Contains(err.Error(), "deadline") {
 		t.Fatalf("err %v, want ErrInvalidSkill naming the deadline", err)
+	}
+}
+
+// TestAnswerBeforeTeardown: with a teardown slot, the envelope and the
+// completed row do not wait for the sandbox's destruction; Drain does.
+func TestAnswerBeforeTeardown(t *testing.T) {
+	f := &fakeRunner{stdout: "{}", closeGate: make(chan struct{})}
+	s := newSup(t, f)
+	s.MaxTeardowns = 1
+	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	if err != nil || env.Outcome != OutcomeSuccess {
+		t.Fatalf("%v %+v", err, env)
+	}
+	rows, err := s.store(t).Rows(context.Background(), audit.Filter{InvocationID: env.InvocationID, Kind: audit.KindInvokedCompleted})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("completed rows before the teardown: %v %v", rows, err)
+	}
+	drained := make(chan struct{})
+	go func() { s.Drain(); close(drained) }()
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while the sandbox's Close was still running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(f.closeGate)
+	<-drained
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closed {
+		t.Fatal("sandbox not closed after Drain")
 	}
 }
 

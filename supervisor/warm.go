@@ -18,8 +18,8 @@ import (
 
 // Start kinds, Containment.Start.
 const (
-	StartWarm = "warm"
-	StartCold = "cold"
+	StartWarm = sandbox.StartWarm
+	StartCold = sandbox.StartCold
 )
 
 // WarmConfig bounds a WarmPool. The zero value of each bound but

@@ -100,6 +100,7 @@ func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 		}()
 		sup.Tracer = tp.Tracer(telemetry.TracerName)
 	}
+	sup.MaxTeardowns = cfg.Teardowns()
 	if lost, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	} else if len(lost) > 0 {

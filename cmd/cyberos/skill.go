@@ -122,6 +122,10 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return err
 	}
 	defer closeAll()
+	// The sandbox is destroyed after the envelope is ready (its range is
+	// this process's until it exits).
+	sup.MaxTeardowns = 1
+	defer sup.Drain()
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	}

@@ -105,16 +105,30 @@ const DefaultConfigDir = "/etc/cyberos"
 // holds one range of 65536 ids of its own, from host_id_base on.
 type Userns struct {
 	HostIDBase uint32 `yaml:"host_id_base"`
-	// Ranges is how many ranges there are; 0 means max_concurrent.
+	// Ranges is how many ranges there are; 0 means max_concurrent +
+	// warm.max_sandboxes + DefaultTeardowns.
 	Ranges int `yaml:"ranges"`
 }
+
+// DefaultTeardowns is how many sandboxes of ended invocations may be
+// destroyed in the background at once when userns.ranges is 0: each still
+// holds its range until it is gone.
+var DefaultTeardowns = 2 * runtime.NumCPU()
 
 // IDRanges is the number of ranges in force.
 func (c *Config) IDRanges() int {
 	if c.Userns.Ranges == 0 {
-		return c.MaxConcurrent + c.Warm.MaxSandboxes
+		return c.MaxConcurrent + c.Warm.MaxSandboxes + DefaultTeardowns
 	}
 	return c.Userns.Ranges
+}
+
+// Teardowns is how many sandboxes may be destroyed after their answer at
+// once: the ranges beyond those of the running and warm sandboxes, at most
+// DefaultTeardowns. With none spare, a sandbox is destroyed before its
+// invocation answers.
+func (c *Config) Teardowns() int {
+	return max(0, min(DefaultTeardowns, c.IDRanges()-c.MaxConcurrent-c.Warm.MaxSandboxes))
 }
 
 // ConcurrentStarts is the bound on sandbox creations in force.
@@ -306,7 +320,7 @@ func (c *Config) Validate() error {
 		return bad("warm.idle", "must be 1s..24h, got %v", time.Duration(w.Idle))
 	}
 	if c.Userns.Ranges != 0 && c.Userns.Ranges < c.MaxConcurrent+w.MaxSandboxes {
-		return bad("userns.ranges", "%d is below max_concurrent %d + warm.max_sandboxes %d: each running or warm sandbox holds a range (0 means their sum)", c.Userns.Ranges, c.MaxConcurrent, w.MaxSandboxes)
+		return bad("userns.ranges", "%d is below max_concurrent %d + warm.max_sandboxes %d: each running or warm sandbox holds a range (0 means their sum plus %d for sandboxes being destroyed)", c.Userns.Ranges, c.MaxConcurrent, w.MaxSandboxes, DefaultTeardowns)
 	}
 	if c.Audit.SigningKey == "" {
 		return bad("audit.signing_key", "must be a path (relative to the config file's directory), got \"\"")

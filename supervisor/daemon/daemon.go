@@ -290,7 +290,9 @@ func (d *Daemon) shutdown() {
 		d.stopOnce.Do(func() { close(d.stop) })
 		<-done
 	}
-	// Every invocation has ended: no warm sandbox outlives the daemon.
+	// Every invocation has ended: its sandbox and every warm one are
+	// destroyed before the daemon exits.
+	d.sup.Drain()
 	if d.sup.Warm != nil {
 		d.sup.Warm.Close()
 	}

@@ -89,8 +89,12 @@ func TestConfigUsernsOverlapsHostIDs(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("ranges after the subuid range: %v", err)
 	}
-	if c.IDRanges() != c.MaxConcurrent+c.Warm.MaxSandboxes {
-		t.Fatalf("ranges %d, want max_concurrent %d + warm.max_sandboxes %d by default", c.IDRanges(), c.MaxConcurrent, c.Warm.MaxSandboxes)
+	if c.IDRanges() != c.MaxConcurrent+c.Warm.MaxSandboxes+DefaultTeardowns || c.Teardowns() != DefaultTeardowns {
+		t.Fatalf("ranges %d, teardowns %d; want max_concurrent %d + warm.max_sandboxes %d + %d teardowns by default", c.IDRanges(), c.Teardowns(), c.MaxConcurrent, c.Warm.MaxSandboxes, DefaultTeardowns)
+	}
+	c.Userns.Ranges = c.MaxConcurrent + c.Warm.MaxSandboxes
+	if c.Teardowns() != 0 {
+		t.Fatalf("teardowns %d with no spare range, want 0", c.Teardowns())
 	}
 }
 

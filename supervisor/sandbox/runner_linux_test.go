@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/cyberos/supervisor/internal/testutil"
 	"github.com/cyberos/supervisor/supervisor/seccomp"
@@ -527,4 +528,54 @@ func TestInitEndsWhenItsSupervisorDiesBeforeExec(t *testing.T) {
 	p.control.Close()
 	p.control = nil
 	testutil.WaitFor(t, 5*time.Second, ended)
+}
+
+// A warm sandbox whose init died before its invocation (killed, OOM) is
+// made again, cold, by Activate: same id, same host id range (the identity
+// the started row records), and the skill runs.
+func TestActivateRemakesADeadWarmSandbox(t *testing.T) {
+	w := newWorld(t)
+	warm := w.prewarm(t, "dies-warm")
+	p := warm.(*linuxProcess)
+	defer p.Close()
+	st, err := p.c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rangeStart := p.lease.start
+	if err := unix.Kill(st.InitProcessPid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, func() bool { return !warm.Alive() })
+	proc, err := warm.Activate(Activation{Stdout: io.Discard, Stderr: io.Discard, Deadline: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := proc.(*linuxProcess)
+	if q == p || q.id != p.id || q.lease == nil || q.lease.start != rangeStart || proc.Containment().Start != StartCold {
+		t.Errorf("remade sandbox: id %q (was %q), range %v (was %d), start %q", q.id, p.id, q.lease, rangeStart, proc.Containment().Start)
+	}
+	waitClose(t, proc)
+	if err := warm.Close(); err != nil {
+		t.Errorf("the dead warm sandbox's Close after the remake: %v", err)
+	}
+	// v1: a directory per controller; v2: one.
+	left, _ := filepath.Glob("/sys/fs/cgroup/*" + CgroupParentFor(w.runDir) + "/" + p.id)
+	if v2 := "/sys/fs/cgroup" + CgroupParentFor(w.runDir) + "/" + p.id; isDir(v2) {
+		left = append(left, v2)
+	}
+	if len(left) > 0 {
+		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
+	}
+	// The range is free again: the next reservation gets it.
+	id, err := w.runner.Reserve("next")
+	w.runner.Release("next")
+	if err != nil || id.RangeStart != int(rangeStart) {
+		t.Errorf("after Close, Reserve got %+v %v, want range %d", id, err, rangeStart)
+	}
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }

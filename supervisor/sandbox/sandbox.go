@@ -252,6 +252,12 @@ type Warmer interface {
 	Prewarm(spec Spec) (Warm, error)
 }
 
+// Start kinds, Containment.Start: made ahead of its invocation, or for it.
+const (
+	StartWarm = "warm"
+	StartCold = "cold"
+)
+
 // Warm is a prewarmed sandbox: namespaces, mounts, cgroup, limits, the
 // seccomp filter and Landlock are in place, and nothing of the skill runs
 // yet. It serves one invocation (Activate) or none (Close); either way it

@@ -442,7 +442,7 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	if !ok {
 		return nil, fmt.Errorf("sandbox %s: already running", spec.ID)
 	}
-	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, started: start}
+	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, started: start, spec: spec}
 	var holder *nsHolder
 	defer func() { holder.stop() }()
 	if r.userNS {
@@ -590,12 +590,47 @@ func (p *linuxProcess) Alive() bool {
 func (p *linuxProcess) ID() string { return p.id }
 
 // Activate hands the invocation to the waiting init, which starts the
-// skill. A sandbox is activated at most once.
+// skill. A sandbox is activated at most once. If its init died while it
+// waited (killed, OOM), nothing of the invocation has run: the sandbox is
+// made again, cold, under the same id and in the same id range (the
+// identity its invocation recorded), and the returned Process is that one,
+// with Containment().Start StartCold.
 func (p *linuxProcess) Activate(a Activation) (Process, error) {
-	if err := p.activate(a, time.Now()); err != nil {
+	t0 := time.Now()
+	if p.control != nil && !p.Alive() {
+		q, err := p.remake()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: its init died before activation, and making it again failed: %w", err)
+		}
+		q.cont.Start = StartCold
+		p = q
+	}
+	if err := p.activate(a, t0); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// remake destroys p, whose init is dead, and makes the sandbox again from
+// its spec in the same range. p's Close is then a no-op.
+func (p *linuxProcess) remake() (*linuxProcess, error) {
+	r, lease := p.runner, p.lease
+	p.lease = nil
+	var err error
+	p.once.Do(func() { err = p.cleanup() })
+	if err != nil {
+		p.lease = lease // not destroyed: the range stays held
+		return nil, err
+	}
+	r.leaseMu.Lock()
+	r.leases[p.id] = lease // a reservation, which prewarm takes over
+	r.leaseMu.Unlock()
+	q, err := r.prewarm(p.spec, time.Now())
+	if err != nil {
+		r.Release(p.id)
+		return nil, err
+	}
+	return q, nil
 }
 
 // activate sends the control message and connects stdio; since is when
@@ -805,6 +840,9 @@ type linuxProcess struct {
 	started  time.Time
 	latency  time.Duration
 	once     sync.Once
+	// spec is what a warm sandbox was made from, to make it again when
+	// its init died before activation.
+	spec Spec
 }
 
 func (p *linuxProcess) cgroupPath() string { return p.runner.cgroupParent + "/" + p.id }
