@@ -21,8 +21,9 @@ const DefaultLogBudget = 64 << 20
 // within a byte budget: a new log first makes room by removing the oldest
 // ones, so skill logs can never fill the disk the audit journal needs.
 type logStore struct {
-	dir    string
-	budget int64
+	dir      string
+	budget   int64
+	maxFiles int // maxKeptLogs unless a test sets it
 
 	mu      sync.Mutex
 	scanned bool
@@ -45,7 +46,7 @@ func newLogStore(dir string, budget int64) *logStore {
 			}
 		}
 	}
-	return &logStore{dir: dir, budget: budget}
+	return &logStore{dir: dir, budget: budget, maxFiles: maxKeptLogs}
 }
 
 // scan learns the logs already kept (by modification time), once.
@@ -80,17 +81,25 @@ func (l *logStore) scan() {
 	}
 }
 
+// maxKeptLogs bounds how many logs are kept, whatever their size: each is
+// an inode and an entry in files.
+const maxKeptLogs = 1 << 16
+
 // keep writes one log, removing the oldest logs first as needed. A log
-// larger than the whole budget is cut to it. A failed write leaves no
-// partial file.
+// larger than the whole budget is cut to it. An empty one is not written:
+// a skill that wrote nothing to stderr has no log. A failed write leaves
+// no partial file.
 func (l *logStore) keep(id string, b []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(b) == 0 {
+		return nil
+	}
 	l.scan()
 	if int64(len(b)) > l.budget {
 		b = b[int64(len(b))-l.budget:]
 	}
-	for len(l.files) > 0 && l.total+int64(len(b)) > l.budget {
+	for len(l.files) > 0 && (l.total+int64(len(b)) > l.budget || len(l.files) >= l.maxFiles) {
 		old := l.files[0]
 		if err := os.Remove(filepath.Join(l.dir, old.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			break

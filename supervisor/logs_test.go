@@ -50,6 +50,42 @@ func TestLogBudgetRemovesOldest(t *testing.T) {
 	}
 }
 
+// TestEmptyLogIsNotKept: an invocation that wrote nothing to stderr leaves
+// no file (empty files cost no budget bytes, so they were never removed).
+func TestEmptyLogIsNotKept(t *testing.T) {
+	dir := t.TempDir()
+	l := newLogStore(dir, 3000)
+	for _, id := range []string{"A", "B"} {
+		if err := l.keep(id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 || len(l.files) != 0 {
+		t.Fatalf("empty logs kept: %d files, %d tracked", len(ents), len(l.files))
+	}
+}
+
+// TestLogCountBound: however small the logs, at most maxFiles are kept,
+// the oldest removed first.
+func TestLogCountBound(t *testing.T) {
+	dir := t.TempDir()
+	l := newLogStore(dir, 1<<20)
+	l.maxFiles = 3
+	for _, id := range []string{"A", "B", "C", "D", "E"} {
+		if err := l.keep(id, []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var names []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "C.stderr D.stderr E.stderr" || len(l.files) != 3 {
+		t.Fatalf("kept %v (%d tracked), want C, D, E", names, len(l.files))
+	}
+}
+
 // TestLowDiskRefusesBeforeDispatch: with less free space on the state
 // filesystem than MinFreeBytes, nothing runs and no row is written.
 func TestLowDiskRefusesBeforeDispatch(t *testing.T) {
