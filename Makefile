@@ -3,6 +3,10 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO       ?= go
 TAGS     := seccomp
+# bin/cyberos is linked statically (libseccomp.a, glibc's libc.a; pure-Go
+# user and DNS lookups): libcontainer re-executes it as every sandbox's
+# first process, and a static binary skips the dynamic loader each time.
+STATIC   := -tags "$(TAGS) netgo osusergo" -ldflags '-extldflags "-static"'
 BIN      := bin/cyberos
 CC       ?= gcc
 DEMO_STATE ?= /tmp/cyberos-demo-state
@@ -17,8 +21,8 @@ help: ## list the targets
 deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl; golangci-lint into .cache/bin); idempotent
 	@bash scripts/install-deps.sh
 
-build: deps ## build bin/cyberos (cgo + seccomp), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
-	CGO_ENABLED=1 $(GO) build -tags $(TAGS) -o $(BIN) ./cmd/cyberos
+build: deps ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
+	CGO_ENABLED=1 $(GO) build $(STATIC) -o $(BIN) ./cmd/cyberos
 	$(CC) -static -O2 -Wall -Wextra -Werror -o bin/cyberos-init sandbox-init/cyberos-init.c
 	CGO_ENABLED=0 $(GO) build -o bin/cyberos-tool ./cmd/cyberos-tool
 	CGO_ENABLED=0 $(GO) build -o examples/notes-go/main examples/notes-go/skill.go

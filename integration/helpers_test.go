@@ -61,7 +61,8 @@ func run(m *testing.M) int {
 	}
 	cyberosBin = filepath.Join(tmp, "cyberos")
 	for _, build := range []*exec.Cmd{
-		exec.Command("go", "build", "-tags", "seccomp", "-o", cyberosBin, "./cmd/cyberos"),
+		// As `make build` builds it: static (see the Makefile's STATIC).
+		exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", cyberosBin, "./cmd/cyberos"),
 		exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(tmp, "cyberos-init"), "sandbox-init/cyberos-init.c"),
 		exec.Command("go", "build", "-o", filepath.Join(tmp, "cyberos-tool"), "./cmd/cyberos-tool"),
 	} {
