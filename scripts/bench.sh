@@ -17,12 +17,16 @@ for pkg in bubblewrap runc; do
     echo "($pkg not installed: left out of the comparison)"
 done
 n=${BENCH_N:-50}
+# The in-process benchmarks re-execute their own test binary as each
+# sandbox's first process, as the daemon does bin/cyberos: link them as
+# `make build` links it (the Makefile's STATIC).
+static=(-tags "seccomp netgo osusergo" -ldflags '-extldflags "-static"')
 echo "== in-process runner, as the daemon runs it: Check→Start→Wait→Close→Release of a /bin/true skill, full default policy, $n rounds interleaved with the references"
-go test -tags seccomp -run '^$' -bench 'BenchmarkColdStart$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
+go test "${static[@]}" -run '^$' -bench 'BenchmarkColdStart$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
   grep -E 'BenchmarkColdStart' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 echo
 echo "== the same cold start per seccomp profile: default, strict, Docker's default imported (native arch), $n rounds interleaved"
-go test -tags seccomp -run '^$' -bench 'BenchmarkColdStartProfiles$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
+go test "${static[@]}" -run '^$' -bench 'BenchmarkColdStartProfiles$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
   grep -E 'BenchmarkColdStartProfiles' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 echo
 echo "== whole CLI: \`cyberos skill run\` of the same skill (process start, policy, sandbox, cleanup), 20 runs"
@@ -57,7 +61,7 @@ echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids
 go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark' | tee -a "$raw"
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
-go test -tags seccomp -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark' | tee -a "$raw"
+go test "${static[@]}" -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark' | tee -a "$raw"
 
 echo
 echo "== tool calls from inside a sandbox through the broker (enforced, audited durably) vs the MCP Go SDK over stdio, 5 s each"
