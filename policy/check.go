@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -21,9 +22,12 @@ import (
 // never read as a number, a float never as an integer, a mapping never as a
 // list.
 
+// Compiled on first use: a {0,63} repetition is a large program, and every
+// sandbox's first process (a re-execution of the daemon's binary) would
+// build it at start for nothing.
 var (
-	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-	profileRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	nameRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
+	profileRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`) })
 )
 
 // Known reports whether t is one of KnownTools.
@@ -112,8 +116,8 @@ func setName(p *Policy, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	if !nameRE.MatchString(s) {
-		return fieldErr(key, fmt.Sprintf("must match %s (lower case letters, digits, '.', '_', '-'; at most 64), got %s", nameRE, describe(s)))
+	if !nameRE().MatchString(s) {
+		return fieldErr(key, fmt.Sprintf("must match %s (lower case letters, digits, '.', '_', '-'; at most 64), got %s", nameRE(), describe(s)))
 	}
 	p.Name = s
 	return nil
@@ -190,8 +194,8 @@ func setSeccompProfile(p *Policy, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	if !profileRE.MatchString(s) {
-		return fieldErr(key, fmt.Sprintf("must be a profile name matching %s, got %s", profileRE, describe(s)))
+	if !profileRE().MatchString(s) {
+		return fieldErr(key, fmt.Sprintf("must be a profile name matching %s, got %s", profileRE(), describe(s)))
 	}
 	p.SeccompProfile = s
 	return nil

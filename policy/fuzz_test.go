@@ -40,7 +40,7 @@ func FuzzParse(f *testing.F) {
 // checkInvariants asserts what a successfully parsed Policy guarantees.
 func checkInvariants(t *testing.T, p *Policy) {
 	t.Helper()
-	if !nameRE.MatchString(p.Name) {
+	if !nameRE().MatchString(p.Name) {
 		t.Fatalf("invalid name %q", p.Name)
 	}
 	if strings.TrimSpace(p.Description) == "" {
@@ -68,7 +68,7 @@ func checkInvariants(t *testing.T, p *Policy) {
 	if p.RateLimitPerMinute < 0 || p.RateLimitPerMinute > 100000 {
 		t.Fatalf("rate limit %d out of range", p.RateLimitPerMinute)
 	}
-	if !profileRE.MatchString(p.SeccompProfile) {
+	if !profileRE().MatchString(p.SeccompProfile) {
 		t.Fatalf("invalid seccomp profile %q", p.SeccompProfile)
 	}
 	if p.AllowedTools == nil || p.DisallowedTools == nil || p.AllowedMemoryScopes == nil ||

@@ -63,8 +63,9 @@ func SocketName(invocationID string) string {
 // maxSocketPath is sun_path's size less its NUL (104 on the BSDs).
 const maxSocketPath = 103
 
-// invocationIDPattern keeps the invocation id a single, tame path element.
-var invocationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// invocationIDPattern keeps the invocation id a single, tame path element;
+// compiled on first use (see policy.nameRE).
+var invocationIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
 // Config is one invocation's broker.
 type Config struct {
@@ -181,7 +182,7 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, errors.New("broker: no audit sink")
 	case cfg.Common.InvocationID == "" || cfg.Common.SkillID == "":
 		return nil, errors.New("broker: Common.InvocationID and Common.SkillID are required")
-	case !invocationIDPattern.MatchString(cfg.Common.InvocationID):
+	case !invocationIDPattern().MatchString(cfg.Common.InvocationID):
 		return nil, fmt.Errorf("broker: invocation id %q is not usable in a socket name", cfg.Common.InvocationID)
 	case cfg.RatePerMinute < 0:
 		return nil, errors.New("broker: negative RatePerMinute")
@@ -308,7 +309,7 @@ type Socket struct {
 // Listen makes the socket of sandbox id in dir (SocketName(id)), owned by
 // uid:gid, for a broker started later.
 func Listen(dir, id string, uid, gid int) (*Socket, error) {
-	if !invocationIDPattern.MatchString(id) {
+	if !invocationIDPattern().MatchString(id) {
 		return nil, fmt.Errorf("broker: sandbox id %q is not usable in a socket name", id)
 	}
 	if err := checkSocketDir(dir); err != nil {

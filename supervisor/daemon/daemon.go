@@ -29,8 +29,9 @@ import (
 	"github.com/cyberos/supervisor/telemetry"
 )
 
-// SkillIDPattern is what a skill id (its folder name) must match.
-var SkillIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+// SkillIDPattern is what a skill id (its folder name) must match; compiled
+// on first use (see policy.nameRE).
+var SkillIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 
 // DefaultTenant is the tenant of a request that names none.
 const DefaultTenant = "00000000-0000-0000-0000-000000000000"
@@ -167,7 +168,7 @@ func (d *Daemon) exposeSkills() {
 	}
 	for _, e := range ents {
 		id := e.Name()
-		if !e.IsDir() || !SkillIDPattern.MatchString(id) {
+		if !e.IsDir() || !SkillIDPattern().MatchString(id) {
 			continue
 		}
 		pol, err := policy.LoadDir(filepath.Join(d.cfg.SkillsDir, id))
@@ -357,8 +358,8 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case !SkillIDPattern.MatchString(req.SkillID):
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("skill_id %q must match %s", req.SkillID, SkillIDPattern))
+	case !SkillIDPattern().MatchString(req.SkillID):
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("skill_id %q must match %s", req.SkillID, SkillIDPattern()))
 		return
 	case !validText(req.TenantID, 128) || !validText(req.CallerPersona, 256) || !validText(req.Version, 64) || !validText(req.RequestID, 128):
 		apiErr(w, http.StatusBadRequest, "bad_request", errors.New("tenant_id, caller_persona, version or request_id: too long or holds control characters"))
@@ -484,11 +485,13 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, d.hub.status())
 }
 
-var invocationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// invocationIDPattern is what an invocation id in a path must match;
+// compiled on first use (see policy.nameRE).
+var invocationIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
 func (d *Daemon) handleReplay(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !invocationIDPattern.MatchString(id) {
+	if !invocationIDPattern().MatchString(id) {
 		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
 		return
 	}
@@ -509,7 +512,7 @@ func (d *Daemon) handleReplay(w http.ResponseWriter, r *http.Request) {
 // error line rather than ever blocking the broker.
 func (d *Daemon) handleTail(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !invocationIDPattern.MatchString(id) {
+	if !invocationIDPattern().MatchString(id) {
 		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	runcseccomp "github.com/opencontainers/runc/libcontainer/seccomp"
@@ -49,8 +50,8 @@ import (
 const maxProfileSize = 1 << 20
 
 // profileNameRE is what a profile name may be: a file name stem that cannot
-// leave the profiles directory.
-var profileNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+// leave the profiles directory; compiled on first use (see policy.nameRE).
+var profileNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`) })
 
 // CompiledIn reports whether this binary was built with libcontainer's
 // seccomp support (cgo and the "seccomp" build tag). Without it libcontainer
@@ -82,8 +83,8 @@ func LoadProfile(dir, name string) (*configs.Seccomp, error) {
 // checking of its bytes is skipped when the same path last held bytes with
 // the same SHA-256 (profileCache), so an edit counts from the next call on.
 func LoadProfileHashed(dir, name string) (*configs.Seccomp, string, error) {
-	if !profileNameRE.MatchString(name) {
-		return nil, "", fmt.Errorf("%w: profile name %q: must match %s", ErrProfile, name, profileNameRE)
+	if !profileNameRE().MatchString(name) {
+		return nil, "", fmt.Errorf("%w: profile name %q: must match %s", ErrProfile, name, profileNameRE())
 	}
 	path := filepath.Join(dir, name+".json")
 	data, err := readProfileFile(path)
