@@ -435,6 +435,18 @@ func verdict(ok bool) string {
 	return "missed"
 }
 
+// section writes a table's heading, then its header and rows (rows), or a
+// line saying this run did not measure it (n == 0).
+func section(b *strings.Builder, title string, n int, header string, rows func()) {
+	fmt.Fprintf(b, "\n## %s\n\n", title)
+	if n == 0 {
+		b.WriteString("Not measured in this run.\n")
+		return
+	}
+	b.WriteString(header)
+	rows()
+}
+
 // markdown renders the tables, each issue 19 target with its figure and
 // same-run reference (or a dash when this run lacks one), and what was not
 // found.
@@ -445,22 +457,14 @@ func (rep report) markdown(inputs []string) string {
 	bwrap, okB := rep.refs["bwrap"]
 	runc, okR := rep.refs["runc"]
 
-	b.WriteString("\n## Start latency (ms)\n\n")
-	if len(rep.start) == 0 {
-		b.WriteString("Not measured in this run.\n")
-	} else {
-		b.WriteString("| variant | median | p95 | × unshare | × bwrap | × runc | measured by |\n|---|---|---|---|---|---|---|\n")
+	section(&b, "Start latency (ms)", len(rep.start), "| variant | median | p95 | × unshare | × bwrap | × runc | measured by |\n|---|---|---|---|---|---|---|\n", func() {
 		for _, v := range rep.start {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", v.name, num(v.median), num(v.p95),
 				ratio(v.median, unshare, okU), ratio(v.median, bwrap, okB), ratio(v.median, runc, okR), v.source)
 		}
-	}
+	})
 
-	b.WriteString("\n## Daemon throughput (invocations/s)\n\n")
-	if len(rep.series) == 0 {
-		b.WriteString("Not measured in this run.\n")
-	} else {
-		b.WriteString("| concurrency | series | inv/s | × concurrency 1 | p50 ms | p95 ms |\n|---|---|---|---|---|---|\n")
+	section(&b, "Daemon throughput (invocations/s)", len(rep.series), "| concurrency | series | inv/s | × concurrency 1 | p50 ms | p95 ms |\n|---|---|---|---|---|---|\n", func() {
 		for _, s := range rep.series {
 			base, okBase := math.NaN(), false
 			if s.points[0].conc == 1 && !math.IsNaN(s.points[0].rate) {
@@ -470,17 +474,13 @@ func (rep report) markdown(inputs []string) string {
 				fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", p.conc, s.label, num(p.rate), ratio(p.rate, base, okBase), num(p.p50), num(p.p95))
 			}
 		}
-	}
+	})
 
-	b.WriteString("\n## Broker vs the MCP Go SDK (audited calls/s)\n\n")
-	if len(rep.broker) == 0 {
-		b.WriteString("Not measured in this run.\n")
-	} else {
-		b.WriteString("| case | broker calls/s | MCP calls/s | × MCP |\n|---|---|---|---|\n")
+	section(&b, "Broker vs the MCP Go SDK (audited calls/s)", len(rep.broker), "| case | broker calls/s | MCP calls/s | × MCP |\n|---|---|---|---|\n", func() {
 		for _, r := range rep.broker {
 			fmt.Fprintf(&b, "| %s | %s | %s | %.2f× |\n", r.name, num(r.broker), num(r.mcp), r.rate)
 		}
-	}
+	})
 
 	b.WriteString("\n## Targets (issue 19), same run\n\n")
 	c, okC := rep.refs["cyberos"]

@@ -555,6 +555,11 @@ func TestActivateRemakesADeadWarmSandbox(t *testing.T) {
 	if q == p || q.id != p.id || q.lease == nil || q.lease.start != rangeStart || proc.Containment().Start != StartCold {
 		t.Errorf("remade sandbox: id %q (was %q), range %v (was %d), start %q", q.id, p.id, q.lease, rangeStart, proc.Containment().Start)
 	}
+	for _, again := range []Warm{warm, q} {
+		if _, err := again.Activate(Activation{Stdout: io.Discard, Stderr: io.Discard}); err == nil {
+			t.Error("a second Activate was accepted")
+		}
+	}
 	waitClose(t, proc)
 	if err := warm.Close(); err != nil {
 		t.Errorf("the dead warm sandbox's Close after the remake: %v", err)

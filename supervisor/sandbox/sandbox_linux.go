@@ -597,15 +597,16 @@ func (p *linuxProcess) ID() string { return p.id }
 // with Containment().Start StartCold.
 func (p *linuxProcess) Activate(a Activation) (Process, error) {
 	t0 := time.Now()
-	if p.control != nil && !p.Alive() {
-		q, err := p.remake()
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: its init died before activation, and making it again failed: %w", err)
+	err := p.activate(a, t0)
+	if errors.Is(err, errInitGone) {
+		q, rerr := p.remake()
+		if rerr != nil {
+			return nil, fmt.Errorf("sandbox: its init died before activation, and making it again failed: %w", rerr)
 		}
 		q.cont.Start = StartCold
-		p = q
+		p, err = q, q.activate(a, t0)
 	}
-	if err := p.activate(a, t0); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -618,6 +619,7 @@ func (p *linuxProcess) remake() (*linuxProcess, error) {
 	p.lease = nil
 	var err error
 	p.once.Do(func() { err = p.cleanup() })
+	p.control = nil // closed by cleanup: p is never activated now
 	if err != nil {
 		p.lease = lease // not destroyed: the range stays held
 		return nil, err
@@ -640,8 +642,11 @@ func (p *linuxProcess) activate(a Activation, since time.Time) error {
 	if err != nil {
 		return err
 	}
+	if p.control == nil {
+		return errors.New("sandbox: already activated")
+	}
 	if !p.Alive() {
-		return errors.New("sandbox: its init is gone; it cannot be activated")
+		return errInitGone
 	}
 	ctl := p.control
 	p.control = nil
@@ -673,6 +678,10 @@ func (p *linuxProcess) activate(a Activation, since time.Time) error {
 	p.latency = time.Since(since)
 	return nil
 }
+
+// errInitGone: a sandbox's init died before its activation; nothing of the
+// invocation was sent to it.
+var errInitGone = errors.New("sandbox: its init is gone; it cannot be activated")
 
 // runInit starts a sandbox's init; a test replaces it to stop the init
 // before its exec.
