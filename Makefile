@@ -13,7 +13,7 @@ DEMO_STATE ?= /tmp/cyberos-demo-state
 # Installed by `make deps` (scripts/install-deps.sh pins the version).
 GOLANGCI_LINT ?= $(CURDIR)/.cache/bin/golangci-lint
 
-.PHONY: help deps build demo test fuzz vm-test bench lint clean install
+.PHONY: help deps build demo test fuzz vm-test bench lint clean install uninstall
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -65,10 +65,17 @@ clean: ## remove build output
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
-UNITDIR ?= /etc/systemd/system
+# systemd reads units from $(PREFIX)/lib/systemd/system for PREFIX=/usr/local
+# (the administrator's) and PREFIX=/usr (a distribution package's) alike;
+# /etc/systemd/system stays free for the administrator's overrides.
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+# The example config's skills_dir.
+SKILLSDIR := /opt/cyberos/skills
+SYSTEMD := $(shell [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ] && echo yes)
 
-install: build ## install binaries, systemd unit, example config, seccomp profiles (PREFIX=/usr/local, DESTDIR=)
+install: build ## install binaries, systemd unit, example config, seccomp profiles, skills_dir (PREFIX=/usr/local, DESTDIR=)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/cyberos/seccomp-profiles $(DESTDIR)$(PREFIX)/share/doc/cyberos
+	install -d -m 0755 $(DESTDIR)$(SKILLSDIR)
 	install -m 0755 bin/cyberos bin/cyberos-init bin/cyberos-tool $(DESTDIR)$(PREFIX)/bin/
 	sed 's|/usr/local/|$(PREFIX)/|g' packaging/cyberos-supervisor.service > $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
@@ -76,3 +83,20 @@ install: build ## install binaries, systemd unit, example config, seccomp profil
 	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/cyberos/README.md
 	test -e $(DESTDIR)/etc/cyberos/supervisor.yaml || install -m 0644 packaging/config.example.yaml $(DESTDIR)/etc/cyberos/supervisor.yaml
 	install -m 0644 seccomp-profiles/*.json $(DESTDIR)/etc/cyberos/seccomp-profiles/
+	@if [ -e $(DESTDIR)/etc/systemd/system/cyberos-supervisor.service ]; then \
+	  echo "note: $(DESTDIR)/etc/systemd/system/cyberos-supervisor.service (an older install's) overrides $(UNITDIR)/cyberos-supervisor.service: remove it"; fi
+ifeq ($(SYSTEMD),yes)
+	systemctl daemon-reload
+endif
+
+uninstall: ## stop the service and remove what install installed; keeps /etc/cyberos, the state (audit chain) and the skills
+ifeq ($(SYSTEMD),yes)
+	-systemctl disable --now cyberos-supervisor.service
+endif
+	rm -f $(DESTDIR)$(PREFIX)/bin/cyberos $(DESTDIR)$(PREFIX)/bin/cyberos-init $(DESTDIR)$(PREFIX)/bin/cyberos-tool
+	rm -f $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
+	rm -rf $(DESTDIR)$(PREFIX)/share/doc/cyberos
+ifeq ($(SYSTEMD),yes)
+	systemctl daemon-reload
+endif
+	@echo "kept: /etc/cyberos (config, signing key, seccomp profiles), /var/lib/cyberos (audit chain, memory), $(SKILLSDIR)"

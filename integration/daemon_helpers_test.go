@@ -72,6 +72,13 @@ func freePort(t testing.TB) string {
 // cleanup stops it (SIGTERM, then SIGKILL).
 func startDaemon(t testing.TB, e *env, extra ...string) *daemonProc {
 	t.Helper()
+	return startDaemonEnv(t, e, nil, extra...)
+}
+
+// startDaemonEnv is startDaemon with environ added to the daemon's
+// environment.
+func startDaemonEnv(t testing.TB, e *env, environ []string, extra ...string) *daemonProc {
+	t.Helper()
 	if err := os.MkdirAll(filepath.Join(e.base, "skills"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +94,9 @@ func startDaemon(t testing.TB, e *env, extra ...string) *daemonProc {
 	}
 	d.cmd = cyberos("supervisor", "serve", "--config", d.cfgPath, "--run-dir", e.runDir, "--log-level", "info")
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	if environ != nil {
+		d.cmd.Env = append(os.Environ(), environ...)
+	}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

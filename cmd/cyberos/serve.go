@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,6 +29,9 @@ func newSupervisorCmd() *cobra.Command {
 		Short: "Run the daemon: admin API on a Unix socket, /metrics, skills from skills_dir",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if check && configPath == "" {
+				return &exitError{exitUsage, errors.New("--check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)")}
+			}
 			cfg := daemon.DefaultConfig()
 			if configPath != "" {
 				var err error
@@ -37,16 +41,30 @@ func newSupervisorCmd() *cobra.Command {
 			} else if err := cfg.Validate(); err != nil {
 				return &exitError{exitUsage, err}
 			}
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return &exitError{exitUsage, err}
+			}
+			sb := sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges()}
+			warnings, err := preflight(cfg, configPath, sb)
+			if check {
+				for _, w := range warnings {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+				}
+			}
+			if err != nil {
+				return &exitError{exitUsage, err}
+			}
 			if check {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", configPath)
 				return nil
 			}
-			return serveDaemon(cfg, configPath, runDir, logLevel)
+			return serveDaemon(cfg, configPath, sb, log)
 		},
 	}
 	fl := serve.Flags()
 	fl.StringVar(&configPath, "config", "", "the daemon config (YAML; unknown keys are errors); default: built-in defaults")
-	fl.BoolVar(&check, "check", false, "validate the config and exit")
+	fl.BoolVar(&check, "check", false, "make every check serve makes on the --config file, the paths it names and this host, then exit")
 	fl.StringVar(&runDir, "run-dir", "/run/cyberos", "runtime state: containers, rootfs skeleton, locks")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	_ = fl.MarkHidden("run-dir")
@@ -54,17 +72,13 @@ func newSupervisorCmd() *cobra.Command {
 	return cmd
 }
 
-func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
-	log, err := newLogger(logLevel)
-	if err != nil {
-		return &exitError{exitUsage, err}
-	}
+func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *slog.Logger) error {
 	auditOpts, err := signingOptions(cfg, configPath, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
 	sup, store, closeAll, err := newSupervisor(assembly{
-		Sandbox:          sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges()},
+		Sandbox:          sb,
 		StateDir:         cfg.StateDir,
 		AuditOptions:     append([]audit.Option{audit.WithIndexCheck()}, auditOpts...),
 		AuditErr:         "audit store",
@@ -80,12 +94,6 @@ func serveDaemon(cfg daemon.Config, configPath, runDir, logLevel string) error {
 		return err
 	}
 	defer closeAll()
-	if fi, err := os.Stat(cfg.SeccompProfilesDir); err != nil || !fi.IsDir() {
-		return &exitError{exitUsage, fmt.Errorf("%w: seccomp_profiles_dir: %s is not a directory", daemon.ErrConfig, cfg.SeccompProfilesDir)}
-	}
-	if fi, err := os.Stat(cfg.SkillsDir); err != nil || !fi.IsDir() {
-		return &exitError{exitUsage, fmt.Errorf("%w: skills_dir: %s is not a directory", daemon.ErrConfig, cfg.SkillsDir)}
-	}
 	if cfg.OTLPEndpoint != "" {
 		tp, err := telemetry.NewTracerProvider(context.Background(), cfg.OTLPEndpoint)
 		if err != nil {

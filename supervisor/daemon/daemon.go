@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode"
 
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cyberos/supervisor/audit"
@@ -161,31 +162,60 @@ func New(cfg Config, o Options) (*Daemon, error) {
 // start at 0, so rates and alerts see them before the first call. Label
 // values come only from the registry (folder = frontmatter name).
 func (d *Daemon) exposeSkills() {
-	ents, err := os.ReadDir(d.cfg.SkillsDir)
+	skills, problems, err := InstalledSkills(d.cfg.SkillsDir)
 	if err != nil {
 		d.log.Warn("skills_dir", "err", err)
 		return
 	}
-	for _, e := range ents {
-		id := e.Name()
-		if !e.IsDir() || !SkillIDPattern().MatchString(id) {
-			continue
-		}
-		pol, err := policy.LoadDir(filepath.Join(d.cfg.SkillsDir, id))
-		if err != nil || pol.Name != id {
-			d.log.Warn("skill not usable", "skill_id", id, "err", err)
-			continue
-		}
+	for _, p := range problems {
+		d.log.Warn("skill not usable", "skill_id", p.ID, "err", p.Err)
+	}
+	for _, sk := range skills {
+		id := sk.Name
 		for _, o := range telemetry.InvocationOutcomes() {
 			d.metrics.InvokedTotal.WithLabelValues(id, o)
 		}
 		d.metrics.InvokedDurationMS.WithLabelValues(id)
-		for _, t := range policy.NewEnforcer(pol, policy.EnforcerOptions{}).Tools() {
+		for _, t := range policy.NewEnforcer(sk, policy.EnforcerOptions{}).Tools() {
 			for _, o := range telemetry.ToolCallOutcomes() {
 				d.metrics.ToolCalls.WithLabelValues(id, string(t), o)
 			}
 		}
 	}
+}
+
+// SkillProblem is a folder of skills_dir that is not a usable skill.
+type SkillProblem struct {
+	ID  string
+	Err error
+}
+
+// InstalledSkills loads every skill folder of dir, in name order: the
+// usable skills (folder name = frontmatter name), and why each other
+// folder with a valid skill id as its name is not usable.
+func InstalledSkills(dir string) ([]*policy.Policy, []SkillProblem, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	var skills []*policy.Policy
+	var problems []SkillProblem
+	for _, e := range ents {
+		id := e.Name()
+		if !e.IsDir() || !SkillIDPattern().MatchString(id) {
+			continue
+		}
+		pol, err := policy.LoadDir(filepath.Join(dir, id))
+		if err == nil && pol.Name != id {
+			err = fmt.Errorf("the frontmatter name %q is not the folder name", pol.Name)
+		}
+		if err != nil {
+			problems = append(problems, SkillProblem{ID: id, Err: err})
+			continue
+		}
+		skills = append(skills, pol)
+	}
+	return skills, problems, nil
 }
 
 // MetricsAddr is where /metrics listens ("" when disabled).
@@ -255,6 +285,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		go func() { errc <- d.metrSrv.Serve(d.metrLn) }()
 	}
 	d.log.Info("supervisor serving", "admin_socket", d.cfg.AdminSocket, "metrics", d.MetricsAddr(), "skills_dir", d.cfg.SkillsDir)
+	// The admin socket has listened since New: connections queue until
+	// Serve accepts them, so systemd may start what depends on us.
+	d.notify(sddaemon.SdNotifyReady)
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -267,7 +300,16 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	return serveErr
 }
 
+// notify tells systemd (Type=notify, $NOTIFY_SOCKET) of a state change;
+// without systemd it does nothing.
+func (d *Daemon) notify(state string) {
+	if _, err := sddaemon.SdNotify(false, state); err != nil {
+		d.log.Warn("sd_notify", "state", state, "err", err)
+	}
+}
+
 func (d *Daemon) shutdown() {
+	d.notify(sddaemon.SdNotifyStopping)
 	d.gate.Lock()
 	d.draining.Store(true)
 	d.gate.Unlock()

@@ -45,6 +45,10 @@ type darwinRunner struct {
 // New returns the rlimit-only runner.
 func New(Options) (Runner, error) { return &darwinRunner{groups: map[string]int{}}, nil }
 
+// Preflight has nothing to check: the rlimit-only runner needs no helper
+// binary and no kernel feature.
+func Preflight(Options) error { return nil }
+
 // Owns: the skill's processes are its process group.
 func (r *darwinRunner) Owns(id string, pid int32) bool {
 	r.mu.Lock()

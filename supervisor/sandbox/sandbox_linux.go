@@ -96,38 +96,8 @@ func New(opts Options) (Runner, error) { return NewLinuxRunner(opts) }
 // NewLinuxRunner checks that this binary and kernel can sandbox (seccomp
 // compiled in, run dir usable) and cleans what crashed runs left behind.
 func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
-	if !seccomp.CompiledIn() {
-		return nil, ErrSeccompNotCompiled
-	}
-	if cfg.RunDir == "" {
-		cfg.RunDir = DefaultRunDir
-	}
-	if cfg.InitBinary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: locate cyberos-init: %w", err)
-		}
-		cfg.InitBinary = filepath.Join(filepath.Dir(exe), "cyberos-init")
-	}
-	if cfg.ToolBinary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: locate cyberos-tool: %w", err)
-		}
-		cfg.ToolBinary = filepath.Join(filepath.Dir(exe), "cyberos-tool")
-	}
-	for _, b := range []struct{ what, path string }{{"init", cfg.InitBinary}, {"tool client", cfg.ToolBinary}} {
-		if fi, err := os.Stat(b.path); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o001 == 0 {
-			return nil, fmt.Errorf("sandbox: the sandbox %s %s is missing or not executable by the sandbox user (build it with `make build`)", b.what, b.path)
-		}
-	}
-	if cfg.HostIDBase == 0 {
-		cfg.HostIDBase = DefaultHostIDBase
-	}
-	if cfg.IDRanges == 0 {
-		cfg.IDRanges = DefaultIDRanges
-	}
-	if err := CheckIDRanges("userns.host_id_base", "userns.ranges", cfg.HostIDBase, cfg.IDRanges, HostIDFiles); err != nil {
+	cfg, err := preflight(cfg)
+	if err != nil {
 		return nil, err
 	}
 	r := &LinuxRunner{cfg: cfg, cgroupMode: cgroups.DetectMode(), cgroupParent: CgroupParentFor(cfg.RunDir), leases: map[string]*idLease{}}
@@ -161,6 +131,51 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// Preflight runs the checks New makes before it touches the host: seccomp
+// compiled in, cyberos-init and cyberos-tool present and executable, the id
+// ranges clear of the host's users. `serve --check` runs it.
+func Preflight(opts Options) error {
+	_, err := preflight(opts)
+	return err
+}
+
+// preflight is Preflight returning opts with its defaults filled in.
+func preflight(cfg Options) (Options, error) {
+	if !seccomp.CompiledIn() {
+		return cfg, ErrSeccompNotCompiled
+	}
+	if cfg.RunDir == "" {
+		cfg.RunDir = DefaultRunDir
+	}
+	if cfg.InitBinary == "" || cfg.ToolBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return cfg, fmt.Errorf("sandbox: locate cyberos-init and cyberos-tool: %w", err)
+		}
+		if cfg.InitBinary == "" {
+			cfg.InitBinary = filepath.Join(filepath.Dir(exe), "cyberos-init")
+		}
+		if cfg.ToolBinary == "" {
+			cfg.ToolBinary = filepath.Join(filepath.Dir(exe), "cyberos-tool")
+		}
+	}
+	for _, b := range []struct{ what, path string }{{"init", cfg.InitBinary}, {"tool client", cfg.ToolBinary}} {
+		if fi, err := os.Stat(b.path); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o001 == 0 {
+			return cfg, fmt.Errorf("sandbox: the sandbox %s %s is missing or not executable by the sandbox user (build it with `make build`)", b.what, b.path)
+		}
+	}
+	if cfg.HostIDBase == 0 {
+		cfg.HostIDBase = DefaultHostIDBase
+	}
+	if cfg.IDRanges == 0 {
+		cfg.IDRanges = DefaultIDRanges
+	}
+	if err := CheckIDRanges("userns.host_id_base", "userns.ranges", cfg.HostIDBase, cfg.IDRanges, HostIDFiles); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
 }
 
 func (r *LinuxRunner) stateRoot() string { return filepath.Join(r.cfg.RunDir, "containers") }

@@ -1,0 +1,220 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/audit"
+)
+
+// TestServeCheckRefusesWhatServeRefuses: for each config that names a path
+// serve cannot use, `serve --check` exits 2 naming the key, and `serve`
+// itself exits 2 with the same message before it changes anything (no
+// admin socket, no audit store). A config `--check` calls valid was once
+// refused by serve: a systemd restart loop.
+func TestServeCheckRefusesWhatServeRefuses(t *testing.T) {
+	e := newEnv(t)
+	file := filepath.Join(e.base, "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbageKey := filepath.Join(e.base, "etc", "garbage.key")
+	os.MkdirAll(filepath.Dir(garbageKey), 0o755)
+	if err := os.WriteFile(garbageKey, []byte("not a key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		extra []string
+		want  []string // in the message, each
+	}{
+		{"skills_dir missing", []string{"skills_dir: " + filepath.Join(e.base, "nosuch")}, []string{"skills_dir: " + filepath.Join(e.base, "nosuch") + " does not exist"}},
+		{"skills_dir a file", []string{"skills_dir: " + file}, []string{"skills_dir: " + file + " is not a directory"}},
+		{"profiles dir missing", []string{"seccomp_profiles_dir: /nonexistent/profiles"}, []string{"seccomp_profiles_dir: /nonexistent/profiles does not exist"}},
+		{"default profile missing", []string{"defaults:", "  seccomp_profile: nosuch"}, []string{"defaults.seccomp_profile:", "nosuch.json"}},
+		{"state_dir parent missing", []string{"state_dir: " + filepath.Join(e.base, "typo", "state")}, []string{"state_dir: " + filepath.Join(e.base, "typo", "state") + " does not exist, and " + filepath.Join(e.base, "typo") + " does not exist"}},
+		{"socket_dir under a file", []string{"socket_dir: " + filepath.Join(file, "sockets")}, []string{"socket_dir: " + filepath.Join(file, "sockets") + " does not exist, and " + file + " is not a directory"}},
+		{"admin_socket a file", []string{"admin_socket: " + file}, []string{"admin_socket: " + file + " exists and is not a socket"}},
+		{"signing key not a key", []string{"audit:", "  signing_key: " + garbageKey}, []string{"audit.signing_key:"}},
+		{"two problems, both named", []string{"skills_dir: " + filepath.Join(e.base, "nosuch"), "seccomp_profiles_dir: /nonexistent/profiles"},
+			[]string{"skills_dir: " + filepath.Join(e.base, "nosuch"), "seccomp_profiles_dir: /nonexistent/profiles"}},
+	}
+	os.MkdirAll(filepath.Join(e.base, "skills"), 0o755)
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := filepath.Join(e.base, "etc", strings.ReplaceAll(c.name, " ", "-")+".yaml")
+			// Each case its own state dir and admin socket unless it sets
+			// them, so "nothing changed" is about this case only.
+			state := filepath.Join(e.base, "state-"+string(rune('a'+i)))
+			admin := filepath.Join(e.base, "admin-"+string(rune('a'+i))+".sock")
+			extra := append([]string{"state_dir: " + state, "admin_socket: " + admin}, c.extra...)
+			if err := os.WriteFile(cfg, []byte(e.daemonConfig(freePort(t), dedupKeys(extra)...)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, check := range []bool{true, false} {
+				args := []string{"supervisor", "serve", "--config", cfg, "--run-dir", e.runDir}
+				if check {
+					args = append(args, "--check")
+				}
+				out, code := runFor(t, 20*time.Second, args...)
+				if code != 2 {
+					t.Fatalf("%v: exit %d, want 2 (refused)\n%s", args, code, out)
+				}
+				for _, w := range c.want {
+					if !strings.Contains(out, w) {
+						t.Errorf("%v: the message does not say %q:\n%s", args, w, out)
+					}
+				}
+				if strings.Contains(out, "valid") && !strings.Contains(out, "invalid") {
+					t.Errorf("%v: says valid:\n%s", args, out)
+				}
+			}
+			if _, err := os.Lstat(admin); err == nil {
+				t.Errorf("serve made the admin socket %s before refusing the config", admin)
+			}
+			if _, err := os.Stat(filepath.Join(state, audit.FileName)); err == nil {
+				t.Errorf("serve opened an audit store in %s before refusing the config", state)
+			}
+		})
+	}
+}
+
+// dedupKeys keeps the last line of each top-level key (a case overrides
+// the defaults it was given).
+func dedupKeys(lines []string) []string {
+	last := map[string]int{}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, " ") {
+			k, _, _ := strings.Cut(l, ":")
+			last[k] = i
+		}
+	}
+	var out []string
+	keep := true
+	for i, l := range lines {
+		if !strings.HasPrefix(l, " ") {
+			k, _, _ := strings.Cut(l, ":")
+			keep = last[k] == i
+		}
+		if keep {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// runFor runs cyberos with args, bounded by d, and returns its combined
+// output and exit code.
+func runFor(t *testing.T, d time.Duration, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cyberosBin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%v still running after %v:\n%s", args, d, out.String())
+	}
+	return out.String(), exitCode(err)
+}
+
+// TestServeCheckNeedsConfig: `--check` checks a file; without one it is a
+// usage error, not ": valid".
+func TestServeCheckNeedsConfig(t *testing.T) {
+	newEnv(t)
+	out, code := runFor(t, 20*time.Second, "supervisor", "serve", "--check")
+	if code != 2 || !strings.Contains(out, "--check needs --config") || strings.Contains(out, "valid") {
+		t.Fatalf("serve --check without --config: exit %d\n%s", code, out)
+	}
+}
+
+// TestServeCheckValidWarnsOfUnusableSkills: a usable config is "valid"
+// (exit 0) and the skills serve would skip are named on stderr.
+func TestServeCheckValidWarnsOfUnusableSkills(t *testing.T) {
+	e := newEnv(t)
+	e.skill("good", "", "#!/bin/sh\necho '{}'\n")
+	bad := filepath.Join(e.base, "skills", "bad")
+	os.MkdirAll(bad, 0o755)
+	os.WriteFile(filepath.Join(bad, "SKILL.md"), []byte("---\nname: other\ndescription: x\n---\n"), 0o644)
+	cfg := filepath.Join(e.base, "etc", "ok.yaml")
+	os.MkdirAll(filepath.Dir(cfg), 0o755)
+	if err := os.WriteFile(cfg, []byte(e.daemonConfig(freePort(t))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cyberosBin, "supervisor", "serve", "--config", cfg, "--run-dir", e.runDir, "--check")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("--check: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	if stdout.String() != cfg+": valid\n" {
+		t.Errorf("stdout %q, want %q", stdout.String(), cfg+": valid\n")
+	}
+	if !strings.Contains(stderr.String(), "warning: skill bad is not usable") || strings.Contains(stderr.String(), "skill good") {
+		t.Errorf("stderr does not warn of exactly the bad skill:\n%s", stderr.String())
+	}
+}
+
+// TestDaemonNotifiesSystemd: under Type=notify the daemon sends READY=1 to
+// $NOTIFY_SOCKET once the admin socket accepts (an invocation works right
+// after it, and a connection made the moment READY arrives is accepted),
+// and STOPPING=1 when a stop begins.
+func TestDaemonNotifiesSystemd(t *testing.T) {
+	e := newEnv(t)
+	e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
+	path := filepath.Join(e.base, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	msgs := make(chan string, 8)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			m := string(buf[:n])
+			if m == "READY=1" { // answered the moment READY came?
+				c, err := net.DialTimeout("unix", filepath.Join(e.base, "admin.sock"), time.Second)
+				if err != nil {
+					m += " (the admin socket refused: " + err.Error() + ")"
+				} else {
+					c.Close()
+				}
+			}
+			msgs <- m
+		}
+	}()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			if m != want {
+				t.Fatalf("sd_notify message %q, want %q", m, want)
+			}
+		case <-time.After(slow(20 * time.Second)):
+			t.Fatalf("no %q from the daemon", want)
+		}
+	}
+	d := startDaemonEnv(t, e, []string{"NOTIFY_SOCKET=" + path})
+	next("READY=1")
+	if code, env, raw := d.invoke(map[string]any{"skill_id": "quick"}); code != 200 || env.Outcome != "success" {
+		t.Fatalf("invocation after READY: %d %s", code, raw)
+	}
+	d.stop(slow(30 * time.Second))
+	next("STOPPING=1")
+}
