@@ -46,9 +46,10 @@ test: deps lint ## unit + root integration tests, the race detector on RACE_PKGS
 fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC, audit lines) for FUZZTIME each (default 20s)
 	@bash scripts/fuzz.sh
 
-vm-test: ## the root integration + cgroups tests in a cgroup v2 qemu VM (Debian kernel, KVM if the CPU has it); as root, downloads cached in .cache/vm
+vm-test: ## the root integration + cgroups tests in a cgroup v2 qemu VM (Debian kernel, KVM if the CPU has it), then the installed unit under systemd there; as root, downloads cached in .cache/vm
 	bash scripts/vm/build.sh
 	bash scripts/vm/run.sh
+	bash scripts/vm/run.sh -systemd
 
 bench: build ## cold start vs unshare/bwrap/runc (and per seccomp profile), audit emit latency, audit vs no-op, broker vs MCP SDK, daemon throughput and RSS (as root)
 	@bash scripts/bench.sh $(BIN)

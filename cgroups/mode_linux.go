@@ -1,6 +1,9 @@
 package cgroups
 
-import cgroupsv3 "github.com/containerd/cgroups/v3"
+import (
+	cgroupsv3 "github.com/containerd/cgroups/v3"
+	"golang.org/x/sys/unix"
+)
 
 // DetectMode reports the cgroup layout mounted at DefaultRoot, as
 // containerd/cgroups sees it (statfs of /sys/fs/cgroup and
@@ -16,3 +19,5 @@ func DetectMode() Mode {
 	}
 	return Unavailable
 }
+
+func getxattr(path, name string, buf []byte) (int, error) { return unix.Getxattr(path, name, buf) }

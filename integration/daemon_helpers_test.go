@@ -72,12 +72,19 @@ func freePort(t testing.TB) string {
 // cleanup stops it (SIGTERM, then SIGKILL).
 func startDaemon(t testing.TB, e *env, extra ...string) *daemonProc {
 	t.Helper()
-	return startDaemonEnv(t, e, nil, extra...)
+	return startDaemonWith(t, e, daemonStart{}, extra...)
 }
 
-// startDaemonEnv is startDaemon with environ added to the daemon's
-// environment.
-func startDaemonEnv(t testing.TB, e *env, environ []string, extra ...string) *daemonProc {
+// daemonStart is how startDaemonWith starts the daemon beyond its config.
+type daemonStart struct {
+	env []string // added to the daemon's environment
+	// cgroups are cgroup directories the daemon's process joins before
+	// the daemon runs (a shell writes its pid into each, then execs it).
+	cgroups []string
+}
+
+// startDaemonWith is startDaemon started as s says.
+func startDaemonWith(t testing.TB, e *env, s daemonStart, extra ...string) *daemonProc {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(e.base, "skills"), 0o755); err != nil {
 		t.Fatal(err)
@@ -93,9 +100,14 @@ func startDaemonEnv(t testing.TB, e *env, environ []string, extra ...string) *da
 		t.Fatal(err)
 	}
 	d.cmd = cyberos("supervisor", "serve", "--config", d.cfgPath, "--run-dir", e.runDir, "--log-level", "info")
+	if len(s.cgroups) > 0 {
+		join := `for d in "$@"; do [ "$d" = -- ] && break; echo $$ > "$d/cgroup.procs" || exit 97; shift; done; shift; exec "$@"`
+		args := append(append([]string{"-c", join, "sh"}, s.cgroups...), "--")
+		d.cmd = exec.Command("/bin/sh", append(args, d.cmd.Args...)...)
+	}
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
-	if environ != nil {
-		d.cmd.Env = append(os.Environ(), environ...)
+	if s.env != nil {
+		d.cmd.Env = append(os.Environ(), s.env...)
 	}
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -210,11 +210,92 @@ func TestDaemonNotifiesSystemd(t *testing.T) {
 			t.Fatalf("no %q from the daemon", want)
 		}
 	}
-	d := startDaemonEnv(t, e, []string{"NOTIFY_SOCKET=" + path})
+	d := startDaemonWith(t, e, daemonStart{env: []string{"NOTIFY_SOCKET=" + path}})
 	next("READY=1")
 	if code, env, raw := d.invoke(map[string]any{"skill_id": "quick"}); code != 200 || env.Outcome != "success" {
 		t.Fatalf("invocation after READY: %d %s", code, raw)
 	}
 	d.stop(slow(30 * time.Second))
 	next("STOPPING=1")
+}
+
+// TestSkillsRunUnderAStrictUmask: the supervisor run with umask 0077 (the
+// unit's UMask=, a common hardening) still gives the sandbox's root what it
+// must reach: a fresh run dir's rootfs skeleton, the broker socket, the
+// memory tools. Under 0077 every sandbox failed to mount /proc ("reopen fd:
+// permission denied"): the skeleton's directories were 0700.
+func TestSkillsRunUnderAStrictUmask(t *testing.T) {
+	e := newEnv(t)
+	for _, ex := range []struct{ name, args string }{
+		{"hello-shell", `{"name":"umask"}`},
+		{"notes-shell", `{"title":"t","text":"hello"}`},
+	} {
+		cmd := e.command(filepath.Join(repoRoot, "examples", ex.name), "--args", ex.args)
+		cmd = exec.Command("/bin/sh", append([]string{"-c", `umask 077; exec "$@"`, "sh"}, cmd.Args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		if err != nil || !strings.Contains(out.String(), `"outcome":"success"`) {
+			t.Errorf("%s under umask 0077: %v\n%s\n%s", ex.name, err, out.String(), errb.String())
+		}
+	}
+}
+
+// TestDaemonLogHasNoRepeatedKeys: no line of the daemon's log names a key
+// twice (the broker's lines carried the invocation's ids twice), through
+// an invocation that uses the broker.
+func TestDaemonLogHasNoRepeatedKeys(t *testing.T) {
+	e := newEnv(t)
+	os.MkdirAll(filepath.Join(e.base, "skills"), 0o755)
+	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot, "examples", "notes-shell"), filepath.Join(e.base, "skills")).CombinedOutput(); err != nil {
+		t.Fatalf("cp notes-shell: %v %s", err, out)
+	}
+	d := startDaemon(t, e)
+	if code, env, raw := d.invoke(map[string]any{"skill_id": "notes-shell", "args": map[string]string{"title": "t", "text": "x"}}); code != 200 || env.Outcome != "success" {
+		t.Fatalf("notes-shell: %d %s", code, raw)
+	}
+	d.stop(slow(30 * time.Second))
+	lines := strings.Split(strings.TrimSpace(d.logs.String()), "\n")
+	if len(lines) < 4 {
+		t.Fatalf("only %d log lines:\n%s", len(lines), d.logs.String())
+	}
+	for _, l := range lines {
+		seen := map[string]bool{}
+		for _, k := range logfmtKeys(l) {
+			if seen[k] {
+				t.Errorf("key %q twice in: %s", k, l)
+			}
+			seen[k] = true
+		}
+	}
+}
+
+// logfmtKeys returns the keys of one slog text line (key=value pairs,
+// values quoted with Go escapes when they hold spaces or quotes).
+func logfmtKeys(line string) []string {
+	var keys []string
+	for i := 0; i < len(line); {
+		for i < len(line) && line[i] == ' ' {
+			i++
+		}
+		eq := strings.IndexByte(line[i:], '=')
+		if eq < 0 {
+			break
+		}
+		keys = append(keys, line[i:i+eq])
+		i += eq + 1
+		if i < len(line) && line[i] == '"' {
+			for i++; i < len(line) && line[i] != '"'; i++ {
+				if line[i] == '\\' {
+					i++
+				}
+			}
+			i++
+		} else {
+			for i < len(line) && line[i] != ' ' {
+				i++
+			}
+		}
+	}
+	return keys
 }

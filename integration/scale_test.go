@@ -47,15 +47,23 @@ func openGate(t testing.TB, dir string) {
 func atGate(e *env) []int {
 	var pids []int
 	for _, pid := range envProcs(e) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) != "main" {
-			continue
-		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
-		if nr, _, _ := strings.Cut(string(b), " "); nr == strconv.Itoa(unix.SYS_OPENAT) || nr == strconv.Itoa(unix.SYS_OPEN) {
+		if waitingAtGate(pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// waitingAtGate reports whether pid is a gated skill's shell (comm "main")
+// asleep in the open of its FIFO: opening the gate before then would not
+// release it.
+func waitingAtGate(pid int) bool {
+	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) != "main" {
+		return false
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	nr, _, _ := strings.Cut(string(b), " ")
+	return nr == strconv.Itoa(unix.SYS_OPENAT) || nr == strconv.Itoa(unix.SYS_OPEN)
 }
 
 // keyUsers reads /proc/key-users: how many keys each host uid holds.

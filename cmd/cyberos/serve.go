@@ -45,7 +45,8 @@ func newSupervisorCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
-			sb := sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges()}
+			sb := sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges(),
+				CgroupPlacement: sandbox.Placement(cfg.CgroupPlacement)}
 			warnings, err := preflight(cfg, configPath, sb)
 			if check {
 				for _, w := range warnings {
@@ -109,6 +110,9 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		sup.Tracer = tp.Tracer(telemetry.TracerName)
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
+	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {
+		log.Info("sandbox cgroups " + r.CgroupWhere())
+	}
 	if lost, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	} else if len(lost) > 0 {

@@ -17,8 +17,8 @@ SUITE=${VM_SUITE:-bookworm}
 MIRROR=${VM_MIRROR:-http://deb.debian.org/debian}
 # The guest userland: what the tests' skills and helpers exec (sh, sleep,
 # cat, mount, python3 for the OOM and abort skills; busybox for `ip`; curl
-# for the admin-socket tests).
-ROOTFS_PACKAGES=python3,busybox,mount,curl
+# for the admin-socket tests; systemd for the installed unit's test).
+ROOTFS_PACKAGES=python3,busybox,mount,curl,systemd
 
 log() { echo "vm-build: $*" >&2; }
 
@@ -110,6 +110,17 @@ mkdir -p "$opt/integration"
 cp -r integration/testdata "$opt/integration/testdata"
 install -m 0755 scripts/vm/guest/init "$stage/init"
 install -m 0755 scripts/vm/guest/run-tests.sh "$opt/run-tests.sh"
+# What `make install` installs, as the systemd guest's test uses it (the
+# test binaries' boot ignores it), and that test, enabled at boot.
+log "make install into the image"
+make --no-print-directory install DESTDIR="$stage" >"$CACHE/make-install.log" 2>&1 ||
+  { tail -20 "$CACHE/make-install.log" >&2; exit 1; }
+install -m 0755 scripts/vm/guest/systemd-test.sh "$opt/systemd-test.sh"
+install -D -m 0644 scripts/vm/guest/cyberos-vm-systemd-test.service "$stage/etc/systemd/system/cyberos-vm-systemd-test.service"
+mkdir -p "$stage/etc/systemd/system/multi-user.target.wants"
+ln -s ../cyberos-vm-systemd-test.service "$stage/etc/systemd/system/multi-user.target.wants/"
+# No udev in the image: the serial getty would wait 90 s for its device.
+ln -s /dev/null "$stage/etc/systemd/system/serial-getty@ttyS0.service"
 
 # --- initramfs --------------------------------------------------------------
 # Uncompressed: the kernel only copies it, which beats decompressing under

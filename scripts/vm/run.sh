@@ -4,7 +4,11 @@
 # binaries inside (scripts/vm/guest/run-tests.sh) and brings their output
 # back from the guest's second serial port.
 #
-# Usage: scripts/vm/run.sh [-run REGEX]     (a -test.run pattern, no spaces)
+# With -systemd the guest boots systemd instead (scripts/vm/guest/init,
+# CYBEROS_VM_INIT), and scripts/vm/guest/systemd-test.sh tests the unit
+# `make install` installed in the image: start, serve, stop, nothing left.
+#
+# Usage: scripts/vm/run.sh [-run REGEX | -systemd]   (-run: a -test.run pattern, no spaces)
 # Env:   VM_TIMEOUT (seconds, default 2400)  VM_MEM (default 4G)  VM_SMP (default 2)
 #        VM_CACHE (default .cache/vm)  VM_SLOWDOWN (time-bound factor; 4 under
 #        emulation, 1 with KVM)  VM_SKIP (a -test.skip pattern; default under
@@ -16,11 +20,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 CACHE=${VM_CACHE:-$PWD/.cache/vm}
 TIMEOUT=${VM_TIMEOUT:-2400}
-run=
+run= systemd=
 while [ $# -gt 0 ]; do
   case $1 in
     -run) run=${2:?-run needs a pattern}; shift 2 ;;
-    *) echo "usage: $0 [-run REGEX]" >&2; exit 2 ;;
+    -systemd) systemd=1; shift ;;
+    *) echo "usage: $0 [-run REGEX | -systemd]" >&2; exit 2 ;;
   esac
 done
 
@@ -49,8 +54,8 @@ fi
 
 logs=$CACHE/run
 mkdir -p "$logs"
-console=$logs/console.log
-tests=$logs/tests.log
+console=$logs/console${systemd:+-systemd}.log
+tests=$logs/tests${systemd:+-systemd}.log
 : >"$console"
 : >"$tests"
 append="console=ttyS0 panic=-1 cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 rdinit=/init"
@@ -60,6 +65,7 @@ for p in "$run" "$skip"; do
     exit 2 ;;
   esac
 done
+[ -n "$systemd" ] && append+=" CYBEROS_VM_INIT=/lib/systemd/systemd"
 [ -n "$run" ] && append+=" CYBEROS_VM_RUN=$run"
 [ -n "$skip" ] && append+=" CYBEROS_VM_SKIP=$skip"
 append+=" CYBEROS_TEST_SLOWDOWN=$slowdown"

@@ -90,7 +90,9 @@ type Config struct {
 	Audit Auditor
 	// Metrics may be nil (no metrics).
 	Metrics *telemetry.Metrics
-	// Log may be nil (no logs).
+	// Log may be nil (no logs). It carries the invocation's attributes
+	// (the supervisor's does: invocation_id, skill_id, tenant_id,
+	// trace_id); the broker adds none of its own to every line.
 	Log *slog.Logger
 	// SocketUID and SocketGID own the socket file: the uid the sandbox's
 	// skill is seen as on the host (the mapped uid under a user namespace).
@@ -212,7 +214,6 @@ func Start(cfg Config) (*Broker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("invocation_id", cfg.Common.InvocationID, "skill_id", cfg.Common.SkillID, "tenant_id", cfg.Common.TenantID)
 
 	var ln *net.UnixListener
 	var path string

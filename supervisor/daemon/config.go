@@ -46,6 +46,9 @@ type Config struct {
 	// other admitted invocations wait in line. 0 means two per CPU.
 	MaxConcurrentStarts int  `yaml:"max_concurrent_starts"`
 	Warm                Warm `yaml:"warm"`
+	// CgroupPlacement is where the sandboxes' cgroups go: auto, service
+	// or root (sandbox.Placement).
+	CgroupPlacement string `yaml:"cgroup_placement"`
 }
 
 // Warm is the pool of sandboxes made ahead of their invocations
@@ -188,6 +191,7 @@ func DefaultConfig() Config {
 		IdempotencyWindow: Window(24 * time.Hour),
 		Userns:            Userns{HostIDBase: sandbox.DefaultHostIDBase},
 		Audit:             Audit{SigningKey: "audit-signing.key"},
+		CgroupPlacement:   string(sandbox.PlacementAuto),
 		Warm:              Warm{MaxSandboxes: 16, MaxPerSkill: supervisor.DefaultWarmPerSkill, MaxMemoryMB: 8192, Idle: WarmIdle(supervisor.DefaultWarmIdle)},
 	}
 }
@@ -267,6 +271,11 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.OTLPEndpoint); err != nil && !regexp.MustCompile(`^https?://`).MatchString(c.OTLPEndpoint) {
 			return bad("otlp_endpoint", "must be host:port or an http(s) URL, got %q", c.OTLPEndpoint)
 		}
+	}
+	switch sandbox.Placement(c.CgroupPlacement) {
+	case sandbox.PlacementAuto, sandbox.PlacementService, sandbox.PlacementRoot:
+	default:
+		return bad("cgroup_placement", "must be auto, service or root, got %q", c.CgroupPlacement)
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
 		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)

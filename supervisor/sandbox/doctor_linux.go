@@ -28,6 +28,11 @@ func Doctor() []Finding {
 		add("cgroup "+c, ok, d)
 	}
 
+	if where, err := CgroupPlacement(Options{CgroupPlacement: PlacementAuto}); err != nil {
+		add("cgroup placement", false, err.Error())
+	} else {
+		add("cgroup placement", true, "auto, for this process: sandboxes "+where)
+	}
 	add("seccomp in this build", seccomp.CompiledIn(), map[bool]string{true: "compiled in (cgo + libseccomp, tag seccomp)", false: ErrSeccompNotCompiled.Error()}[seccomp.CompiledIn()])
 	status, _ := os.ReadFile("/proc/self/status")
 	kernelSeccomp := strings.Contains(string(status), "Seccomp:")

@@ -79,7 +79,32 @@ type Options struct {
 	IDRanges int
 	// DisableUserNS forces running without a user namespace.
 	DisableUserNS bool
+	// CgroupPlacement is where the sandboxes' cgroups go; "" is
+	// PlacementRoot. Only the daemon places them under its own cgroup.
+	CgroupPlacement Placement
 }
+
+// Placement is where a runner makes its sandboxes' cgroups.
+type Placement string
+
+const (
+	// PlacementAuto is PlacementService when systemd delegated the
+	// process's cgroup to it (a unit with Delegate=yes, which systemd 251
+	// and later marks), and PlacementRoot otherwise.
+	PlacementAuto Placement = "auto"
+	// PlacementService makes them under the process's own cgroup, as
+	// <own>/cyberos/<id>, where the unit's KillMode, `systemctl status`
+	// and its limits reach them. On cgroup v2 the process first moves into
+	// the leaf <own>/supervisor: a cgroup whose children use controllers
+	// holds no process itself.
+	PlacementService Placement = "service"
+	// PlacementRoot makes them at the hierarchy root, /cyberos/<id>, for a
+	// process no service manager delegated a subtree to.
+	PlacementRoot Placement = "root"
+)
+
+// DaemonLeaf is the cgroup v2 leaf PlacementService moves the daemon into.
+const DaemonLeaf = "supervisor"
 
 // DeadlineBackstop is how long after Spec.Deadline the sandbox ends
 // itself; the supervisor, while alive, ends it at the deadline.

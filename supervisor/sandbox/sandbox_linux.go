@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -63,16 +65,86 @@ func CgroupParentFor(runDir string) string {
 	return DefaultCgroupParent + "-" + hex.EncodeToString(sum[:6])
 }
 
+// placeCgroups resolves cfg.CgroupPlacement into the parent of the
+// sandboxes' cgroups, and a sentence saying where that is and why. With
+// enter, PlacementService (chosen or automatic) on cgroup v2 moves this
+// process into its own cgroup's DaemonLeaf first.
+func placeCgroups(cfg Options, h cgroups.Hierarchy, enter bool) (parent, where string, err error) {
+	root := CgroupParentFor(cfg.RunDir)
+	atRoot := func(why string) (string, string, error) {
+		return root, fmt.Sprintf("at the hierarchy root, %s/<id>: %s", root, why), nil
+	}
+	switch cfg.CgroupPlacement {
+	case "", PlacementRoot:
+		return atRoot("cgroup_placement is root")
+	case PlacementAuto, PlacementService:
+	default:
+		return "", "", fmt.Errorf("sandbox: cgroup placement %q: want auto, service or root", cfg.CgroupPlacement)
+	}
+	auto := cfg.CgroupPlacement == PlacementAuto
+	self, err := os.ReadFile("/proc/self/cgroup")
+	var own string
+	if err == nil {
+		own, err = h.Own(self)
+	}
+	switch {
+	case err != nil && auto:
+		return atRoot(err.Error())
+	case err != nil:
+		return "", "", fmt.Errorf("sandbox: cgroup_placement service: %w", err)
+	}
+	// A runner made earlier in this process has moved it into the leaf.
+	if h.Mode == cgroups.Unified && path.Base(own) == DaemonLeaf {
+		own = path.Dir(own)
+	}
+	switch {
+	case own == "/" && auto:
+		return atRoot("this process is in the root cgroup")
+	case own == "/":
+		return "", "", errors.New("sandbox: cgroup_placement service: this process is in the root cgroup, which is not delegated to it")
+	case auto && !h.Delegated(own):
+		return atRoot(fmt.Sprintf("this process's cgroup %s is not delegated to it (systemd marks a Delegate=yes unit's cgroup, from version 251; set cgroup_placement: service for another manager that delegates)", own))
+	}
+	if enter {
+		if err := h.EnterLeaf(own, DaemonLeaf, os.Getpid()); err != nil {
+			return "", "", fmt.Errorf("sandbox: cgroup placement under %s: %w", own, err)
+		}
+	}
+	parent = path.Join(own, path.Base(root))
+	where = fmt.Sprintf("under this process's own cgroup, %s/<id>", parent)
+	if h.Mode == cgroups.Unified {
+		where += fmt.Sprintf(" (the process itself in %s/%s)", own, DaemonLeaf)
+	}
+	if auto {
+		where += ": systemd delegated " + own + " to it"
+	}
+	return parent, where, nil
+}
+
+// CgroupPlacement says where a runner with opts puts its sandboxes'
+// cgroups, and why, without moving this process (doctor).
+func CgroupPlacement(opts Options) (string, error) {
+	if opts.RunDir == "" {
+		opts.RunDir = DefaultRunDir
+	}
+	_, where, err := placeCgroups(opts, cgroups.System(), false)
+	return where, err
+}
+
+// CgroupWhere says where this runner puts its sandboxes' cgroups.
+func (r *LinuxRunner) CgroupWhere() string { return r.cgroupWhere }
+
 // LinuxRunner starts libcontainer sandboxes.
 type LinuxRunner struct {
 	cfg        Options
 	userNS     bool
 	userNSWhy  string
 	cgroupMode cgroups.Mode
-	// cgroupParent holds this runner's invocation cgroups.
-	cgroupParent string
-	skelOnce     sync.Once
-	skelErr      error
+	// cgroupParent holds this runner's invocation cgroups; cgroupWhere
+	// says where that is and why (CgroupPlacement).
+	cgroupParent, cgroupWhere string
+	skelOnce                  sync.Once
+	skelErr                   error
 	// landlockABI is the kernel's Landlock ABI (landlockErr when it has none).
 	landlockABI int
 	landlockErr error
@@ -100,7 +172,12 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &LinuxRunner{cfg: cfg, cgroupMode: cgroups.DetectMode(), cgroupParent: CgroupParentFor(cfg.RunDir), leases: map[string]*idLease{}}
+	h := cgroups.System()
+	parent, where, err := placeCgroups(cfg, h, true)
+	if err != nil {
+		return nil, err
+	}
+	r := &LinuxRunner{cfg: cfg, cgroupMode: h.Mode, cgroupParent: parent, cgroupWhere: where, leases: map[string]*idLease{}}
 	// The container root user must be able to traverse to the rootfs, so
 	// the run dir and the skeleton are 0711/0755, state and locks 0700.
 	for _, d := range []struct {
@@ -308,7 +385,7 @@ func (r *LinuxRunner) prepareRootfs() error {
 const skeletonStampFile = ".cyberos-skeleton"
 
 func skeletonStamp() string {
-	stamp := "v1"
+	stamp := "v2" // v2: modes set whatever the umask
 	if fi, err := os.Stat("/etc/ld.so.cache"); err == nil {
 		stamp += fmt.Sprintf(" ld.so.cache %d %d", fi.Size(), fi.ModTime().UnixNano())
 	}
@@ -370,7 +447,20 @@ func buildSkeleton(dir, stamp string) error {
 			return err
 		}
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	// The modes the sandbox's root (a host uid of its own) needs, whatever
+	// the umask the supervisor runs with (the unit's is 0077).
+	err := filepath.WalkDir(tmp, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir():
+			return os.Chmod(p, 0o755)
+		case d.Type().IsRegular():
+			return os.Chmod(p, 0o644)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	// Replace any older skeleton atomically enough: a running container has
