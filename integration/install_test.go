@@ -3,7 +3,10 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -298,4 +301,54 @@ func logfmtKeys(line string) []string {
 		}
 	}
 	return keys
+}
+
+// TestAdminSocketBounded: 2 000 connections held open without a request
+// neither exhaust the daemon's fds nor stop /healthz (a held place goes to
+// the newcomer at the cap), and an invocation body over the limit gets 413
+// instead of a JSON error about a truncated body.
+func TestAdminSocketBounded(t *testing.T) {
+	e := newEnv(t)
+	const capN = 64
+	d := startDaemon(t, e, "max_concurrent: 8", fmt.Sprintf("admin_max_connections: %d", capN))
+	pid := d.cmd.Process.Pid
+	fdsBefore, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := range 2000 {
+		c, err := net.Dial("unix", d.adminSocket)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		held = append(held, c)
+		if i%200 == 199 {
+			resp, err := d.client.Get("http://cyberos/healthz")
+			if err != nil {
+				t.Fatalf("/healthz after %d held connections: %v", i+1, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("/healthz after %d held connections: %d", i+1, resp.StatusCode)
+			}
+		}
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if len(fds) > len(fdsBefore)+capN+8 {
+		t.Errorf("the daemon holds %d fds with 2000 connections held (%d before, cap %d)", len(fds), len(fdsBefore), capN)
+	}
+	big := bytes.Repeat([]byte(" "), 3<<20)
+	copy(big, `{"skill_id":"x","args":"`)
+	resp, err := d.client.Post("http://cyberos/v1/invocations", "application/json", bytes.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "over 2097152 bytes") {
+		t.Errorf("3 MiB body: %d %s, want 413", resp.StatusCode, b)
+	}
 }

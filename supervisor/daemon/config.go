@@ -49,6 +49,9 @@ type Config struct {
 	// CgroupPlacement is where the sandboxes' cgroups go: auto, service
 	// or root (sandbox.Placement).
 	CgroupPlacement string `yaml:"cgroup_placement"`
+	// AdminMaxConnections bounds the admin socket's open connections (see
+	// connCap); 0 means AdminConnections' default.
+	AdminMaxConnections int `yaml:"admin_max_connections"`
 }
 
 // Warm is the pool of sandboxes made ahead of their invocations
@@ -174,6 +177,19 @@ type Defaults struct {
 	MaxAuditRows         int `yaml:"max_audit_rows"`
 }
 
+// adminSpareConnections is how many admin connections the default bound
+// leaves beyond one per running invocation.
+const adminSpareConnections = 1024
+
+// AdminConnections is the admin socket's connection bound:
+// admin_max_connections, or max_concurrent + adminSpareConnections.
+func (c *Config) AdminConnections() int {
+	if c.AdminMaxConnections != 0 {
+		return c.AdminMaxConnections
+	}
+	return c.MaxConcurrent + adminSpareConnections
+}
+
 // DefaultConfig is what an empty file means.
 func DefaultConfig() Config {
 	return Config{
@@ -276,6 +292,9 @@ func (c *Config) Validate() error {
 	case sandbox.PlacementAuto, sandbox.PlacementService, sandbox.PlacementRoot:
 	default:
 		return bad("cgroup_placement", "must be auto, service or root, got %q", c.CgroupPlacement)
+	}
+	if n := c.AdminMaxConnections; n != 0 && (n < c.MaxConcurrent+16 || n > 1<<20) {
+		return bad("admin_max_connections", "%d: must be 0 (max_concurrent + %d) or from max_concurrent + 16 (%d: each running invocation holds one, and status, tail and /healthz need room) to 1048576", n, adminSpareConnections, c.MaxConcurrent+16)
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
 		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)

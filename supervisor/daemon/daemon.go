@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -93,6 +92,16 @@ type Options struct {
 	Log        *slog.Logger
 }
 
+// The admin socket's bounds besides Config.AdminMaxConnections: how long
+// a request's headers and an invocation's body may take to arrive, how long
+// a keep-alive connection may sit idle, and the largest invocation body.
+const (
+	adminHeaderTimeout = 10 * time.Second
+	adminBodyTimeout   = 30 * time.Second
+	adminIdleTimeout   = 2 * time.Minute
+	MaxInvokeBody      = 2 << 20
+)
+
 // New prepares a daemon: today's counters from the audit rows, the admin
 // socket (mode 0660, root:admin_group) and the metrics listener. Serve runs it.
 func New(cfg Config, o Options) (*Daemon, error) {
@@ -129,9 +138,12 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	}
 	d.exposeSkills()
 
-	if d.adminLn, err = listenAdmin(cfg.AdminSocket, gid); err != nil {
+	ln, err := listenAdmin(cfg.AdminSocket, gid)
+	if err != nil {
 		return nil, err
 	}
+	capped := newConnCap(ln, cfg.AdminConnections())
+	d.adminLn = capped
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
@@ -139,10 +151,12 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	d.admin = &http.Server{
-		Handler:           d.authorize(mux),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           capped.Track(d.authorize(mux)),
+		ReadHeaderTimeout: adminHeaderTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		ConnState:         capped.ConnState,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, peerKey{}, peerOf(c))
+			return capped.ConnContext(context.WithValue(ctx, peerKey{}, peerOf(c)), c)
 		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -393,9 +407,18 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req InvokeRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 2<<20))
+	// A body held open or too large must not hold the connection: it is
+	// read within adminBodyTimeout, up to MaxInvokeBody bytes.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(adminBodyTimeout))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxInvokeBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err := dec.Decode(&req)
+	_ = rc.SetReadDeadline(time.Time{})
+	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+		apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
+		return
+	} else if err != nil {
 		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
 		return
 	}
