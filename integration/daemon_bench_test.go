@@ -76,7 +76,7 @@ func daemonRSS(b *testing.B, d *daemonProc) {
 func warmReady(b *testing.B, d *daemonProc) {
 	var lat []time.Duration
 	for range 24 {
-		waitFor(b, 10*time.Second, func() bool { return d.gauge(`skill_warm_sandboxes{skill_id="trivial"}`) >= 1 })
+		waitFor(b, 10*time.Second, func() bool { return d.gauge(`cyberos_warm_sandboxes{skill_id="trivial"}`) >= 1 })
 		s := time.Now()
 		code, _, raw := d.invoke(map[string]any{"skill_id": "trivial"})
 		el := time.Since(s)

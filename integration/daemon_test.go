@@ -235,8 +235,8 @@ echo '{}'
 
 	// Before any invocation: the labelled series exist at 0.
 	fams := scrape(t, d.metricsAddr)
-	for _, s := range []string{`skill_audit_emit_failures_total{stage="start"}`, `skill_audit_emit_failures_total{stage="completed"}`,
-		`skill_invoked_total{outcome="success",skill_id="calls"}`, `tool_calls_total{outcome="denied",skill_id="calls",tool="Read"}`} {
+	for _, s := range []string{`cyberos_audit_emit_failures_total{stage="start"}`, `cyberos_audit_emit_failures_total{stage="completed"}`,
+		`cyberos_skill_invocations_total{outcome="success",skill_id="calls"}`, `cyberos_tool_calls_total{outcome="denied",skill_id="calls",tool="Read"}`} {
 		if v, ok := fams[s]; !ok || v != 0 {
 			t.Errorf("%s = %v (present %v) at start, want 0", s, v, ok)
 		}
@@ -257,23 +257,39 @@ echo '{}'
 	}
 	fams = scrape(t, d.metricsAddr)
 	want := map[string]float64{
-		`skill_invoked_total{outcome="success",skill_id="calls"}`:             3,
-		`skill_invoked_total{outcome="success",skill_id="slowtool"}`:          1,
-		`skill_invoked_total{outcome="error",skill_id="fails"}`:               1,
-		`skill_invoked_duration_ms_count{skill_id="calls"}`:                   3,
-		`skill_audit_emit_failures_total{stage="start"}`:                      0,
-		`skill_audit_emit_failures_total{stage="completed"}`:                  0,
-		`tool_calls_total{outcome="success",skill_id="calls",tool="Read"}`:    3,
-		`tool_calls_total{outcome="denied",skill_id="calls",tool="Bash"}`:     3,
-		`tool_calls_total{outcome="timeout",skill_id="slowtool",tool="Bash"}`: 1,
-		`broker_response_truncated_total`:                                     0,
-		`skill_sandbox_start_ms_count`:                                        5,
-		`skill_active_invocations`:                                            0,
+		`cyberos_skill_invocations_total{outcome="success",skill_id="calls"}`:         3,
+		`cyberos_skill_invocations_total{outcome="success",skill_id="slowtool"}`:      1,
+		`cyberos_skill_invocations_total{outcome="error",skill_id="fails"}`:           1,
+		`cyberos_skill_invocation_duration_seconds_count{skill_id="calls"}`:           3,
+		`cyberos_audit_emit_failures_total{stage="start"}`:                            0,
+		`cyberos_audit_emit_failures_total{stage="completed"}`:                        0,
+		`cyberos_tool_calls_total{outcome="success",skill_id="calls",tool="Read"}`:    3,
+		`cyberos_tool_calls_total{outcome="denied",skill_id="calls",tool="Bash"}`:     3,
+		`cyberos_tool_calls_total{outcome="timeout",skill_id="slowtool",tool="Bash"}`: 1,
+		`cyberos_broker_responses_truncated_total`:                                    0,
+		`cyberos_sandbox_start_duration_seconds_count`:                                5,
+		`cyberos_skill_invocations_running`:                                           0,
 	}
 	for k, v := range want {
 		if got, ok := fams[k]; !ok || got != v {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
 		}
+	}
+	// Each invocation's two rows were timed; the Go runtime's, the
+	// process's and the build's series are there too.
+	for _, k := range []string{`cyberos_audit_emit_duration_seconds_count{stage="start"}`, `cyberos_audit_emit_duration_seconds_count{stage="completed"}`} {
+		if fams[k] != 5 {
+			t.Errorf("%s = %v, want 5", k, fams[k])
+		}
+	}
+	var build, goSeries, process bool
+	for k, v := range fams {
+		build = build || strings.HasPrefix(k, "cyberos_build_info{") && strings.Contains(k, `goversion="go`) && v == 1
+		goSeries = goSeries || strings.HasPrefix(k, "go_goroutines")
+		process = process || strings.HasPrefix(k, "process_open_fds")
+	}
+	if !build || !goSeries || !process {
+		t.Errorf("cyberos_build_info %v, go_goroutines %v, process_open_fds %v: want all", build, goSeries, process)
 	}
 	for k := range fams {
 		if strings.Contains(k, "skill_id=") && !strings.Contains(k, `skill_id="calls"`) && !strings.Contains(k, `skill_id="slowtool"`) && !strings.Contains(k, `skill_id="fails"`) {

@@ -22,6 +22,7 @@ type otlpCollector struct {
 type span struct {
 	name, traceID, parent string
 	attrs                 map[string]string
+	resource              map[string]string // its resource's attributes
 }
 
 func newOTLPCollector(t *testing.T) *otlpCollector {
@@ -40,9 +41,13 @@ func newOTLPCollector(t *testing.T) *otlpCollector {
 		}
 		c.mu.Lock()
 		for _, rs := range req.GetResourceSpans() {
+			res := map[string]string{}
+			for _, a := range rs.GetResource().GetAttributes() {
+				res[a.GetKey()] = a.GetValue().GetStringValue()
+			}
 			for _, ss := range rs.GetScopeSpans() {
 				for _, s := range ss.GetSpans() {
-					sp := span{name: s.GetName(), traceID: hex.EncodeToString(s.GetTraceId()), parent: hex.EncodeToString(s.GetParentSpanId()), attrs: map[string]string{}}
+					sp := span{name: s.GetName(), traceID: hex.EncodeToString(s.GetTraceId()), parent: hex.EncodeToString(s.GetParentSpanId()), attrs: map[string]string{}, resource: res}
 					for _, a := range s.GetAttributes() {
 						sp.attrs[a.GetKey()] = a.GetValue().String()
 					}

@@ -29,3 +29,14 @@ if [[ "$have" != *"has version ${GOLANGCI_LINT_VERSION#v} "* ]]; then
   GOBIN="$bin_dir" PATH="/usr/local/go/bin:$PATH" \
     go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 fi
+# promtool for the tests of the shipped alerting rules and of /metrics
+# (telemetry): Prometheus's own checker, built the same way. go install
+# stamps no version into it, so the version built is noted beside it.
+PROMTOOL_VERSION=v0.316.0
+if [ ! -x "$bin_dir/promtool" ] || [ "$(cat "$bin_dir/promtool.version" 2>/dev/null)" != "$PROMTOOL_VERSION" ]; then
+  echo "installing promtool (github.com/prometheus/prometheus $PROMTOOL_VERSION) into $bin_dir: a few minutes, once"
+  rm -f "$bin_dir/promtool" "$bin_dir/promtool.version"
+  GOBIN="$bin_dir" PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0 \
+    go install "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"
+  echo "$PROMTOOL_VERSION" >"$bin_dir/promtool.version"
+fi

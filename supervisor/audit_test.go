@@ -145,7 +145,7 @@ func TestAC04CompletedFailureLogsSev1AndKeepsEffects(t *testing.T) {
 		t.Errorf("no sev-1 log line: %s", logs.String())
 	}
 	if got := testutil.ToFloat64(s.metrics().AuditEmitFailures.WithLabelValues("completed")); got != 1 {
-		t.Errorf("skill_audit_emit_failures_total{stage=completed} = %v, want 1", got)
+		t.Errorf("cyberos_audit_emit_failures_total{stage=completed} = %v, want 1", got)
 	}
 }
 
@@ -336,7 +336,7 @@ func TestAC15EmitFailureMetric(t *testing.T) {
 		s.Audit = faultyAuditor{inner: s.Audit, fail: stage.kind}
 		_, _ = s.Run(Request{SkillDir: skillDir(t, "")})
 		if got := testutil.ToFloat64(s.metrics().AuditEmitFailures.WithLabelValues(stage.label)); got != 1 {
-			t.Errorf("skill_audit_emit_failures_total{stage=%q} = %v, want 1", stage.label, got)
+			t.Errorf("cyberos_audit_emit_failures_total{stage=%q} = %v, want 1", stage.label, got)
 		}
 	}
 }

@@ -106,6 +106,7 @@ func (s *Supervisor) Reconcile(ctx context.Context, store Reconciler) ([]string,
 			continue
 		}
 		s.logger().Warn("invocation closed as lost", "invocation_id", c.InvocationID, "skill_id", c.SkillID)
+		s.metrics().InvocationsLost.Inc()
 		closed = append(closed, c.InvocationID)
 	}
 	return closed, errors.Join(errs...)

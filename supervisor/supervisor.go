@@ -598,13 +598,13 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 
 	spanCtx, span := s.tracer().Start(telemetry.ContextWithRemoteParent(ctx, inv.trace), "skill.invoke",
 		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("skill_id", inv.common.SkillID), attribute.String("invocation_id", inv.common.InvocationID),
-			attribute.String("tenant_id", inv.common.TenantID), attribute.String("skill_version", inv.pol.Version)))
+		trace.WithAttributes(telemetry.Attrs(attribute.String("skill_id", inv.common.SkillID), attribute.String("invocation_id", inv.common.InvocationID),
+			attribute.String("tenant_id", inv.common.TenantID), attribute.String("skill_version", inv.pol.Version))...))
 	inv.spanCtx = spanCtx
 	release := func() {}
 	if r, ok := s.Audit.(Reserver); ok {
 		if release, err = r.Reserve(inv.common.InvocationID); err != nil {
-			s.metrics().AuditEmitFailures.WithLabelValues("start").Inc()
+			s.metrics().AuditEmitFailures.WithLabelValues(telemetry.StageStart).Inc()
 			log.Error("audit: no journal space reserved for the terminal rows; skill not dispatched", "err", err)
 			span.SetStatus(codes.Error, "audit space not reserved")
 			span.End()
@@ -613,8 +613,8 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 	}
 	started := audit.InvokedStartedPolicy(inv.common, inv.pol.Version, inv.persona, inv.argsHash, inv.policyHash, inv.containment)
 	startedAt := s.now()
-	if _, err := s.Audit.Emit(ctx, started); err != nil {
-		s.metrics().AuditEmitFailures.WithLabelValues("start").Inc()
+	if _, err := s.emitTimed(ctx, telemetry.StageStart, started); err != nil {
+		s.metrics().AuditEmitFailures.WithLabelValues(telemetry.StageStart).Inc()
 		log.Error("audit: skill.invoked_started not written; skill not dispatched", "err", err)
 		span.SetStatus(codes.Error, "audit start row not written")
 		span.End()
@@ -625,7 +625,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		inv.req.OnStarted(Started{InvocationID: inv.common.InvocationID, SkillID: inv.common.SkillID, TenantID: inv.common.TenantID, StartedAt: startedAt})
 	}
 	defer func() {
-		span.SetAttributes(attribute.String("outcome", string(envOut.Outcome)), attribute.Int64("duration_ms", envOut.DurationMS))
+		span.SetAttributes(telemetry.Attrs(attribute.String("outcome", string(envOut.Outcome)), attribute.Int64("duration_ms", envOut.DurationMS))...)
 		if envOut.Outcome != OutcomeSuccess {
 			span.SetStatus(codes.Error, string(envOut.Outcome))
 		}
@@ -650,7 +650,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		// the caller is told the record is not durable: never a plain
 		// success. The row is retried in the background; if this process
 		// ends first, the next start closes the invocation as lost.
-		s.metrics().AuditEmitFailures.WithLabelValues("completed").Inc()
+		s.metrics().AuditEmitFailures.WithLabelValues(telemetry.StageCompleted).Inc()
 		log.Error("audit: skill.invoked_completed not written; sev-1, effects not reversed", "severity", "sev-1", "err", err)
 		go s.retryCompleted(completed, log, release)
 		incomplete = fmt.Errorf("%w: invocation %s: %v", ErrAuditIncomplete, inv.common.InvocationID, err)
@@ -659,7 +659,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		release()
 	}
 	s.metrics().InvokedTotal.WithLabelValues(inv.common.SkillID, string(env.Outcome)).Inc()
-	s.metrics().InvokedDurationMS.WithLabelValues(inv.common.SkillID).Observe(float64(env.DurationMS))
+	s.metrics().InvokedDuration.WithLabelValues(inv.common.SkillID).Observe(time.Duration(env.DurationMS * int64(time.Millisecond)).Seconds())
 	envOut = env
 	return env, incomplete
 }
@@ -667,7 +667,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 // emitCompleted writes the completed row, trying again after each of
 // completedRetries: a full disk may clear as logs are cut.
 func (s *Supervisor) emitCompleted(ctx context.Context, d audit.Draft) error {
-	_, err := s.Audit.Emit(ctx, d)
+	_, err := s.emitTimed(ctx, telemetry.StageCompleted, d)
 	for _, wait := range completedRetries {
 		if err == nil {
 			break
@@ -676,6 +676,15 @@ func (s *Supervisor) emitCompleted(ctx context.Context, d audit.Draft) error {
 		_, err = s.Audit.Emit(ctx, d)
 	}
 	return err
+}
+
+// emitTimed writes an invocation row and records how long it took to be
+// durable (cyberos_audit_emit_duration_seconds, the spec's 50 ms p95).
+func (s *Supervisor) emitTimed(ctx context.Context, stage string, d audit.Draft) (audit.Row, error) {
+	t0 := time.Now()
+	row, err := s.Audit.Emit(ctx, d)
+	s.metrics().AuditEmitDuration.WithLabelValues(stage).Observe(time.Since(t0).Seconds())
+	return row, err
 }
 
 // retryCompleted keeps trying a completed row that could not be written,
@@ -766,7 +775,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		log.Warn("warm sandbox's init died after its claim: it was made again, cold")
 	}
 	env.SandboxStartMS = float64(proc.StartLatency().Microseconds()) / 1000
-	s.metrics().SandboxStartMS.Observe(env.SandboxStartMS)
+	s.metrics().SandboxStart.Observe(proc.StartLatency().Seconds())
 
 	var termSent, killSent, stopSent atomic.Bool
 	termTimer := time.AfterFunc(deadline*termNum/termDen, func() {

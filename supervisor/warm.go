@@ -273,7 +273,7 @@ func (p *WarmPool) refill(e *warmEntry) {
 	box, err := p.make(e)
 	<-p.refills
 	if err == nil {
-		p.sup.metrics().WarmRefillMS.Observe(float64(time.Since(t0).Microseconds()) / 1000)
+		p.sup.metrics().WarmRefill.Observe(time.Since(t0).Seconds())
 	}
 	p.mu.Lock()
 	e.filling--

@@ -228,7 +228,7 @@ func TestShapeKeyNamesWhatTheSandboxWasMadeFrom(t *testing.T) {
 	}
 }
 
-// TestWarmGaugeFollowsThePool: skill_warm_sandboxes shows the skill's
+// TestWarmGaugeFollowsThePool: cyberos_warm_sandboxes shows the skill's
 // ready sandboxes, and 0 once idle expiry has emptied them.
 func TestWarmGaugeFollowsThePool(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}}

@@ -1,28 +1,47 @@
 package telemetry
 
 import (
+	"net/http"
+	"runtime"
+	"runtime/debug"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cyberos/supervisor/audit"
 )
 
-// Metrics are the supervisor's Prometheus series. Label values come from
-// the skill registry and fixed outcome sets, never from callers.
+// Metrics are the supervisor's Prometheus series, named as Prometheus
+// asks: the cyberos_ prefix, base units (seconds), _total counters. Label
+// values come from the skill registry and fixed outcome sets, never from
+// callers. The spec's names map onto them: skill_invoked_total is
+// cyberos_skill_invocations_total, skill_invoked_duration_ms is
+// cyberos_skill_invocation_duration_seconds, skill_audit_emit_failures_total
+// is cyberos_audit_emit_failures_total.
 type Metrics struct {
 	Registry           *prometheus.Registry
-	InvokedTotal       *prometheus.CounterVec   // skill_invoked_total{skill_id,outcome}
-	InvokedDurationMS  *prometheus.HistogramVec // skill_invoked_duration_ms{skill_id}
-	AuditEmitFailures  *prometheus.CounterVec   // skill_audit_emit_failures_total{stage}
-	SandboxStartMS     prometheus.Histogram     // skill_sandbox_start_ms
-	InvocationsRunning prometheus.Gauge         // skill_active_invocations
-	ToolCalls          *prometheus.CounterVec   // tool_calls_total{skill_id,tool,outcome}
-	ResponseTruncated  prometheus.Counter       // broker_response_truncated_total
-	WarmSandboxes      *prometheus.GaugeVec     // skill_warm_sandboxes{skill_id}
-	WarmClaims         *prometheus.CounterVec   // skill_warm_claims_total{skill_id,result}
-	WarmRefillMS       prometheus.Histogram     // skill_warm_refill_ms
+	InvokedTotal       *prometheus.CounterVec   // cyberos_skill_invocations_total{skill_id,outcome}
+	InvokedDuration    *prometheus.HistogramVec // cyberos_skill_invocation_duration_seconds{skill_id}
+	InvocationsLost    prometheus.Counter       // cyberos_skill_invocations_lost_total
+	AuditEmitFailures  *prometheus.CounterVec   // cyberos_audit_emit_failures_total{stage}
+	AuditEmitDuration  *prometheus.HistogramVec // cyberos_audit_emit_duration_seconds{stage}
+	SandboxStart       prometheus.Histogram     // cyberos_sandbox_start_duration_seconds
+	InvocationsRunning prometheus.Gauge         // cyberos_skill_invocations_running
+	ToolCalls          *prometheus.CounterVec   // cyberos_tool_calls_total{skill_id,tool,outcome}
+	ResponseTruncated  prometheus.Counter       // cyberos_broker_responses_truncated_total
+	WarmSandboxes      *prometheus.GaugeVec     // cyberos_warm_sandboxes{skill_id}
+	WarmClaims         *prometheus.CounterVec   // cyberos_warm_claims_total{skill_id,result}
+	WarmRefill         prometheus.Histogram     // cyberos_warm_refill_duration_seconds
 }
+
+// Audit emit stages, the stage label of the audit series: the invocation's
+// started and completed rows.
+const (
+	StageStart     = "start"
+	StageCompleted = "completed"
+)
 
 // Tool-call outcomes, the outcome label of tool_calls_total: audit's words,
 // plus denied (a refusal, audited as skill.tool_denied rather than as an outcome).
@@ -43,48 +62,83 @@ func InvocationOutcomes() []string {
 	return slices.DeleteFunc(audit.InvocationOutcomes(), func(o string) bool { return o == audit.OutcomeLost })
 }
 
-// NewMetrics registers every series on a new registry. Both stages of the
-// audit-failure counter exist at 0 from the start.
+// NewMetrics registers every series on a new registry, with the Go
+// runtime's, the process's and cyberos_build_info. Both stages of the audit
+// series exist at 0 from the start.
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		InvokedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skill_invoked_total", Help: "Skill invocations by outcome.",
+			Name: "cyberos_skill_invocations_total", Help: "Skill invocations ended, by outcome.",
 		}, []string{"skill_id", "outcome"}),
-		InvokedDurationMS: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "skill_invoked_duration_ms", Help: "Skill invocation duration in milliseconds.",
-			Buckets: []float64{10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000},
+		InvokedDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cyberos_skill_invocation_duration_seconds", Help: "Skill invocation duration, from dispatch to the skill's end.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"skill_id"}),
+		InvocationsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cyberos_skill_invocations_lost_total", Help: "Invocations a previous daemon left without a completed row, closed as lost at start.",
+		}),
 		AuditEmitFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skill_audit_emit_failures_total", Help: "Audit rows that could not be written, by stage (start refuses the invocation; completed is sev-1).",
+			Name: "cyberos_audit_emit_failures_total", Help: "Invocation audit rows that could not be written, by stage (start refuses the invocation; completed is sev-1).",
 		}, []string{"stage"}),
-		SandboxStartMS: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "skill_sandbox_start_ms", Help: "Sandbox start latency in milliseconds.",
-			Buckets: []float64{5, 10, 15, 25, 50, 75, 100, 250, 500, 1000},
+		AuditEmitDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cyberos_audit_emit_duration_seconds", Help: "Time to make an invocation audit row durable, by stage (the spec's budget: p95 under 50 ms).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"stage"}),
+		SandboxStart: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cyberos_sandbox_start_duration_seconds", Help: "Sandbox start latency (a warm sandbox: its activation).",
+			Buckets: []float64{.001, .0025, .005, .01, .015, .025, .05, .075, .1, .25, .5, 1},
 		}),
 		InvocationsRunning: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "skill_active_invocations", Help: "Invocations running now.",
+			Name: "cyberos_skill_invocations_running", Help: "Invocations running now.",
 		}),
 		ToolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tool_calls_total", Help: "Broker tool calls by outcome (success, denied, error, timeout).",
+			Name: "cyberos_tool_calls_total", Help: "Broker tool calls by outcome (success, denied, error, timeout).",
 		}, []string{"skill_id", "tool", "outcome"}),
 		ResponseTruncated: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "broker_response_truncated_total", Help: "Broker responses over the 16 MiB cap, replaced by a response_too_large error.",
+			Name: "cyberos_broker_responses_truncated_total", Help: "Broker responses over the 16 MiB cap, replaced by a response_too_large error.",
 		}),
 		WarmSandboxes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "skill_warm_sandboxes", Help: "Warm sandboxes ready for the skill's next invocations.",
+			Name: "cyberos_warm_sandboxes", Help: "Warm sandboxes ready for the skill's next invocations.",
 		}, []string{"skill_id"}),
 		WarmClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "skill_warm_claims_total", Help: "Invocations by whether a warm sandbox was ready (hit) or the sandbox started cold (miss).",
+			Name: "cyberos_warm_claims_total", Help: "Invocations by whether a warm sandbox was ready (hit) or the sandbox started cold (miss).",
 		}, []string{"skill_id", "result"}),
-		WarmRefillMS: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "skill_warm_refill_ms", Help: "Time to make one warm sandbox, in milliseconds.",
-			Buckets: []float64{10, 25, 50, 75, 100, 250, 500, 1000, 2500},
+		WarmRefill: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cyberos_warm_refill_duration_seconds", Help: "Time to make one warm sandbox.",
+			Buckets: []float64{.01, .025, .05, .075, .1, .25, .5, 1, 2.5},
 		}),
 	}
-	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDurationMS, m.AuditEmitFailures, m.SandboxStartMS, m.InvocationsRunning,
-		m.ToolCalls, m.ResponseTruncated, m.WarmSandboxes, m.WarmClaims, m.WarmRefillMS)
-	m.AuditEmitFailures.WithLabelValues("start")
-	m.AuditEmitFailures.WithLabelValues("completed")
+	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDuration, m.InvocationsLost, m.AuditEmitFailures, m.AuditEmitDuration,
+		m.SandboxStart, m.InvocationsRunning, m.ToolCalls, m.ResponseTruncated, m.WarmSandboxes, m.WarmClaims, m.WarmRefill,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	for _, stage := range []string{StageStart, StageCompleted} {
+		m.AuditEmitFailures.WithLabelValues(stage)
+		m.AuditEmitDuration.WithLabelValues(stage)
+	}
 	return m
+}
+
+// Handler serves m's registry as /metrics: Prometheus text, or
+// OpenMetrics when the scraper asks for it.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// buildInfo is cyberos_build_info{version,revision,goversion} 1: the
+// module version, the VCS revision the binary was built from, and its Go.
+func buildInfo() prometheus.Collector {
+	version, revision := "(devel)", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "cyberos_build_info", Help: "The build: module version, VCS revision and Go version, as labels; always 1.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()},
+	}, func() float64 { return 1 })
 }

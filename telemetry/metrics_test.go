@@ -2,7 +2,10 @@ package telemetry
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/cyberos/supervisor/audit"
 )
@@ -13,15 +16,15 @@ import (
 func TestOutcomeLabelsCoverAudit(t *testing.T) {
 	for _, o := range audit.InvocationOutcomes() {
 		if o != audit.OutcomeLost && !slices.Contains(InvocationOutcomes(), o) {
-			t.Errorf("invocation outcome %q is not a skill_invoked_total label value", o)
+			t.Errorf("invocation outcome %q is not a cyberos_skill_invocations_total label value", o)
 		}
 	}
 	if slices.Contains(InvocationOutcomes(), audit.OutcomeLost) {
-		t.Errorf("skill_invoked_total has a %q label value no supervisor counts", audit.OutcomeLost)
+		t.Errorf("cyberos_skill_invocations_total has a %q label value no supervisor counts", audit.OutcomeLost)
 	}
 	for _, o := range audit.ToolCallOutcomes() {
 		if !slices.Contains(ToolCallOutcomes(), o) {
-			t.Errorf("tool-call outcome %q is not a tool_calls_total label value", o)
+			t.Errorf("tool-call outcome %q is not a cyberos_tool_calls_total label value", o)
 		}
 	}
 	if slices.Contains(audit.ToolCallOutcomes(), ToolCallDenied) {
@@ -34,12 +37,44 @@ func TestOutcomeLabelsCoverAudit(t *testing.T) {
 func TestOutcomeLabelsKept(t *testing.T) {
 	for _, o := range []string{"success", "error", "panic", "timeout", "killed"} {
 		if !slices.Contains(InvocationOutcomes(), o) {
-			t.Errorf("skill_invoked_total lost outcome label %q", o)
+			t.Errorf("cyberos_skill_invocations_total lost outcome label %q", o)
 		}
 	}
 	for _, o := range []string{"success", "denied", "error", "timeout"} {
 		if !slices.Contains(ToolCallOutcomes(), o) {
-			t.Errorf("tool_calls_total lost outcome label %q", o)
+			t.Errorf("cyberos_tool_calls_total lost outcome label %q", o)
 		}
+	}
+}
+
+// TestMetricsLintClean: every series, with a sample in each labelled one,
+// passes Prometheus's own naming lint (promlint: base units, _total
+// counters, no reserved suffixes), the Go and process collectors included.
+func TestMetricsLintClean(t *testing.T) {
+	m := NewMetrics()
+	m.InvokedTotal.WithLabelValues("s", "success").Inc()
+	m.InvokedDuration.WithLabelValues("s").Observe(0.1)
+	m.ToolCalls.WithLabelValues("s", "Read", "success").Inc()
+	m.WarmSandboxes.WithLabelValues("s").Set(1)
+	m.WarmClaims.WithLabelValues("s", "hit").Inc()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	var ours int
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "cyberos_") {
+			ours++
+		}
+	}
+	if ours != 13 {
+		t.Errorf("%d cyberos_ series gathered, want 13", ours)
 	}
 }

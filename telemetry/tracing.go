@@ -5,6 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -49,29 +53,87 @@ func hexNibble(c byte) byte {
 	return 0
 }
 
+// OTLPFromEnv reports whether OpenTelemetry's standard variables ask for
+// trace export (OTEL_EXPORTER_OTLP_ENDPOINT or ..._TRACES_ENDPOINT set, the
+// SDK not disabled, the traces exporter not "none"): with no otlp_endpoint
+// in the config, the daemon follows them.
+func OTLPFromEnv() bool {
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") || os.Getenv("OTEL_TRACES_EXPORTER") == "none" {
+		return false
+	}
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
 // NewTracerProvider is the daemon's tracer provider: spans are exported
-// over OTLP/HTTP to endpoint in batches. endpoint is host:port (plain HTTP,
-// path /v1/traces) or a URL; a URL without a path gets /v1/traces, the
-// OTLP/HTTP default. The caller shuts it down (which flushes). Sampling
-// follows the parent (the caller's sampled flag); root spans are sampled.
+// over OTLP/HTTP (protobuf) in batches. endpoint is host:port (plain HTTP,
+// path /v1/traces) or a URL (a URL without a path gets /v1/traces); ""
+// leaves the exporter to OpenTelemetry's standard variables
+// (OTEL_EXPORTER_OTLP_ENDPOINT, ..._HEADERS, ..._TIMEOUT). The resource is
+// service.name cyberos-supervisor unless OTEL_SERVICE_NAME or
+// OTEL_RESOURCE_ATTRIBUTES say otherwise; the sampler is the SDK's, so
+// OTEL_TRACES_SAMPLER applies (default: follow the caller's sampled flag,
+// sample root spans). The caller shuts it down (which flushes).
 func NewTracerProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProvider, error) {
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if p := os.Getenv(v); p != "" {
+			if p != "http/protobuf" {
+				return nil, fmt.Errorf("otlp: %s=%s: only http/protobuf is built in", v, p)
+			}
+			break
+		}
+	}
 	var opts []otlptracehttp.Option
-	if u, err := url.Parse(endpoint); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+	u, perr := url.Parse(endpoint)
+	switch {
+	case endpoint == "": // the standard variables
+	case perr == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
 		if u.Path == "" || u.Path == "/" {
 			u.Path = "/v1/traces"
 		}
 		opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
-	} else {
+	default:
 		opts = append(opts, otlptracehttp.WithEndpoint(endpoint), otlptracehttp.WithInsecure())
 	}
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("otlp exporter for %q: %w", endpoint, err)
 	}
-	res := resource.NewSchemaless(semconv.ServiceName("cyberos-supervisor"))
-	return sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
-	), nil
+	fromEnv, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, fmt.Errorf("otlp: OTEL_RESOURCE_ATTRIBUTES or OTEL_SERVICE_NAME: %w", err)
+	}
+	res, err := resource.Merge(resource.NewSchemaless(semconv.ServiceName("cyberos-supervisor")), fromEnv)
+	if err != nil {
+		return nil, fmt.Errorf("otlp resource: %w", err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// namespaced are the spec's span attribute names and their twins in the
+// cyberos. namespace, which OpenTelemetry asks of an application's own
+// attributes; spans carry both.
+var namespaced = map[attribute.Key]attribute.Key{
+	"skill_id":          "cyberos.skill.id",
+	"skill_version":     "cyberos.skill.version",
+	"invocation_id":     "cyberos.invocation.id",
+	"tenant_id":         "cyberos.tenant.id",
+	"outcome":           "cyberos.outcome",
+	"duration_ms":       "cyberos.duration_ms",
+	"tool_name":         "cyberos.tool.name",
+	"args_size_bytes":   "cyberos.tool.args_size_bytes",
+	"result_size_bytes": "cyberos.tool.result_size_bytes",
+	"reason":            "cyberos.denial.reason",
+}
+
+// Attrs returns kvs, each followed by its cyberos.* twin when the spec's
+// name has one.
+func Attrs(kvs ...attribute.KeyValue) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, 0, 2*len(kvs))
+	for _, kv := range kvs {
+		out = append(out, kv)
+		if k, ok := namespaced[kv.Key]; ok {
+			out = append(out, attribute.KeyValue{Key: k, Value: kv.Value})
+		}
+	}
+	return out
 }

@@ -95,7 +95,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		return err
 	}
 	defer closeAll()
-	if cfg.OTLPEndpoint != "" {
+	if cfg.OTLPEndpoint != "" || telemetry.OTLPFromEnv() {
 		tp, err := telemetry.NewTracerProvider(context.Background(), cfg.OTLPEndpoint)
 		if err != nil {
 			return &exitError{exitUsage, err}

@@ -46,3 +46,22 @@ func RemoveCgroupDirs(parent string) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// RequiresTool returns the path of an executable a test needs: env's value
+// when set, else def. A missing tool skips the test, loudly; in CI (env CI
+// set) it is a failure, so the test cannot rot unrun. hint says how to get it.
+func RequiresTool(t testing.TB, env, def, hint string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		path = def
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return path
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s needs %s (%s) and CI is set: %s", t.Name(), path, env, hint)
+	}
+	t.Skipf("SKIPPED %s: needs %s (set %s, or %s)", t.Name(), path, env, hint)
+	return ""
+}

@@ -101,6 +101,8 @@ for f in "$opt"/bin/cyberos "$opt"/bin/cyberos-init "$opt"/tests/*.test; do
     exit 1
   fi
 done
+# promtool (static, built by install-deps.sh) for the /metrics lint test.
+install -m 0755 .cache/bin/promtool "$opt/bin/promtool"
 cp -r seccomp-profiles "$opt/seccomp-profiles"
 # The example skills (notes-go built here: the guest has no toolchain) and
 # the integration tests' data, where the tests look for them (repoRoot).

@@ -79,7 +79,7 @@ func TestToolCallAuditedPair(t *testing.T) {
 		t.Errorf("completed row %v", co.Payload)
 	}
 	if got := metric(e, "Read", "success"); got != 1 {
-		t.Errorf("tool_calls_total{success} = %v", got)
+		t.Errorf("cyberos_tool_calls_total{success} = %v", got)
 	}
 	if s := e.b.Stats(); s.ToolCalls != 1 || s.Denied != 0 {
 		t.Errorf("stats %+v", s)
@@ -124,7 +124,7 @@ func TestToolNotInAllowedTools(t *testing.T) {
 		t.Errorf("denied row %v", d.Payload)
 	}
 	if got := metric(e, "Bash", "denied"); got != 1 {
-		t.Errorf("tool_calls_total{denied} = %v", got)
+		t.Errorf("cyberos_tool_calls_total{denied} = %v", got)
 	}
 	if s := e.b.Stats(); s.ToolCalls != 1 || s.Denied != 1 {
 		t.Errorf("stats %+v", s)
@@ -144,7 +144,7 @@ func TestDisallowedAndUnknownTools(t *testing.T) {
 			t.Errorf("%s: %+v", tc.tool, r.Error)
 		}
 		if got := metric(e, tc.metricTool, "denied"); got != 1 {
-			t.Errorf("%s: tool_calls_total{tool=%s,denied} = %v", tc.tool, tc.metricTool, got)
+			t.Errorf("%s: cyberos_tool_calls_total{tool=%s,denied} = %v", tc.tool, tc.metricTool, got)
 		}
 	}
 	denied := e.audit.kind(audit.KindToolDenied)
@@ -183,7 +183,7 @@ func TestResourceDenialFromTool(t *testing.T) {
 		t.Errorf("denied %v", rows[2].Payload)
 	}
 	if got := metric(e, "Write", "denied"); got != 1 {
-		t.Errorf("tool_calls_total{Write,denied} = %v", got)
+		t.Errorf("cyberos_tool_calls_total{Write,denied} = %v", got)
 	}
 }
 
@@ -218,7 +218,7 @@ func TestToolFailures(t *testing.T) {
 			t.Errorf("%s: rows %+v", tc.tool, rows)
 		}
 		if got := metric(e, tc.tool, tc.metricOutcome); got != 1 {
-			t.Errorf("%s: tool_calls_total{%s} = %v", tc.tool, tc.metricOutcome, got)
+			t.Errorf("%s: cyberos_tool_calls_total{%s} = %v", tc.tool, tc.metricOutcome, got)
 		}
 	}
 	// The broker survived the panic.
@@ -295,7 +295,7 @@ func TestResponseTooLarge(t *testing.T) {
 		t.Fatalf("completed %+v", co)
 	}
 	if got := promtest.ToFloat64(e.metrics.ResponseTruncated); got != 1 {
-		t.Fatalf("broker_response_truncated_total = %v", got)
+		t.Fatalf("cyberos_broker_responses_truncated_total = %v", got)
 	}
 
 	nine := callBody(2, "HttpFetch", fmt.Sprintf(`{"n":%d}`, 9<<20), "")
@@ -304,7 +304,7 @@ func TestResponseTooLarge(t *testing.T) {
 		t.Fatalf("batch cut: %+v", r.Error)
 	}
 	if got := promtest.ToFloat64(e.metrics.ResponseTruncated); got != 2 {
-		t.Fatalf("broker_response_truncated_total = %v", got)
+		t.Fatalf("cyberos_broker_responses_truncated_total = %v", got)
 	}
 	// Under the cap, a large result is delivered whole.
 	r = slowRPC(callBody(4, "HttpFetch", fmt.Sprintf(`{"n":%d}`, 15<<20), ""))

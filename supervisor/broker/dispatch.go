@@ -64,16 +64,16 @@ func (d *dispatcher) finish(o *callObs) {
 	if o.outcome == "" { // a path that returned without deciding (cannot happen)
 		o.outcome = telemetry.ToolCallError
 	}
-	o.span.SetAttributes(
+	o.span.SetAttributes(telemetry.Attrs(
 		attribute.String("skill_id", d.common.SkillID),
 		attribute.String("tool_name", o.tool),
 		attribute.String("outcome", o.outcome),
 		attribute.Int64("duration_ms", o.durMS),
 		attribute.Int("args_size_bytes", o.argsSize),
 		attribute.Int("result_size_bytes", o.resultSize),
-	)
+	)...)
 	if o.reason != "" {
-		o.span.SetAttributes(attribute.String("reason", o.reason))
+		o.span.SetAttributes(telemetry.Attrs(attribute.String("reason", o.reason))...)
 	}
 	if o.outcome != telemetry.ToolCallSuccess {
 		o.span.SetStatus(codes.Error, o.outcome)

@@ -20,7 +20,6 @@ import (
 	"unicode"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/internal/unixsock"
@@ -166,7 +165,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 			return nil, fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
 		}
 		mm := http.NewServeMux()
-		mm.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{}))
+		mm.Handle("GET /metrics", d.metrics.Handler())
 		d.metrSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return d, nil
@@ -189,7 +188,7 @@ func (d *Daemon) exposeSkills() {
 		for _, o := range telemetry.InvocationOutcomes() {
 			d.metrics.InvokedTotal.WithLabelValues(id, o)
 		}
-		d.metrics.InvokedDurationMS.WithLabelValues(id)
+		d.metrics.InvokedDuration.WithLabelValues(id)
 		for _, t := range policy.NewEnforcer(sk, policy.EnforcerOptions{}).Tools() {
 			for _, o := range telemetry.ToolCallOutcomes() {
 				d.metrics.ToolCalls.WithLabelValues(id, string(t), o)

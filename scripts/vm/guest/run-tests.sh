@@ -14,6 +14,7 @@ export HOME=/root LANG=C.UTF-8 TMPDIR=/tmp
 export CI=1
 export CYBEROS_EXPECT_CGROUP_MODE=unified
 export CYBEROS_IT_PREBUILT=/opt/cyberos/bin
+export CYBEROS_PROMTOOL=/opt/cyberos/bin/promtool
 
 out=/dev/ttyS1
 finish() { # status

@@ -1,0 +1,97 @@
+package integration
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/internal/testutil"
+)
+
+// TestSpansFromStandardOTelVariables: with no otlp_endpoint in the config,
+// the daemon exports where OTEL_EXPORTER_OTLP_ENDPOINT says, with the
+// resource OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES give; the spans
+// carry the spec's attribute names and their cyberos.* twins, under the
+// names the README lists.
+func TestSpansFromStandardOTelVariables(t *testing.T) {
+	e := newEnv(t)
+	callsSkill(e, "calls")
+	col := newOTLPCollector(t)
+	d := startDaemonWith(t, e, daemonStart{env: []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + col.url,
+		"OTEL_SERVICE_NAME=agent-host-7",
+		"OTEL_RESOURCE_ATTRIBUTES=deployment.environment=test,host.role=skills",
+		"OTEL_TRACES_SAMPLER=always_on",
+	}})
+	if code, env, raw := d.invoke(map[string]any{"skill_id": "calls"}); code != 200 || env.Outcome != "success" {
+		t.Fatalf("calls: %d %s", code, raw)
+	}
+	d.stop(slow(30 * time.Second)) // flushes the spans
+	byName := map[string]span{}
+	for _, s := range col.spans() {
+		byName[s.name] = s
+	}
+	want := map[string][]string{
+		"skill.invoke":           {"skill_id", "cyberos.skill.id", "invocation_id", "cyberos.invocation.id", "tenant_id", "cyberos.tenant.id", "outcome", "cyberos.outcome"},
+		"skill.broker.tool_call": {"tool_name", "cyberos.tool.name", "duration_ms", "cyberos.duration_ms", "args_size_bytes", "cyberos.tool.args_size_bytes"},
+		"skill.tool.read.exec":   nil,
+	}
+	for name, attrs := range want {
+		s, ok := byName[name]
+		if !ok {
+			t.Errorf("no %s span received; got %v", name, keys(byName))
+			continue
+		}
+		for _, a := range attrs {
+			if _, ok := s.attrs[a]; !ok {
+				t.Errorf("%s has no %s attribute: %v", name, a, s.attrs)
+			}
+		}
+		if s.resource["service.name"] != "agent-host-7" || s.resource["deployment.environment"] != "test" || s.resource["host.role"] != "skills" {
+			t.Errorf("%s resource %v: want service.name and attributes from the OTEL_ variables", name, s.resource)
+		}
+	}
+	if s := byName["skill.invoke"]; s.attrs["skill_id"] != s.attrs["cyberos.skill.id"] || !strings.Contains(s.attrs["cyberos.skill.id"], "calls") {
+		t.Errorf("skill_id %q and cyberos.skill.id %q differ", s.attrs["skill_id"], s.attrs["cyberos.skill.id"])
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestLiveMetricsPromtoolClean: the daemon's /metrics, after invocations
+// that fill its labelled series, passes `promtool check metrics`
+// (Prometheus's own lint of names, units and types).
+func TestLiveMetricsPromtoolClean(t *testing.T) {
+	tool := testutil.RequiresTool(t, "CYBEROS_PROMTOOL", filepath.Join(repoRoot, ".cache", "bin", "promtool"), "run scripts/install-deps.sh")
+	e := newEnv(t)
+	callsSkill(e, "calls")
+	d := startDaemon(t, e)
+	if code, env, raw := d.invoke(map[string]any{"skill_id": "calls"}); code != 200 || env.Outcome != "success" {
+		t.Fatalf("calls: %d %s", code, raw)
+	}
+	resp, err := http.Get("http://" + d.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(body, []byte(`cyberos_skill_invocations_total{outcome="success",skill_id="calls"} 1`)) {
+		t.Fatalf("the invocation is not in /metrics:\n%s", body)
+	}
+	cmd := exec.Command(tool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("promtool check metrics on the daemon's /metrics: %v\n%s", err, out)
+	}
+}
