@@ -6,7 +6,9 @@ TAGS     := seccomp
 # bin/cyberos is linked statically (libseccomp.a, glibc's libc.a; pure-Go
 # user and DNS lookups): libcontainer re-executes it as every sandbox's
 # first process, and a static binary skips the dynamic loader each time.
-STATIC   := -tags "$(TAGS) netgo osusergo" -ldflags '-extldflags "-static"'
+# -buildvcs=auto stamps the commit (`cyberos version`, cyberos_build_info)
+# wherever git is there, even under a GOFLAGS=-buildvcs=false.
+STATIC   := -buildvcs=auto -tags "$(TAGS) netgo osusergo" -ldflags '-extldflags "-static"'
 BIN      := bin/cyberos
 CC       ?= gcc
 DEMO_STATE ?= /tmp/cyberos-demo-state

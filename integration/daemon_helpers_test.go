@@ -77,7 +77,8 @@ func startDaemon(t testing.TB, e *env, extra ...string) *daemonProc {
 
 // daemonStart is how startDaemonWith starts the daemon beyond its config.
 type daemonStart struct {
-	env []string // added to the daemon's environment
+	env  []string // added to the daemon's environment
+	args []string // added to serve's command line
 	// cgroups are cgroup directories the daemon's process joins before
 	// the daemon runs (a shell writes its pid into each, then execs it).
 	cgroups []string
@@ -99,7 +100,7 @@ func startDaemonWith(t testing.TB, e *env, s daemonStart, extra ...string) *daem
 	if err := os.WriteFile(d.cfgPath, []byte(e.daemonConfig(d.metricsAddr, extra...)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd = cyberos("supervisor", "serve", "--config", d.cfgPath, "--run-dir", e.runDir, "--log-level", "info")
+	d.cmd = cyberos(append([]string{"supervisor", "serve", "--config", d.cfgPath, "--run-dir", e.runDir, "--log-level", "info"}, s.args...)...)
 	if len(s.cgroups) > 0 {
 		join := `for d in "$@"; do [ "$d" = -- ] && break; echo $$ > "$d/cgroup.procs" || exit 97; shift; done; shift; exec "$@"`
 		args := append(append([]string{"-c", join, "sh"}, s.cgroups...), "--")

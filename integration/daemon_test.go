@@ -199,8 +199,8 @@ echo '{"done":true}'
 	narrow := filepath.Join(e.base, "narrow.md")
 	os.WriteFile(narrow, []byte("---\nname: seq\ndescription: narrower\nallowed_tools: [Glob]\nx-allowed-files: ['/nowhere/**']\n---\n"), 0o644)
 	polOut, err := cyberos("skill", "broker", "replay", "--invocation", id, "--json", "--policy", narrow, "--socket", d.adminSocket).Output()
-	if err != nil {
-		t.Fatal(err)
+	if exitCode(err) != 1 { // calls would now be denied: CI can gate on it
+		t.Fatalf("replay --policy with denials: exit %d (%v), want 1", exitCode(err), err)
 	}
 	var verdicts []string
 	for _, j := range parseLines(t, polOut) {
@@ -216,6 +216,12 @@ echo '{"done":true}'
 		if (j.Verdict == "denied") != (j.Tool == "Bash") {
 			t.Errorf("under its own policy: %s %s", j.Tool, j.Verdict)
 		}
+	}
+	// A wider one that denies none of the calls: exit 0.
+	wide := filepath.Join(e.base, "wide.md")
+	os.WriteFile(wide, []byte("---\nname: seq\ndescription: wider\nallowed_tools: [Read, Bash, Glob]\nx-allowed-files: ['/**']\n---\n"), 0o644)
+	if out, err := cyberos("skill", "broker", "replay", "--invocation", id, "--policy", wide, "--socket", d.adminSocket).Output(); err != nil || !strings.Contains(string(out), "0 of 4 calls would now be denied") {
+		t.Errorf("replay --policy with no denial: %v\n%s", err, out)
 	}
 }
 

@@ -37,7 +37,7 @@ func TestDaemonRepeatedRequestIDRunsOnce(t *testing.T) {
 	e := newEnv(t)
 	e.skill("echo", "", "#!/bin/sh\necho '{\"n\":1}'\n")
 	d := startDaemon(t, e)
-	body := map[string]any{"skill_id": "echo", "request_id": "req-idem-1", "tenant_id": "t1", "args": map[string]any{"x": 1}}
+	body := map[string]any{"skill_id": "echo", "request_id": "req-idem-1", "tenant_id": "11111111-1111-1111-1111-111111111111", "args": map[string]any{"x": 1}}
 	code1, env1, raw1 := d.invoke(body)
 	code2, env2, raw2 := d.invoke(body)
 	if code1 != 200 || code2 != 200 || env1.Outcome != "success" {
@@ -46,7 +46,7 @@ func TestDaemonRepeatedRequestIDRunsOnce(t *testing.T) {
 	if raw1 != raw2 || !reflect.DeepEqual(env1, env2) {
 		t.Errorf("the repeat's answer differs:\n%s\n%s", raw1, raw2)
 	}
-	other := map[string]any{"skill_id": "echo", "request_id": "req-idem-1", "tenant_id": "t1", "args": map[string]any{"x": 2}}
+	other := map[string]any{"skill_id": "echo", "request_id": "req-idem-1", "tenant_id": "11111111-1111-1111-1111-111111111111", "args": map[string]any{"x": 2}}
 	if code, _, raw := d.invoke(other); code != http.StatusConflict || !strings.Contains(raw, "req-idem-1") {
 		t.Errorf("same request_id, other args: %d %s, want 409 naming it", code, raw)
 	}
@@ -54,7 +54,7 @@ func TestDaemonRepeatedRequestIDRunsOnce(t *testing.T) {
 		t.Errorf("started rows for req-idem-1: %v, want only %s", ids, env1.InvocationID)
 	}
 	// Another tenant's request_id is its own.
-	if code, env3, raw := d.invoke(map[string]any{"skill_id": "echo", "request_id": "req-idem-1", "tenant_id": "t2", "args": map[string]any{"x": 1}}); code != 200 || env3.InvocationID == env1.InvocationID {
+	if code, env3, raw := d.invoke(map[string]any{"skill_id": "echo", "request_id": "req-idem-1", "tenant_id": "22222222-2222-2222-2222-222222222222", "args": map[string]any{"x": 1}}); code != 200 || env3.InvocationID == env1.InvocationID {
 		t.Errorf("another tenant: %d %s", code, raw)
 	}
 }

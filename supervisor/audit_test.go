@@ -161,7 +161,7 @@ func TestAC05TraceIDPropagated(t *testing.T) {
 			t.Errorf("%s trace_id %v", r.Kind, got)
 		}
 	}
-	if _, err := s.Run(Request{SkillDir: skillDir(t, ""), Traceparent: "00-XYZ"}); !errors.Is(err, ErrInvalidSkill) {
+	if _, err := s.Run(Request{SkillDir: skillDir(t, ""), Traceparent: "00-XYZ"}); !errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrInvalidSkill) || !strings.Contains(err.Error(), "traceparent") {
 		t.Errorf("a malformed traceparent was accepted: %v", err)
 	}
 }

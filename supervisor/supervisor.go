@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/cyberos/supervisor/audit"
@@ -44,6 +45,9 @@ var (
 	// ErrInvalidSkill: the skill folder, its frontmatter, its profile or the
 	// request is invalid; nothing ran (exit 2).
 	ErrInvalidSkill = errors.New("invalid skill")
+	// ErrInvalidRequest: the caller's side of the request (args, deadline,
+	// tenant, traceparent) is invalid; nothing ran (exit 2, HTTP 400).
+	ErrInvalidRequest = errors.New("invalid request")
 	// ErrRefused: the invocation was refused before dispatch, e.g. the state
 	// directory is unusable (exit 3).
 	ErrRefused = errors.New("refused before dispatch")
@@ -443,14 +447,14 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	}
 	argsHash, err := audit.HashJSON(args)
 	if err != nil {
-		return nil, fmt.Errorf("%w: args: not one valid JSON value", ErrInvalidSkill)
+		return nil, fmt.Errorf("%w: args: not one valid JSON value", ErrInvalidRequest)
 	}
 	deadline := time.Duration(pol.EffortMinutes) * time.Minute
 	if req.Deadline < 0 {
-		return nil, fmt.Errorf("%w: deadline: must be positive", ErrInvalidSkill)
+		return nil, fmt.Errorf("%w: deadline: must be positive", ErrInvalidRequest)
 	}
 	if req.Deadline > deadline {
-		return nil, fmt.Errorf("%w: deadline: %v is longer than effort_minutes (%d min); it may only shorten it", ErrInvalidSkill, req.Deadline, pol.EffortMinutes)
+		return nil, fmt.Errorf("%w: deadline: %v is longer than effort_minutes (%d min); it may only shorten it", ErrInvalidRequest, req.Deadline, pol.EffortMinutes)
 	}
 	if req.Deadline > 0 {
 		deadline = req.Deadline
@@ -458,8 +462,11 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 	trace := telemetry.NewTraceContext()
 	if req.Traceparent != "" {
 		if trace, err = telemetry.ParseTraceparent(req.Traceparent); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+			return nil, fmt.Errorf("%w: traceparent %q: %v (want 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>)", ErrInvalidRequest, req.Traceparent, err)
 		}
+	}
+	if req.TenantID != "" && !IsUUID(req.TenantID) {
+		return nil, fmt.Errorf("%w: tenant %q: must be a UUID (8-4-4-4-12 hex digits)", ErrInvalidRequest, req.TenantID)
 	}
 	skillDir, err := filepath.Abs(req.SkillDir)
 	if err != nil {
@@ -1132,3 +1139,10 @@ func (t *tailBuffer) Tail(n int) string {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// IsUUID reports whether s is a UUID in its canonical text form, the
+// form a tenant id takes (the spec's Uuid).
+func IsUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil && len(s) == 36
+}

@@ -250,8 +250,8 @@ func TestDeadlineTermIsEnough(t *testing.T) {
 
 func TestDeadlineMayOnlyShorten(t *testing.T) {
 	_, err := run(t, &fakeRunner{}, Request{SkillDir: skillDir(t, "effort_minutes: 1\n"), Deadline: 2 * time.Minute})
-	if !errors.Is(err, ErrInvalidSkill) || !strings.Contains(err.Error(), "deadline") {
-		t.Fatalf("err %v, want ErrInvalidSkill naming the deadline", err)
+	if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("err %v, want ErrInvalidRequest naming the deadline", err)
 	}
 }
 
@@ -302,7 +302,7 @@ func TestRefusedBeforeAnythingRuns(t *testing.T) {
 	t.Run("invalid args", func(t *testing.T) {
 		f := &fakeRunner{}
 		_, err := run(t, f, Request{Args: []byte("{nope")})
-		if !errors.Is(err, ErrInvalidSkill) || f.lastSpec.ID != "" {
+		if !errors.Is(err, ErrInvalidRequest) || f.lastSpec.ID != "" {
 			t.Fatalf("err %v, started %q", err, f.lastSpec.ID)
 		}
 	})
@@ -329,7 +329,7 @@ func TestRefusedBeforeAnythingRuns(t *testing.T) {
 // contract's environment reach the runner.
 func TestSpecCarriesPolicyAndEnv(t *testing.T) {
 	f := &fakeRunner{stdout: "{}"}
-	env, err := run(t, f, Request{SkillDir: skillDir(t, "x-memory-mb: 128\nx-pids-max: 16\nx-cpu: 0.5\n"), TenantID: "t1"})
+	env, err := run(t, f, Request{SkillDir: skillDir(t, "x-memory-mb: 128\nx-pids-max: 16\nx-cpu: 0.5\n"), TenantID: "11111111-2222-3333-4444-555555555555"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestSpecCarriesPolicyAndEnv(t *testing.T) {
 		t.Errorf("spec %+v", s)
 	}
 	want := []string{"CYBEROS_BROKER_SOCKET=/run/cyberos/broker.sock", "CYBEROS_SKILL_ID=fake", "CYBEROS_INVOCATION_ID=" + env.InvocationID,
-		"CYBEROS_TENANT_ID=t1", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+		"CYBEROS_TENANT_ID=11111111-2222-3333-4444-555555555555", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
 	if strings.Join(s.Env, "\n") != strings.Join(want, "\n") {
 		t.Errorf("env %q, want %q", s.Env, want)
 	}
@@ -439,5 +439,17 @@ func testutilWaitFor(t *testing.T, cond func() bool) {
 			t.Fatal("the late sandbox was never closed")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestTenantMustBeAUUID: a tenant that is not a UUID is refused as an
+// invalid request, naming it; nothing runs.
+func TestTenantMustBeAUUID(t *testing.T) {
+	for _, tenant := range []string{"t1", "not a uuid", "11111111-2222-3333-4444-55555555555", "{11111111-2222-3333-4444-555555555555}"} {
+		f := &fakeRunner{}
+		_, err := run(t, f, Request{SkillDir: skillDir(t, ""), TenantID: tenant})
+		if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "tenant") || f.lastSpec.ID != "" {
+			t.Errorf("tenant %q: err %v, started %q", tenant, err, f.lastSpec.ID)
+		}
 	}
 }

@@ -128,17 +128,46 @@ func (m *Metrics) Handler() http.Handler {
 // buildInfo is cyberos_build_info{version,revision,goversion} 1: the
 // module version, the VCS revision the binary was built from, and its Go.
 func buildInfo() prometheus.Collector {
-	version, revision := "(devel)", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		version = bi.Main.Version
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = s.Value
-			}
-		}
-	}
+	b := Build()
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "cyberos_build_info", Help: "The build: module version, VCS revision and Go version, as labels; always 1.",
-		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()},
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion},
 	}, func() float64 { return 1 })
+}
+
+// BuildFacts say what a binary was built from (`cyberos version`,
+// cyberos_build_info).
+type BuildFacts struct {
+	Version   string // the module version; "(devel)" for a build from a checkout
+	Revision  string // the VCS revision, "+dirty" when the tree had changes; "unknown" without VCS data
+	Time      string // the revision's commit time (RFC 3339), when known
+	GoVersion string
+	Platform  string // GOOS/GOARCH
+}
+
+// Build reads the facts Go stamps into every binary.
+func Build() BuildFacts {
+	b := BuildFacts{Version: "(devel)", Revision: "unknown", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	if bi.Main.Version != "" {
+		b.Version = bi.Main.Version
+	}
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Revision = s.Value
+		case "vcs.time":
+			b.Time = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty && b.Revision != "unknown" {
+		b.Revision += "+dirty"
+	}
+	return b
 }

@@ -22,7 +22,17 @@ import (
 	"github.com/cyberos/supervisor/supervisor/daemon"
 )
 
-const defaultAdminSocket = "/run/cyberos/supervisor.sock"
+// socketEnv names the admin socket when --socket is not given, as
+// DOCKER_HOST does for docker.
+const socketEnv = "CYBEROS_SOCKET"
+
+// defaultAdminSocket is $CYBEROS_SOCKET, else the daemon's default.
+func defaultAdminSocket() string {
+	if s := os.Getenv(socketEnv); s != "" {
+		return s
+	}
+	return "/run/cyberos/supervisor.sock"
+}
 
 // adminClient speaks HTTP to the daemon's admin socket.
 type adminClient struct {
@@ -118,7 +128,7 @@ func newInvokeCmd() *cobra.Command {
 	fl.StringVar(&f.traceparent, "traceparent", "", "W3C traceparent of the caller")
 	fl.DurationVar(&f.deadline, "deadline", 0, "shorten the deadline below effort_minutes (e.g. 4s)")
 	fl.BoolVar(&f.json, "json", false, "print the envelope as one JSON object")
-	fl.StringVar(&socket, "socket", defaultAdminSocket, "the daemon's admin socket")
+	fl.StringVar(&socket, "socket", defaultAdminSocket(), "the daemon's admin socket (default $"+socketEnv+", else /run/cyberos/supervisor.sock)")
 	fl.StringVar(&requestID, "request-id", "", "idempotency key: a repeat within idempotency_window gets the first answer instead of a second run")
 	return cmd
 }
@@ -126,7 +136,7 @@ func newInvokeCmd() *cobra.Command {
 func newBrokerCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "broker", Short: "Operator views of the daemon's brokers: status, tail, replay"}
 	var socket string
-	cmd.PersistentFlags().StringVar(&socket, "socket", defaultAdminSocket, "the daemon's admin socket")
+	cmd.PersistentFlags().StringVar(&socket, "socket", defaultAdminSocket(), "the daemon's admin socket (default $"+socketEnv+", else /run/cyberos/supervisor.sock)")
 
 	status := &cobra.Command{
 		Use:   "status",
@@ -190,7 +200,7 @@ func newBrokerCmd() *cobra.Command {
 	var repJSON bool
 	replay := &cobra.Command{
 		Use:   "replay --invocation ID [--policy SKILL.md]",
-		Short: "Print an invocation's recorded tool calls; with --policy, re-judge each against that policy",
+		Short: "Print an invocation's recorded tool calls; with --policy, re-judge each against that policy (exit 1 when any would now be denied)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if repID == "" {
@@ -249,6 +259,9 @@ func newBrokerCmd() *cobra.Command {
 			}
 			if !repJSON {
 				fmt.Fprintf(out, "%d of %d calls would now be denied by %s (%s %s)\n", denied, len(judged), repPolicy, pol.Name, pol.Version)
+			}
+			if denied > 0 { // a policy change a CI job can gate on
+				return &exitError{exitOutcome, nil}
 			}
 			return nil
 		},

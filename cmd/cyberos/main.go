@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/telemetry"
 )
 
 func init() {
@@ -58,9 +59,26 @@ func newRootCmd() *cobra.Command {
 		Short:         "Run AI-agent skills in a kernel sandbox, with every tool call brokered",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionText(),
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	skill := &cobra.Command{Use: "skill", Short: "Run and check skills"}
 	skill.AddCommand(newRunCmd(), newValidateCmd(), newInvokeCmd(), newBrokerCmd())
-	root.AddCommand(skill, newSupervisorCmd(), newAuditCmd(), newDoctorCmd(), newSeccompCmd())
+	root.AddCommand(skill, newSupervisorCmd(), newAuditCmd(), newDoctorCmd(), newSeccompCmd(), &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit and Go version (as --version does)",
+		Args:  cobra.NoArgs,
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprint(cmd.OutOrStdout(), versionText()) },
+	})
 	return root
+}
+
+// versionText is what `cyberos version` and `cyberos --version` print.
+func versionText() string {
+	b := telemetry.Build()
+	commit := b.Revision
+	if b.Time != "" {
+		commit += " (" + b.Time + ")"
+	}
+	return fmt.Sprintf("cyberos %s\ncommit  %s\ngo      %s %s\n", b.Version, commit, b.GoVersion, b.Platform)
 }

@@ -22,7 +22,7 @@ import (
 
 func newSupervisorCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "supervisor", Short: "The root daemon"}
-	var configPath, runDir, logLevel string
+	var configPath, runDir, logLevel, logFormat string
 	var check bool
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -41,7 +41,7 @@ func newSupervisorCmd() *cobra.Command {
 			} else if err := cfg.Validate(); err != nil {
 				return &exitError{exitUsage, err}
 			}
-			log, err := newLogger(logLevel)
+			log, err := newLogger(logLevel, logFormat)
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
@@ -68,6 +68,7 @@ func newSupervisorCmd() *cobra.Command {
 	fl.BoolVar(&check, "check", false, "make every check serve makes on the --config file, the paths it names and this host, then exit")
 	fl.StringVar(&runDir, "run-dir", "/run/cyberos", "runtime state: containers, rootfs skeleton, locks")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&logFormat, "log-format", "text", "text (key=value) or json (one object per line)")
 	_ = fl.MarkHidden("run-dir")
 	cmd.AddCommand(serve)
 	return cmd

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -100,6 +101,14 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
+	if runtime.GOOS == "linux" && os.Geteuid() != 0 {
+		return &exitError{exitRefused, fmt.Errorf("skill run must run as root (uid %d here): the sandbox needs namespaces, cgroups and mounts; `cyberos doctor` says what this host can enforce", os.Geteuid())}
+	}
+	// The store is made when missing, but not its parent: a mistyped path
+	// must not silently start a new audit chain.
+	if why := mustBeDirOrCreatable(f.stateDir, false); why != "" {
+		return &exitError{exitRefused, fmt.Errorf("--state-dir %s %s", f.stateDir, why)}
+	}
 	profiles, err := resolveProfilesDir(f.profilesDir)
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -141,7 +150,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		SeccompRecorder: f.recorder,
 	})
 	switch {
-	case errors.Is(err, supervisor.ErrInvalidSkill):
+	case errors.Is(err, supervisor.ErrInvalidSkill), errors.Is(err, supervisor.ErrInvalidRequest):
 		return &exitError{exitUsage, err}
 	case errors.Is(err, supervisor.ErrAuditIncomplete):
 		// The skill ran: show what it did, and fail the command.
@@ -229,12 +238,22 @@ func newValidateCmd() *cobra.Command {
 	}
 }
 
-func newLogger(level string) (*slog.Logger, error) {
+// newLogger logs to stderr at level, as slog's text (key=value) or JSON
+// lines (format "text" or "json"; "" is text).
+func newLogger(level string, format ...string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch f := append(format, "")[0]; f {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format: %q: want text or json", f)
+	}
 }
 
 // resolveProfilesDir picks the seccomp profile directory: the flag, else the

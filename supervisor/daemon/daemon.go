@@ -529,7 +529,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, supervisor.ErrNotFound):
 		reply(http.StatusNotFound, APIError{Code: "not_found", Error: err.Error()}, false)
-	case errors.Is(err, supervisor.ErrInvalidSkill):
+	case errors.Is(err, supervisor.ErrInvalidSkill), errors.Is(err, supervisor.ErrInvalidRequest):
 		reply(http.StatusBadRequest, APIError{Code: "invalid", Error: err.Error()}, false)
 	case errors.Is(err, supervisor.ErrAuditIncomplete):
 		// The skill ran; its record is not durable: never a success.

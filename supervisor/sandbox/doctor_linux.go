@@ -21,6 +21,11 @@ func Doctor() []Finding {
 	userNS, why := userNSAvailable(false)
 	add("namespace user", userNS, map[bool]string{true: "a user namespace can be created", false: why}[userNS])
 
+	if uid := os.Geteuid(); uid == 0 {
+		add("user", true, "root, as skill run and supervisor serve need (namespaces, cgroups, mounts)")
+	} else {
+		add("user", false, fmt.Sprintf("uid %d, not root: skill run and supervisor serve refuse to start (they need namespaces, cgroups, mounts); the findings below are what root would get", uid))
+	}
 	mode := cgroups.DetectMode()
 	add("cgroup mode", mode != cgroups.Unavailable, mode.String())
 	for _, c := range []string{"memory", "pids", "cpu", "freezer"} {
