@@ -3,7 +3,9 @@ package policy
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
@@ -95,10 +97,12 @@ func decodeFrontmatter(fm []byte) (top yaml.MapSlice, plain map[string]any, err 
 	if nestsTooDeep(fm) {
 		return nil, nil, fieldErr("frontmatter", fmt.Sprintf("nests more than %d levels deep", maxNesting))
 	}
-	// The parser rejects duplicate keys at every level.
-	file, perr := parser.ParseBytes(fm, 0)
+	// The parser rejects duplicate keys at every level. The frontmatter
+	// begins on SKILL.md's second line: one blank line before it makes the
+	// parser's line numbers SKILL.md's.
+	file, perr := parser.ParseBytes(append([]byte("\n"), fm...), 0)
 	if perr != nil {
-		return nil, nil, fieldErr("frontmatter", "invalid YAML: "+firstLine(perr.Error()))
+		return nil, nil, yamlErr(perr)
 	}
 	if len(file.Docs) > 1 {
 		return nil, nil, fieldErr("frontmatter", "must be a single YAML document")
@@ -112,7 +116,7 @@ func decodeFrontmatter(fm []byte) (top yaml.MapSlice, plain map[string]any, err 
 	}
 	var v any
 	if err := yaml.NodeToValue(body, &v, yaml.UseOrderedMap()); err != nil {
-		return nil, nil, fieldErr("frontmatter", "invalid YAML: "+firstLine(err.Error()))
+		return nil, nil, yamlErr(err)
 	}
 	top, ok := v.(yaml.MapSlice)
 	if !ok {
@@ -125,12 +129,39 @@ func decodeFrontmatter(fm []byte) (top yaml.MapSlice, plain map[string]any, err 
 	for _, item := range top {
 		if k, ok := item.Key.(string); ok && strings.HasPrefix(k, "x-") {
 			if err := yaml.NodeToValue(body, &plain); err != nil {
-				return nil, nil, fieldErr("frontmatter", "invalid YAML: "+firstLine(err.Error()))
+				return nil, nil, yamlErr(err)
 			}
 			break
 		}
 	}
 	return top, plain, nil
+}
+
+// yamlPos is the "[line:column] " the YAML library puts before a message;
+// compiled on first use (see nameRE).
+var yamlPos = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\[(\d+):(\d+)\] `) })
+
+// maxSnippetLines bounds the SKILL.md lines a YAML error shows.
+const maxSnippetLines = 8
+
+// yamlErr words a YAML error for the author: where in SKILL.md (line and
+// column), what, and the lines around it with a caret, as the library
+// prints them.
+func yamlErr(err error) *FieldError {
+	text := yaml.FormatError(err, false, true)
+	msg, snippet, _ := strings.Cut(text, "\n")
+	if m := yamlPos().FindStringSubmatch(msg); m != nil {
+		msg = fmt.Sprintf("SKILL.md line %s, column %s: %s", m[1], m[2], msg[len(m[0]):])
+	}
+	lines := strings.Split(strings.TrimRight(snippet, "\n"), "\n")
+	if len(lines) > maxSnippetLines {
+		lines = lines[len(lines)-maxSnippetLines:]
+	}
+	reason := "invalid YAML at " + msg
+	if snippet != "" {
+		reason += "\n" + strings.Join(lines, "\n")
+	}
+	return fieldErr("frontmatter", reason)
 }
 
 // nestsTooDeep over-approximates nesting depth without parsing: brackets are
@@ -164,11 +195,6 @@ func nestsTooDeep(fm []byte) bool {
 }
 
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	return strings.TrimSpace(s)
-}
 
 // field is one policy key: its canonical spelling, an accepted alias, and the
 // setter that validates its value into the Policy.

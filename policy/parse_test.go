@@ -707,3 +707,18 @@ func TestToolKnown(t *testing.T) {
 		}
 	}
 }
+
+// TestYAMLErrorNamesTheLine: a YAML error names the SKILL.md line and
+// column and shows the lines before it with a caret, word for word.
+func TestYAMLErrorNamesTheLine(t *testing.T) {
+	_, err := Parse([]byte("---\nname: badskill\ndescription: x\nallowed_tools: [Read\neffort_minutes: 1\n---\nbody\n"))
+	want := "frontmatter: invalid YAML at SKILL.md line 5, column 1: ',' or ']' must be specified\n" +
+		"   2 | name: badskill\n" +
+		"   3 | description: x\n" +
+		"   4 | allowed_tools: [Read\n" +
+		">  5 | effort_minutes: 1\n" +
+		"       ^"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error:\n%v\nwant:\n%s", err, want)
+	}
+}
