@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,4 +116,132 @@ func TestCLIGolden(t *testing.T) {
 			t.Errorf("%d log lines", len(lines))
 		}
 	})
+}
+
+// TestBrokerTailSkillAndAll: `skill broker tail --all` follows every
+// invocation from now on (start, tool calls, end), `--skill NAME` only
+// that skill's, so an operator need not fish an invocation id out of
+// status first.
+func TestBrokerTailSkillAndAll(t *testing.T) {
+	e := newEnv(t)
+	callsSkill(e, "calls")
+	e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
+	d := startDaemon(t, e)
+	follow := func(args ...string) (<-chan string, *exec.Cmd) {
+		cmd := cyberos(append([]string{"skill", "broker", "tail", "--json", "--socket", d.adminSocket}, args...)...)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		lines := make(chan string, 100)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		select {
+		case l := <-lines:
+			if !strings.Contains(l, `"type":"watching"`) {
+				t.Fatalf("tail %v: first line %s", args, l)
+			}
+		case <-time.After(slow(10 * time.Second)):
+			t.Fatalf("tail %v: no watching line", args)
+		}
+		return lines, cmd
+	}
+	all, _ := follow("--all")
+	one, _ := follow("--skill", "calls")
+	for _, s := range []string{"calls", "quick"} {
+		if code, env, raw := d.invoke(map[string]any{"skill_id": s}); code != 200 || env.Outcome != "success" {
+			t.Fatalf("%s: %d %s", s, code, raw)
+		}
+	}
+	read := func(ch <-chan string, until string) []string {
+		var got []string
+		deadline := time.After(slow(10 * time.Second))
+		for {
+			select {
+			case l := <-ch:
+				var ev struct {
+					Type    string `json:"type"`
+					SkillID string `json:"skill_id"`
+				}
+				_ = json.Unmarshal([]byte(l), &ev)
+				got = append(got, ev.Type+":"+ev.SkillID)
+				if ev.Type+":"+ev.SkillID == until {
+					return got
+				}
+			case <-deadline:
+				t.Fatalf("no %s within the deadline; got %v", until, got)
+				return nil
+			}
+		}
+	}
+	gotAll := read(all, "invocation_ended:quick")
+	gotOne := read(one, "invocation_ended:calls")
+	if len(gotAll) < 6 || gotAll[0] != "invocation_started:calls" || !slices.Contains(gotAll, "tool_call:calls") || !slices.Contains(gotAll, "invocation_started:quick") {
+		t.Errorf("tail --all: %v", gotAll)
+	}
+	for _, g := range gotOne {
+		if !strings.HasSuffix(g, ":calls") {
+			t.Errorf("tail --skill calls got %s: %v", g, gotOne)
+		}
+	}
+	_, stderr, code := cli(t, nil, "skill", "broker", "tail", "--all", "--skill", "calls", "--socket", d.adminSocket)
+	if code != 2 || stderr != "cyberos: give one of --invocation ID, --skill NAME or --all\n" {
+		t.Errorf("tail --all --skill: exit %d %q", code, stderr)
+	}
+}
+
+// TestSkillList: `skill list` shows each installed skill with its version
+// and what its policy allows, and names the folders that are not usable.
+func TestSkillList(t *testing.T) {
+	e := newEnv(t)
+	callsSkill(e, "calls")
+	e.skill("quick", "version: 2.1.0\neffort_minutes: 3\n", "#!/bin/sh\necho '{}'\n")
+	bad := filepath.Join(e.base, "skills", "bad")
+	os.MkdirAll(bad, 0o755)
+	os.WriteFile(filepath.Join(bad, "SKILL.md"), []byte("---\nname: other\ndescription: x\n---\n"), 0o644)
+	os.WriteFile(filepath.Join(bad, "main"), []byte("#!/bin/sh\n"), 0o755)
+	d := startDaemon(t, e)
+	out, stderr, code := cli(t, nil, "skill", "list", "--socket", d.adminSocket)
+	if code != 0 {
+		t.Fatalf("skill list: exit %d %s", code, stderr)
+	}
+	var rows [][]string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		rows = append(rows, strings.Fields(l))
+	}
+	want := [][]string{
+		{"SKILL", "VERSION", "TOOLS", "MEMORY", "FILES", "DOMAINS", "EFFORT"},
+		{"calls", "0.0.0", "Read", "-", filepath.Join(e.base, "data-calls") + "/**", "-", "5m"},
+		{"quick", "2.1.0", "-", "-", "-", "-", "3m"},
+		{"not", "usable:", "bad:", "the", "frontmatter", "name", `"other"`, "is", "not", "the", "folder", "name"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("skill list:\n%s", out)
+	}
+	for i := range want {
+		if !slices.Equal(rows[i], want[i]) {
+			t.Errorf("line %d: %v, want %v\n%s", i, rows[i], want[i], out)
+		}
+	}
+	jsonOut, _, code := cli(t, nil, "skill", "list", "--json", "--socket", d.adminSocket)
+	var list struct {
+		Skills []struct {
+			Name         string `json:"name"`
+			AllowedTools []struct {
+				Tool string `json:"tool"`
+			} `json:"allowed_tools"`
+		} `json:"skills"`
+	}
+	if code != 0 || json.Unmarshal([]byte(jsonOut), &list) != nil || len(list.Skills) != 2 || list.Skills[0].AllowedTools[0].Tool != "Read" {
+		t.Errorf("skill list --json: exit %d\n%s", code, jsonOut)
+	}
 }

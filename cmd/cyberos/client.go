@@ -10,8 +10,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -159,17 +161,26 @@ func newBrokerCmd() *cobra.Command {
 	}
 	status.Flags().Bool("json", true, "JSON output (the only form; accepted for symmetry)")
 
-	var tailID string
-	var tailJSON bool
+	var tailID, tailSkill string
+	var tailJSON, tailAll bool
 	tail := &cobra.Command{
-		Use:   "tail --invocation ID",
-		Short: "Follow an invocation's tool calls as they are decided",
+		Use:   "tail (--invocation ID | --skill NAME | --all)",
+		Short: "Follow an invocation's tool calls as they are decided, or every invocation of a skill, or of all skills (like docker events)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tailID == "" {
-				return &exitError{exitUsage, errors.New("--invocation is required")}
+			given := 0
+			for _, g := range []bool{tailID != "", tailSkill != "", tailAll} {
+				if g {
+					given++
+				}
+			}
+			if given != 1 {
+				return &exitError{exitUsage, errors.New("give one of --invocation ID, --skill NAME or --all")}
 			}
 			c := newAdminClient(socket)
+			if tailID == "" {
+				return tailEvents(cmd.OutOrStdout(), c, tailSkill, tailJSON)
+			}
 			resp, err := c.do(http.MethodGet, "/v1/invocations/"+tailID+"/tail", nil)
 			if err != nil {
 				return err
@@ -194,6 +205,8 @@ func newBrokerCmd() *cobra.Command {
 		},
 	}
 	tail.Flags().StringVar(&tailID, "invocation", "", "the invocation id")
+	tail.Flags().StringVar(&tailSkill, "skill", "", "follow every invocation of this skill from now on")
+	tail.Flags().BoolVar(&tailAll, "all", false, "follow every invocation from now on")
 	tail.Flags().BoolVar(&tailJSON, "json", false, "print JSON lines")
 
 	var repID, repPolicy string
@@ -289,6 +302,114 @@ func humanCall(c broker.Decided) string {
 	}
 	if len(c.PolicyHash) > 12 {
 		s += "  policy " + c.PolicyHash[:12]
+	}
+	return s
+}
+
+// tailEvents follows GET /v1/events (one skill's, or all with skill ""):
+// each invocation's start, its tool calls and its end, as they happen.
+func tailEvents(out io.Writer, c *adminClient, skill string, asJSON bool) error {
+	path := "/v1/events"
+	if skill != "" {
+		path += "?skill=" + url.QueryEscape(skill)
+	}
+	resp, err := c.do(http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if asJSON {
+			fmt.Fprintln(out, sc.Text())
+			continue
+		}
+		var ev daemon.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.Type == "" {
+			fmt.Fprintln(out, sc.Text()) // warnings and errors as they are
+			continue
+		}
+		switch ev.Type {
+		case daemon.EventWatching:
+			fmt.Fprintf(out, "watching %s\n", map[bool]string{true: "every skill", false: "skill " + ev.SkillID}[ev.SkillID == ""])
+		case daemon.EventToolCall:
+			fmt.Fprintf(out, "%s  %s\n", ev.SkillID, humanCall(*ev.Call))
+		case daemon.EventInvocationStarted:
+			fmt.Fprintf(out, "%s  %s  started   %s (tenant %s)\n", ev.SkillID, ev.TS, ev.InvocationID, ev.TenantID)
+		case daemon.EventInvocationEnded:
+			fmt.Fprintf(out, "%s  %s  ended     %s %s\n", ev.SkillID, ev.TS, ev.InvocationID, ev.Outcome)
+		}
+	}
+	return sc.Err()
+}
+
+// newListCmd is `skill list`: the daemon's installed skills, their versions
+// and what their policies allow.
+func newListCmd() *cobra.Command {
+	var socket string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the daemon's installed skills: version, allowed tools, memory scopes, files, domains, time budget",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/skills", nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var list daemon.SkillList
+			if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+				return &exitError{exitRefused, err}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(list)
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "SKILL\tVERSION\tTOOLS\tMEMORY\tFILES\tDOMAINS\tEFFORT")
+			for _, p := range list.Skills {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%dm\n", p.Name, orDash(p.Version), orDash(toolRules(p.AllowedTools)),
+					orDash(strings.Join(p.AllowedMemoryScopes, ",")), orDash(strings.Join(p.AllowedFiles, ",")), orDash(strings.Join(p.AllowedDomains, ",")), p.EffortMinutes)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, u := range list.Unusable {
+				fmt.Fprintf(out, "not usable: %s: %s\n", u.SkillID, u.Error)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", defaultAdminSocket(), "the daemon's admin socket (default $"+socketEnv+", else /run/cyberos/supervisor.sock)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the skills' policies as JSON")
+	return cmd
+}
+
+// toolRules writes allowed_tools back as a frontmatter would: Read,
+// Bash(git:*).
+func toolRules(rules []policy.ToolRule) string {
+	var out []string
+	for _, r := range rules {
+		s := string(r.Tool)
+		if r.Pattern != "" {
+			p := r.Pattern
+			if r.Prefix {
+				p += ":*"
+			}
+			s += "(" + p + ")"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ",")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
 	return s
 }

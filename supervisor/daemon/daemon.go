@@ -147,6 +147,8 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
 	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
+	mux.HandleFunc("GET /v1/events", d.handleEvents)
+	mux.HandleFunc("GET /v1/skills", d.handleSkills)
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	d.admin = &http.Server{
@@ -524,7 +526,11 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		StartSlot: func() (func(), error) { return d.starts.enter(r.Context(), d.stop) },
 	})
 	if id != "" {
-		d.hub.ended(id)
+		outcome := string(env.Outcome)
+		if err != nil && outcome == "" {
+			outcome = "error"
+		}
+		d.hub.ended(id, outcome)
 	}
 	switch {
 	case errors.Is(err, supervisor.ErrNotFound):
@@ -644,4 +650,81 @@ func sortViews(v []ActiveView) {
 		}
 		return strings.Compare(v[i].InvocationID, v[j].InvocationID) < 0
 	})
+}
+
+// handleEvents streams every invocation's start, tool calls and end as
+// they happen (?skill=ID: that skill's only), one JSON object per line,
+// after a first "watching" line; like `docker events`, it has no past.
+func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
+	skill := r.URL.Query().Get("skill")
+	if skill != "" && !SkillIDPattern().MatchString(skill) {
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("skill %q must match %s", skill, SkillIDPattern()))
+		return
+	}
+	wt := d.hub.watch(skill)
+	defer d.hub.unwatch(wt)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	line := func(v any) bool {
+		if err := enc.Encode(v); err != nil {
+			return false
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
+	if !line(Event{Type: EventWatching, SkillID: skill}) {
+		return
+	}
+	for {
+		select {
+		case ev, ok := <-wt.ch:
+			if !ok {
+				if d.hub.watcherOverflowed(wt) {
+					line(APIError{Error: "events fell behind by more than the buffer; events dropped, stream ended", Code: "overflow"})
+				}
+				return
+			}
+			if !line(ev) {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		case <-d.stop:
+			return
+		}
+	}
+}
+
+// SkillList is GET /v1/skills: the skills of skills_dir as the next
+// invocation would load them (SKILL.md is read again now), and the
+// folders that are not usable, with why.
+type SkillList struct {
+	Skills   []*policy.Policy `json:"skills"`
+	Unusable []UnusableSkill  `json:"unusable"`
+}
+
+// UnusableSkill is a folder of skills_dir that is not a usable skill.
+type UnusableSkill struct {
+	SkillID string `json:"skill_id"`
+	Error   string `json:"error"`
+}
+
+func (d *Daemon) handleSkills(w http.ResponseWriter, _ *http.Request) {
+	skills, problems, err := InstalledSkills(d.cfg.SkillsDir)
+	if err != nil {
+		apiErr(w, http.StatusInternalServerError, "internal", fmt.Errorf("skills_dir: %w", err))
+		return
+	}
+	list := SkillList{Skills: skills, Unusable: []UnusableSkill{}}
+	if list.Skills == nil {
+		list.Skills = []*policy.Policy{}
+	}
+	for _, p := range problems {
+		list.Unusable = append(list.Unusable, UnusableSkill{SkillID: p.ID, Error: p.Err.Error()})
+	}
+	writeJSON(w, http.StatusOK, list)
 }

@@ -135,7 +135,7 @@ func TestHubSlowSubscriberNeverBlocks(t *testing.T) {
 	if !h.overflowed(slow) {
 		t.Error("the slow subscriber was not cut off")
 	}
-	h.ended("inv1")
+	h.ended("inv1", "success")
 	tools := <-got
 	if len(tools) < subscriberBuffer { // the reader may also fall behind under load, never silently
 		if !h.overflowed(fast) {
@@ -305,5 +305,41 @@ func TestConfigSigningKey(t *testing.T) {
 	c.Audit.Syslog = "dev/log"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.syslog") {
 		t.Errorf("a relative syslog socket: %v", err)
+	}
+}
+
+// TestHubEventsPerSkill: an events watcher of one skill sees that skill's
+// start, calls and end and nothing of another's; a watcher of all sees
+// both; a watcher that does not read is cut off without blocking.
+func TestHubEventsPerSkill(t *testing.T) {
+	h := newHub(nil)
+	one, all, stuck := h.watch("a"), h.watch(""), h.watch("")
+	// Fill stuck's buffer so the next event overflows it.
+	for range subscriberBuffer {
+		stuck.ch <- Event{}
+	}
+	h.started(supervisor.Started{InvocationID: "i-a", SkillID: "a", TenantID: "t", StartedAt: time.Now()})
+	h.started(supervisor.Started{InvocationID: "i-b", SkillID: "b", TenantID: "t", StartedAt: time.Now()})
+	h.decided(broker.Decided{InvocationID: "i-a", Tool: "Read", Outcome: "success"})
+	h.decided(broker.Decided{InvocationID: "i-b", Tool: "Bash", Outcome: "denied"})
+	h.ended("i-a", "success")
+	h.ended("i-b", "error")
+	h.unwatch(one)
+	h.unwatch(all)
+	var gotOne, gotAll []string
+	for ev := range one.ch {
+		gotOne = append(gotOne, ev.Type+":"+ev.SkillID)
+	}
+	for ev := range all.ch {
+		gotAll = append(gotAll, ev.Type+":"+ev.SkillID)
+	}
+	if w := "invocation_started:a tool_call:a invocation_ended:a"; strings.Join(gotOne, " ") != w {
+		t.Errorf("watcher of a: %v, want %s", gotOne, w)
+	}
+	if len(gotAll) != 6 {
+		t.Errorf("watcher of all: %v, want 6 events", gotAll)
+	}
+	if !h.watcherOverflowed(stuck) {
+		t.Error("the watcher that did not read was not cut off")
 	}
 }

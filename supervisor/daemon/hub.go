@@ -61,23 +61,53 @@ type subscriber struct {
 	overflow bool
 }
 
-// hub is the in-memory state behind status and tail.
+// Event is one line of GET /v1/events (`skill broker tail --all` or
+// --skill): an invocation started, one of its tool calls decided, or the
+// invocation ended. The first line of a stream is type "watching".
+type Event struct {
+	Type         string          `json:"type"` // watching, invocation_started, tool_call, invocation_ended
+	InvocationID string          `json:"invocation_id,omitempty"`
+	SkillID      string          `json:"skill_id,omitempty"`
+	TenantID     string          `json:"tenant_id,omitempty"`
+	TS           string          `json:"ts,omitempty"`
+	Outcome      string          `json:"outcome,omitempty"` // invocation_ended
+	Call         *broker.Decided `json:"call,omitempty"`    // tool_call
+}
+
+// Event types.
+const (
+	EventWatching          = "watching"
+	EventInvocationStarted = "invocation_started"
+	EventToolCall          = "tool_call"
+	EventInvocationEnded   = "invocation_ended"
+)
+
+// watcher is one events stream: every invocation's, or one skill's (skill
+// set). ch is closed when the reader fell behind (overflow).
+type watcher struct {
+	skill    string
+	ch       chan Event
+	overflow bool
+}
+
+// hub is the in-memory state behind status, tail and events.
 type hub struct {
-	mu      sync.Mutex
-	active  map[string]*active
-	day     string
-	calls   int64
-	denied  int64
-	abuse   int64
-	dropped int64
-	now     func() time.Time
+	mu       sync.Mutex
+	active   map[string]*active
+	watchers map[*watcher]struct{}
+	day      string
+	calls    int64
+	denied   int64
+	abuse    int64
+	dropped  int64
+	now      func() time.Time
 }
 
 func newHub(now func() time.Time) *hub {
 	if now == nil {
 		now = time.Now
 	}
-	return &hub{active: map[string]*active{}, now: now}
+	return &hub{active: map[string]*active{}, watchers: map[*watcher]struct{}{}, now: now}
 }
 
 func utcDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
@@ -111,6 +141,50 @@ func (h *hub) started(s supervisor.Started) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.active[s.InvocationID] = &active{info: s, subs: map[*subscriber]struct{}{}}
+	h.emitLocked(Event{Type: EventInvocationStarted, InvocationID: s.InvocationID, SkillID: s.SkillID, TenantID: s.TenantID, TS: s.StartedAt.UTC().Format(time.RFC3339Nano)})
+}
+
+// emitLocked hands ev to the watchers that want its skill; it never
+// blocks: a watcher whose buffer is full is dropped (overflow).
+func (h *hub) emitLocked(ev Event) {
+	for w := range h.watchers {
+		if w.skill != "" && w.skill != ev.SkillID {
+			continue
+		}
+		select {
+		case w.ch <- ev:
+		default:
+			w.overflow = true
+			h.dropped++
+			delete(h.watchers, w)
+			close(w.ch)
+		}
+	}
+}
+
+// watch starts an events stream for skill ("" for all); the caller must
+// unwatch.
+func (h *hub) watch(skill string) *watcher {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := &watcher{skill: skill, ch: make(chan Event, subscriberBuffer)}
+	h.watchers[w] = struct{}{}
+	return w
+}
+
+func (h *hub) unwatch(w *watcher) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.watchers[w]; ok {
+		delete(h.watchers, w)
+		close(w.ch)
+	}
+}
+
+func (h *hub) watcherOverflowed(w *watcher) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return w.overflow
 }
 
 // decided counts one tool call and fans it out; it never blocks.
@@ -127,6 +201,8 @@ func (h *hub) decided(ev broker.Decided) {
 		return
 	}
 	a.toolCalls++
+	call := ev
+	h.emitLocked(Event{Type: EventToolCall, InvocationID: ev.InvocationID, SkillID: a.info.SkillID, TenantID: a.info.TenantID, TS: ev.TS, Call: &call})
 	if len(a.history) < historyCap {
 		a.history = append(a.history, ev)
 	} else {
@@ -145,7 +221,7 @@ func (h *hub) decided(ev broker.Decided) {
 }
 
 // ended removes a finished invocation and ends its tail streams.
-func (h *hub) ended(id string) {
+func (h *hub) ended(id, outcome string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	a := h.active[id]
@@ -153,6 +229,7 @@ func (h *hub) ended(id string) {
 		return
 	}
 	delete(h.active, id)
+	h.emitLocked(Event{Type: EventInvocationEnded, InvocationID: id, SkillID: a.info.SkillID, TenantID: a.info.TenantID, TS: h.now().UTC().Format(time.RFC3339Nano), Outcome: outcome})
 	for s := range a.subs {
 		close(s.ch)
 	}
