@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -87,6 +86,9 @@ func printLint(w io.Writer, r seccomp.LintReport) {
 		}
 		fmt.Fprintf(w, "%s: warning: %s%s\n", r.File, wn.Message, where)
 	}
+	if len(r.NotNative) > 0 {
+		fmt.Fprintf(w, "%s: note: %d names are not syscalls of this architecture and decide nothing here: %s\n", r.File, len(r.NotNative), strings.Join(r.NotNative, ", "))
+	}
 	fmt.Fprintf(w, "%s: ok: %d syscalls allowed, %d BPF instructions (native architecture), %d warnings\n",
 		r.File, r.Allowed, r.BPFInstructions, len(r.Warnings))
 }
@@ -127,6 +129,9 @@ Exit status: 0 same decisions, 1 different, 2 a profile cannot be loaded.`,
 						fmt.Fprintf(out, "~ %s: %s → %s\n", e.Syscall, strings.Join(e.Old, "; "), strings.Join(e.New, "; "))
 					}
 				}
+				if len(d.Ignored) > 0 {
+					fmt.Fprintf(out, "(%d names that are not syscalls of this architecture ignored: %s)\n", len(d.Ignored), strings.Join(d.Ignored, ", "))
+				}
 				if d.Empty() {
 					fmt.Fprintln(out, "same decisions")
 				}
@@ -149,15 +154,16 @@ func newSeccompExplainCmd() *cobra.Command {
 		Long: `Say which rule decides SYSCALL: an unconditional rule, conditional rules
 (with their conditions; the default action when none matches), the default
 action, or runc's ENOSYS answer for syscalls newer than any the profile
-names. With ARGs (numbers, 0x… hex allowed; at most 6), also run the compiled
-filter on exactly that call and print its verdict.`,
+names. With ARGs (numbers, 0x… hex allowed, or names such as TIOCSTI or
+CLONE_NEWUSER|SIGCHLD; at most 6), also run the compiled filter on exactly
+that call and print its verdict.`,
 		Args: cobra.RangeArgs(2, 8),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			var args []uint64
 			for _, s := range a[2:] {
-				v, err := strconv.ParseUint(s, 0, 64)
+				v, err := seccomp.ArgValue(s)
 				if err != nil {
-					return &exitError{exitUsage, fmt.Errorf("argument %q: not a number", s)}
+					return &exitError{exitUsage, err}
 				}
 				args = append(args, v)
 			}

@@ -476,3 +476,23 @@ func syscallKnown(name string) bool {
 	_, err := libseccomp.GetSyscallFromName(name)
 	return err == nil
 }
+
+// syscallNative reports whether name is a syscall of this machine's
+// architecture. libseccomp knows every architecture's names (a profile
+// may list _llseek or fadvise64_64, which are i386's); on another one it
+// resolves them to a negative pseudo number, and a rule for one decides
+// nothing here.
+func syscallNative(name string) bool {
+	nr, err := libseccomp.GetSyscallFromNameByArch(name, libseccomp.ArchNative)
+	return err == nil && nr >= 0
+}
+
+// nativeArchName is this machine's architecture as libseccomp names it
+// (e.g. amd64).
+func nativeArchName() string {
+	a, err := libseccomp.GetNativeArch()
+	if err != nil {
+		return "this architecture"
+	}
+	return a.String()
+}

@@ -15,11 +15,15 @@ type LintWarning struct {
 // profile would be refused at sandbox start (or does not compile);
 // Warnings are allowances that weaken the sandbox but are accepted.
 type LintReport struct {
-	File            string        `json:"file"`
-	Error           string        `json:"error,omitempty"`
-	Warnings        []LintWarning `json:"warnings"`
-	Allowed         int           `json:"allowed_syscalls"` // names some rule allows
-	BPFInstructions int           `json:"bpf_instructions"` // of the native-architecture filter
+	File     string        `json:"file"`
+	Error    string        `json:"error,omitempty"`
+	Warnings []LintWarning `json:"warnings"`
+	Allowed  int           `json:"allowed_syscalls"` // names of this architecture some rule allows
+	// NotNative are the names the profile lists that are not syscalls of
+	// this architecture (another ABI's, e.g. i386's _llseek): they decide
+	// nothing here and are not counted in Allowed.
+	NotNative       []string `json:"not_native,omitempty"`
+	BPFInstructions int      `json:"bpf_instructions"` // of the native-architecture filter
 }
 
 // ExplainRule is one rule of a profile that names the explained syscall.
@@ -65,6 +69,9 @@ type ProfileDiff struct {
 	B        string      `json:"b"`
 	Settings []string    `json:"settings,omitempty"` // defaultAction, architectures, flags changes
 	Syscalls []DiffEntry `json:"syscalls"`
+	// Ignored are names either profile lists that are not syscalls of this
+	// architecture: they decide nothing here, so they are not compared.
+	Ignored []string `json:"ignored,omitempty"`
 }
 
 // Empty reports whether the two profiles decide everything the same way.
@@ -73,6 +80,6 @@ func (d ProfileDiff) Empty() bool { return len(d.Settings) == 0 && len(d.Syscall
 // ImportResult is a Docker-format profile converted to ours.
 type ImportResult struct {
 	Profile []byte   `json:"-"`       // the OCI profile, formatted
-	Dropped []string `json:"dropped"` // names libseccomp does not know here
+	Dropped []string `json:"dropped"` // names libseccomp does not know, or not syscalls of this architecture
 	Notes   []string `json:"notes"`
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	mobyseccomp "github.com/moby/profiles/seccomp"
@@ -85,6 +86,48 @@ var namespaceFlags = []struct {
 	{"CLONE_NEWCGROUP", unix.CLONE_NEWCGROUP}, {"CLONE_NEWTIME", unix.CLONE_NEWTIME},
 }
 
+// argNames are the symbolic argument values explain takes (and prints
+// beside the number): namespace flags, the clone flags libc uses, and the
+// ioctl requests and personalities lint cares about.
+var argNames = func() map[string]uint64 {
+	m := map[string]uint64{
+		"TIOCSTI": unix.TIOCSTI, "TIOCLINUX": unix.TIOCLINUX, "TIOCGWINSZ": unix.TIOCGWINSZ, "FIONREAD": unix.TIOCINQ,
+		"TCGETS": unix.TCGETS, "SIGCHLD": uint64(unix.SIGCHLD),
+		"CLONE_VM": unix.CLONE_VM, "CLONE_FS": unix.CLONE_FS, "CLONE_FILES": unix.CLONE_FILES, "CLONE_SIGHAND": unix.CLONE_SIGHAND,
+		"CLONE_THREAD": unix.CLONE_THREAD, "CLONE_VFORK": unix.CLONE_VFORK, "CLONE_SETTLS": unix.CLONE_SETTLS,
+		"CLONE_PARENT_SETTID": unix.CLONE_PARENT_SETTID, "CLONE_CHILD_CLEARTID": unix.CLONE_CHILD_CLEARTID,
+		"CLONE_CHILD_SETTID": unix.CLONE_CHILD_SETTID, "CLONE_SYSVSEM": unix.CLONE_SYSVSEM,
+		"ADDR_NO_RANDOMIZE": perAddrNoRandomize, "READ_IMPLIES_EXEC": perReadImpliesExec,
+	}
+	for _, f := range namespaceFlags {
+		m[f.name] = f.flag
+	}
+	return m
+}()
+
+// ArgValue reads one syscall argument as explain takes it: a number
+// (decimal, 0x hex, 0 octal) or symbolic names joined by "|", e.g.
+// TIOCSTI or CLONE_NEWUSER|SIGCHLD.
+func ArgValue(s string) (uint64, error) {
+	if v, err := strconv.ParseUint(s, 0, 64); err == nil {
+		return v, nil
+	}
+	var v uint64
+	for _, part := range strings.Split(s, "|") {
+		n, ok := argNames[strings.TrimSpace(part)]
+		if !ok {
+			names := make([]string, 0, len(argNames))
+			for k := range argNames {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			return 0, fmt.Errorf("argument %q: not a number, and %q is not a name explain knows (%s)", s, part, strings.Join(names, ", "))
+		}
+		v |= n
+	}
+	return v, nil
+}
+
 // Constants x/sys/unix lacks (linux/personality.h).
 const (
 	perAddrNoRandomize = 0x0040000
@@ -119,8 +162,13 @@ func LintProfile(path string) LintReport {
 	}
 	allowed := map[string]bool{}
 	for _, r := range spec.Syscalls {
-		if actionPermits(r.Action) {
-			for _, n := range r.Names {
+		for _, n := range r.Names {
+			switch {
+			case !syscallNative(n):
+				if !slices.Contains(rep.NotNative, n) {
+					rep.NotNative = append(rep.NotNative, n)
+				}
+			case actionPermits(r.Action):
 				allowed[n] = true
 			}
 		}
@@ -447,6 +495,10 @@ func DiffProfiles(a, b string) (ProfileDiff, error) {
 	}
 	sort.Strings(sorted)
 	for _, n := range sorted {
+		if !syscallNative(n) {
+			d.Ignored = append(d.Ignored, n)
+			continue
+		}
 		oa, ob := ra[n], rb[n]
 		switch {
 		case oa == nil:
@@ -502,12 +554,18 @@ func ImportDockerProfile(data []byte) (ImportResult, error) {
 		res.Notes = append(res.Notes, `"flags": [] written: without it runc adds SECCOMP_FILTER_FLAG_SPEC_ALLOW`)
 	}
 	var rules []specs.LinuxSyscall
+	var foreign []string
 	for _, r := range p.Syscalls {
 		var keep []string
 		for _, n := range r.Names {
-			if syscallKnown(n) {
+			switch {
+			case syscallNative(n):
 				keep = append(keep, n)
-			} else if !slices.Contains(res.Dropped, n) {
+			case syscallKnown(n):
+				if !slices.Contains(foreign, n) {
+					foreign = append(foreign, n)
+				}
+			case !slices.Contains(res.Dropped, n):
 				res.Dropped = append(res.Dropped, n)
 			}
 		}
@@ -520,6 +578,10 @@ func ImportDockerProfile(data []byte) (ImportResult, error) {
 	p.Syscalls = rules
 	if len(res.Dropped) > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d names unknown to libseccomp %s dropped: %s", len(res.Dropped), libseccompVersion(), strings.Join(res.Dropped, ", ")))
+	}
+	if len(foreign) > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d names that are not %s syscalls (another architecture's) dropped: %s", len(foreign), nativeArchName(), strings.Join(foreign, ", ")))
+		res.Dropped = append(res.Dropped, foreign...)
 	}
 	out, err := FormatProfile(p)
 	if err != nil {

@@ -1,7 +1,9 @@
 package seccomp
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -553,5 +555,52 @@ func BenchmarkCompileProfiles(b *testing.B) {
 			}
 			b.ReportMetric(float64(n), "bpf-insns")
 		})
+	}
+}
+
+// TestOtherArchitecturesNames: names libseccomp knows only for another
+// architecture (i386's _llseek) decide nothing on this one: import drops
+// them and says so, lint does not count them as allowed, diff ignores
+// them.
+func TestOtherArchitecturesNames(t *testing.T) {
+	if syscallNative("_llseek") || !syscallKnown("_llseek") || !syscallNative("read") {
+		t.Fatalf("this test assumes an architecture without _llseek (amd64): native %v", syscallNative("_llseek"))
+	}
+	res, err := ImportDockerProfile(dockerDefaultJSON(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(res.Dropped, "_llseek") || bytes.Contains(res.Profile, []byte(`"_llseek"`)) {
+		t.Errorf("import kept i386's _llseek: dropped %v", res.Dropped)
+	}
+	if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "not "+nativeArchName()+" syscalls") }) {
+		t.Errorf("import notes %q do not name the names of another architecture", res.Notes)
+	}
+	const prof = `{"defaultAction":"SCMP_ACT_ERRNO","flags":[],"syscalls":[{"names":[%s],"action":"SCMP_ACT_ALLOW"}]}`
+	a := writeTemp(t, "a.json", fmt.Sprintf(prof, `"read","exit_group"`))
+	b := writeTemp(t, "b.json", fmt.Sprintf(prof, `"read","exit_group","_llseek"`))
+	r := LintProfile(b)
+	if r.Error != "" || r.Allowed != 2 || !slices.Equal(r.NotNative, []string{"_llseek"}) {
+		t.Errorf("lint: error %q, allowed %d, not native %v; want 2 and [_llseek]", r.Error, r.Allowed, r.NotNative)
+	}
+	d, err := DiffProfiles(a, b)
+	if err != nil || !d.Empty() || !slices.Equal(d.Ignored, []string{"_llseek"}) {
+		t.Errorf("diff: %v, %+v; want the same decisions, _llseek ignored", err, d)
+	}
+}
+
+// TestArgValue: explain's arguments are numbers or symbolic names, ORed
+// with "|"; an unknown name is an error that lists the known ones.
+func TestArgValue(t *testing.T) {
+	for in, want := range map[string]uint64{
+		"0x5412": 0x5412, "21522": 21522, "TIOCSTI": unix.TIOCSTI, "TIOCLINUX": unix.TIOCLINUX,
+		"CLONE_NEWUSER|SIGCHLD": unix.CLONE_NEWUSER | uint64(unix.SIGCHLD), "CLONE_NEWNS | CLONE_NEWPID": unix.CLONE_NEWNS | unix.CLONE_NEWPID,
+	} {
+		if got, err := ArgValue(in); err != nil || got != want {
+			t.Errorf("ArgValue(%q) = %#x, %v; want %#x", in, got, err, want)
+		}
+	}
+	if _, err := ArgValue("TIOCSTY"); err == nil || !strings.Contains(err.Error(), "TIOCSTI") {
+		t.Errorf("ArgValue(TIOCSTY): %v, want an error listing the known names", err)
 	}
 }

@@ -2,6 +2,11 @@
 
 package seccomp
 
+import (
+	"fmt"
+	"strconv"
+)
+
 // The seccomp operator tools need libseccomp (Linux).
 
 func LintProfile(path string) LintReport {
@@ -17,3 +22,12 @@ func DiffProfiles(a, b string) (ProfileDiff, error) { return ProfileDiff{}, ErrU
 func ImportDockerProfile(data []byte) (ImportResult, error) { return ImportResult{}, ErrUnsupported }
 
 func RecordProfile(base string, used []string) ([]byte, error) { return nil, ErrUnsupported }
+
+// ArgValue reads a number; symbolic names are Linux's.
+func ArgValue(s string) (uint64, error) {
+	v, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		return 0, fmt.Errorf("argument %q: not a number", s)
+	}
+	return v, nil
+}
