@@ -195,7 +195,7 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatalf("tenant B read A's doc: %v", err)
 	}
 	// Search: B finds nothing of A's.
-	hits, err := s.Search(ctx, tenantB, "acquisition", all, 100)
+	hits, err := s.Search(ctx, tenantB, "acquisition", all, nil, 100)
 	if err != nil || len(hits) != 0 {
 		t.Fatalf("tenant B search: %v %v", hits, err)
 	}
@@ -212,7 +212,7 @@ func TestTenantIsolation(t *testing.T) {
 	if err != nil || rb != b {
 		t.Fatalf("B's doc: %+v %v", rb, err)
 	}
-	hits, err = s.Search(ctx, tenantA, "plan", all, 100)
+	hits, err = s.Search(ctx, tenantA, "plan", all, nil, 100)
 	if err != nil || len(hits) != 1 || hits[0].ContentHash != a.ContentHash {
 		t.Fatalf("tenant A search: %+v %v", hits, err)
 	}
@@ -227,7 +227,7 @@ func TestSearchRanking(t *testing.T) {
 	once := emit(t, s, tenantA, "notes/once", "alpha beta gamma delta epsilon")
 	twice := emit(t, s, tenantA, "notes/twice", "alpha beta alpha delta epsilon")
 	emit(t, s, tenantA, "notes/none", "omega beta gamma delta epsilon")
-	hits, err := s.Search(context.Background(), tenantA, "Alpha", all, 10)
+	hits, err := s.Search(context.Background(), tenantA, "Alpha", all, nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestSearchRanking(t *testing.T) {
 		t.Fatalf("snippet %q", hits[0].Snippet)
 	}
 	// AND of words.
-	hits, err = s.Search(context.Background(), tenantA, "alpha gamma", all, 10)
+	hits, err = s.Search(context.Background(), tenantA, "alpha gamma", all, nil, 10)
 	if err != nil || !slices.Equal(paths(hits), []string{"notes/once"}) {
 		t.Fatalf("AND: %v %v", paths(hits), err)
 	}
@@ -260,7 +260,7 @@ func TestSearchScopeFilterBeforeLimit(t *testing.T) {
 	}
 	emit(t, s, tenantA, "notes/mine", "a long document that mentions the needle only once among many other words")
 	for _, limit := range []int{1, 5, 100} {
-		hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/*"}, limit)
+		hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/*"}, nil, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +268,7 @@ func TestSearchScopeFilterBeforeLimit(t *testing.T) {
 			t.Fatalf("limit %d: %v", limit, paths(hits))
 		}
 	}
-	hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, 100)
+	hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, nil, 100)
 	if err != nil || len(hits) != 41 {
 		t.Fatalf("notes/**: %d hits, %v", len(hits), err)
 	}
@@ -277,11 +277,32 @@ func TestSearchScopeFilterBeforeLimit(t *testing.T) {
 			t.Fatalf("out of scope hit %q", h.Path)
 		}
 	}
-	if _, err := s.Search(context.Background(), tenantA, "needle", nil, 10); !errors.Is(err, ErrScope) {
+	if _, err := s.Search(context.Background(), tenantA, "needle", nil, nil, 10); !errors.Is(err, ErrScope) {
 		t.Fatalf("no scopes: %v", err)
 	}
-	if _, err := s.Search(context.Background(), tenantA, "needle", []string{"../x"}, 10); !errors.Is(err, ErrScope) {
+	if _, err := s.Search(context.Background(), tenantA, "needle", []string{"../x"}, nil, 10); !errors.Is(err, ErrScope) {
 		t.Fatalf("only bad scopes: %v", err)
+	}
+}
+
+// TestSearchExcludesBeforeLimit: excluded paths (a skill's disallowed
+// patterns) never come back, and are left out before the limit, so the
+// allowed document still does even when many excluded ones rank above it;
+// an exclusion that is not a valid glob refuses the search.
+func TestSearchExcludesBeforeLimit(t *testing.T) {
+	s, _ := newStore(t)
+	for i := range 40 {
+		emit(t, s, tenantA, fmt.Sprintf("notes/private/%02d", i), "needle needle needle needle needle")
+	}
+	emit(t, s, tenantA, "notes/mine", "a long document that mentions the needle only once among many other words")
+	for _, limit := range []int{1, 5} {
+		hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, []string{"notes/private/**"}, limit)
+		if err != nil || !slices.Equal(paths(hits), []string{"notes/mine"}) {
+			t.Fatalf("limit %d: %v %v", limit, paths(hits), err)
+		}
+	}
+	if _, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, []string{"../x"}, 5); !errors.Is(err, ErrScope) {
+		t.Fatalf("an invalid exclusion: %v, want ErrScope", err)
 	}
 }
 
@@ -327,7 +348,7 @@ func TestSearchQuerySyntaxIsInert(t *testing.T) {
 	}
 	for q, want := range cases {
 		t.Run(q, func(t *testing.T) {
-			hits, err := s.Search(context.Background(), tenantA, q, scopes, 100)
+			hits, err := s.Search(context.Background(), tenantA, q, scopes, nil, 100)
 			if want == nil {
 				if !errors.Is(err, ErrInvalid) {
 					t.Fatalf("got %v, want ErrInvalid", err)
@@ -361,11 +382,11 @@ func TestSearchInvalid(t *testing.T) {
 		"too long":   strings.Repeat("a", MaxQueryBytes+1),
 		"many words": strings.Repeat("w ", MaxQueryTerms+1),
 	} {
-		if _, err := s.Search(context.Background(), tenantA, q, all, 10); !errors.Is(err, ErrInvalid) {
+		if _, err := s.Search(context.Background(), tenantA, q, all, nil, 10); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: got %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := s.Search(context.Background(), "", "alpha", all, 10); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Search(context.Background(), "", "alpha", all, nil, 10); !errors.Is(err, ErrInvalid) {
 		t.Errorf("empty tenant: %v", err)
 	}
 }
@@ -376,7 +397,7 @@ func TestSearchLimitClamp(t *testing.T) {
 		emit(t, s, tenantA, fmt.Sprintf("notes/%03d", i), "common word")
 	}
 	for limit, want := range map[int]int{-5: 1, 0: 1, 1: 1, 7: 7, 100: 100, 101: 100, 1 << 30: 100} {
-		hits, err := s.Search(context.Background(), tenantA, "common", all, limit)
+		hits, err := s.Search(context.Background(), tenantA, "common", all, nil, limit)
 		if err != nil || len(hits) != want {
 			t.Errorf("limit %d: %d hits (want %d), %v", limit, len(hits), want, err)
 		}
@@ -421,7 +442,7 @@ func TestCompensationBodyNeverStored(t *testing.T) {
 		t.Fatalf("Read %+v", rd)
 	}
 	for _, q := range []string{"tangerinewombat", "zanzibarquux", "987654321", "founder salary"} {
-		hits, err := s.Search(ctx, tenantA, q, all, 100)
+		hits, err := s.Search(ctx, tenantA, q, all, nil, 100)
 		if err != nil || len(hits) != 0 {
 			t.Fatalf("search %q found the withheld body: %v %v", q, hits, err)
 		}
@@ -452,7 +473,7 @@ func TestCompensationOverwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{"marmaladeflamingo", "pineapplegiraffe"} {
-		if hits, err := s.Search(ctx, tenantA, q, all, 10); err != nil || len(hits) != 0 {
+		if hits, err := s.Search(ctx, tenantA, q, all, nil, 10); err != nil || len(hits) != 0 {
 			t.Fatalf("search %q: %v %v", q, hits, err)
 		}
 	}
@@ -468,7 +489,7 @@ func TestCompensationOverwrite(t *testing.T) {
 	if err != nil || rd.BodyWithheld || rd.Body != "kiwi plain again" {
 		t.Fatalf("Read %+v %v", rd, err)
 	}
-	if hits, err := s.Search(ctx, tenantA, "kiwi", all, 10); err != nil || len(hits) != 1 {
+	if hits, err := s.Search(ctx, tenantA, "kiwi", all, nil, 10); err != nil || len(hits) != 1 {
 		t.Fatalf("search kiwi: %v %v", hits, err)
 	}
 	if _, err := s.db.Exec(`INSERT INTO docs_fts (docs_fts) VALUES ('integrity-check')`); err != nil {
@@ -523,7 +544,7 @@ func TestConcurrentEmitAndSearch(t *testing.T) {
 				if _, err := s.Emit(ctx, Entry{Tenant: tenant, Path: p, Body: fmt.Sprintf("shared token w%02d", w), Scopes: all}); err != nil {
 					errs <- fmt.Errorf("emit %s: %w", p, err)
 				}
-				hits, err := s.Search(ctx, tenant, "shared token", all, 100)
+				hits, err := s.Search(ctx, tenant, "shared token", all, nil, 100)
 				if err != nil {
 					errs <- fmt.Errorf("search: %w", err)
 				}
@@ -549,7 +570,7 @@ func TestConcurrentEmitAndSearch(t *testing.T) {
 	if err := s.db.QueryRow(`SELECT count(*) FROM docs`).Scan(&n); err != nil || n != workers*each {
 		t.Fatalf("%d docs, %v", n, err)
 	}
-	hits, err := s.Search(ctx, tenantB, "w07", all, 100) // odd workers write as tenant B
+	hits, err := s.Search(ctx, tenantB, "w07", all, nil, 100) // odd workers write as tenant B
 	if err != nil || len(hits) != each {
 		t.Fatalf("w07: %d hits, %v", len(hits), err)
 	}
@@ -583,7 +604,7 @@ func TestReopenKeepsData(t *testing.T) {
 	if rd, err := s.Read(context.Background(), tenantA, "notes/comp", all); err != nil || rd != w {
 		t.Fatalf("withheld after reopen: %+v %v", rd, err)
 	}
-	if hits, err := s.Search(context.Background(), tenantA, "pineapple", all, 10); err != nil || len(hits) != 1 {
+	if hits, err := s.Search(context.Background(), tenantA, "pineapple", all, nil, 10); err != nil || len(hits) != 1 {
 		t.Fatalf("search after reopen: %v %v", hits, err)
 	}
 }
@@ -694,7 +715,7 @@ func TestCanceledContext(t *testing.T) {
 	if _, err := s.Read(ctx, tenantA, "notes/a", all); !errors.Is(err, context.Canceled) {
 		t.Errorf("read: %v", err)
 	}
-	if _, err := s.Search(ctx, tenantA, "alpha", all, 1); !errors.Is(err, context.Canceled) {
+	if _, err := s.Search(ctx, tenantA, "alpha", all, nil, 1); !errors.Is(err, context.Canceled) {
 		t.Errorf("search: %v", err)
 	}
 	if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/b", Body: "b", Scopes: all}); !errors.Is(err, context.Canceled) {

@@ -9,7 +9,8 @@ import (
 )
 
 // Search runs a full-text query over the tenant's documents whose canonical
-// path matches one of scopes, best match first (bm25), at most limit hits
+// path matches one of scopes and none of excludes (the caller's
+// disallowed patterns), best match first (bm25), at most limit hits
 // (limit is clamped to 1..MaxLimit). The query is plain words: every word must
 // occur (AND); FTS5 operators, quotes, prefixes, column filters and NEAR are
 // not syntax here, their punctuation separates words and keywords like OR are
@@ -26,7 +27,7 @@ import (
 // included, so scores and the order of multi-word results shift slightly
 // with other tenants' content. No other tenant's path, body or hash is ever
 // returned; a per-tenant index would remove the statistical side channel.
-func (s *Store) Search(ctx context.Context, tenant, query string, scopes []string, limit int) ([]Hit, error) {
+func (s *Store) Search(ctx context.Context, tenant, query string, scopes, excludes []string, limit int) ([]Hit, error) {
 	if err := checkID("tenant", tenant, true); err != nil {
 		return nil, err
 	}
@@ -38,6 +39,11 @@ func (s *Store) Search(ctx context.Context, tenant, query string, scopes []strin
 	if len(globs) == 0 {
 		return nil, fmt.Errorf("%w: no memory scopes allowed", ErrScope)
 	}
+	// An exclusion that does not compile would show what it hides: refuse.
+	excl := compileScopes(excludes)
+	if len(excl) != len(excludes) {
+		return nil, fmt.Errorf("%w: an excluded scope is not a valid memory glob", ErrScope)
+	}
 	limit = min(max(limit, 1), MaxLimit)
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT d.path, -bm25(docs_fts), snippet(docs_fts, 0, '', '', '…', 24), d.content_hash
@@ -46,9 +52,10 @@ func (s *Store) Search(ctx context.Context, tenant, query string, scopes []strin
 		  AND d.tenant_id = ?2
 		  AND d.body_withheld = 0
 		  AND `+scopeFunc+`(d.path, ?3) = 1
+		  AND (?5 = '' OR `+scopeFunc+`(d.path, ?5) = 0)
 		ORDER BY bm25(docs_fts), d.path
 		LIMIT ?4`,
-		match, tenant, strings.Join(globs, "\n"), limit)
+		match, tenant, strings.Join(globs, "\n"), limit, strings.Join(excl, "\n"))
 	if err != nil {
 		return nil, dbErr(ctx, "search", err)
 	}

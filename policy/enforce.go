@@ -467,14 +467,30 @@ func (e *Enforcer) CheckMemory(t Tool, p string) (string, error) {
 
 // MemoryScopes returns the canonical globs a MemorySearch by t may see:
 // allowed_memory_scopes if a bare rule allows t, plus t's patterned allowed
-// rules. Empty means nothing. Disallowed patterns are not subtracted: check
-// every result with CheckMemory.
+// rules. Empty means nothing. Disallowed patterns are not subtracted: the
+// search excludes MemoryExcludes, and every result is checked with
+// CheckMemory.
 func (e *Enforcer) MemoryScopes(t Tool) []string {
 	r, err := e.toolRulesOf(t, kindMemory, "MemoryScopes")
 	if err != nil {
 		return nil
 	}
 	return r.globs(e.memory)
+}
+
+// MemoryExcludes returns the canonical globs of t's disallowed_tools
+// patterns: what a MemorySearch by t must never return, whatever
+// MemoryScopes allows.
+func (e *Enforcer) MemoryExcludes(t Tool) []string {
+	r, err := e.toolRulesOf(t, kindMemory, "MemoryExcludes")
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(r.denyGlobs))
+	for _, g := range r.denyGlobs {
+		out = append(out, g.pattern)
+	}
+	return out
 }
 
 func (r *toolRules) globs(list []glob) []string {

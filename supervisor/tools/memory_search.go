@@ -65,13 +65,19 @@ func (m memorySearch) Call(ctx context.Context, c *Call) (any, error) {
 	if len(scopes) == 0 {
 		return nil, &policy.Denial{Reason: policy.ReasonScope, Tool: m.Name(), Detail: "no allowed memory scope"}
 	}
-	hits, err := env.Memory.Search(ctx, env.TenantID, *a.Query, scopes, limit)
+	// The disallowed patterns are left out by the query itself, so the
+	// limit counts only what may be shown; each hit is judged again as a
+	// MemoryRead of its path would be.
+	hits, err := env.Memory.Search(ctx, env.TenantID, *a.Query, scopes, env.Enforcer.MemoryExcludes(m.Name()), limit)
 	if err != nil {
 		return nil, memoryErr(m.Name(), "", err)
 	}
-	r := memorySearchResult{Hits: make([]memorySearchHit, len(hits))}
-	for i, h := range hits {
-		r.Hits[i] = memorySearchHit{Path: h.Path, Score: h.Score, Snippet: h.Snippet, ContentHash: h.ContentHash}
+	r := memorySearchResult{Hits: make([]memorySearchHit, 0, len(hits))}
+	for _, h := range hits {
+		if _, err := env.Enforcer.CheckMemory(m.Name(), h.Path); err != nil {
+			continue
+		}
+		r.Hits = append(r.Hits, memorySearchHit{Path: h.Path, Score: h.Score, Snippet: h.Snippet, ContentHash: h.ContentHash})
 	}
 	return r, nil
 }

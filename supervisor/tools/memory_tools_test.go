@@ -416,3 +416,25 @@ func TestMemoryToolNames(t *testing.T) {
 		}
 	}
 }
+
+// TestMemorySearchHonoursDisallowedPatterns: a disallowed_tools pattern on
+// MemorySearch hides the documents it names from the search, as it refuses
+// them to a MemoryRead: an attack test, the hit and its snippet once came
+// back.
+func TestMemorySearchHonoursDisallowedPatterns(t *testing.T) {
+	env := mtEnv(t, mtPolicy(t,
+		"allowed_tools: [MemorySearch, MemoryRead]",
+		`allowed_memory_scopes: ["memories/**"]`,
+		`disallowed_tools: ["MemorySearch(memories/people/**)", "MemoryRead(memories/people/**)"]`))
+	res, err := NewMemorySearch().Call(context.Background(), mtCall(env, `{"query":"hello"}`))
+	if err != nil {
+		t.Fatalf("MemorySearch: %v", err)
+	}
+	b, _ := json.Marshal(res)
+	if strings.Contains(string(b), "people") || strings.Contains(string(b), "salary") {
+		t.Fatalf("a disallowed document came back from MemorySearch: %s", b)
+	}
+	if !strings.Contains(string(b), "memories/projects/cyberos/x.md") {
+		t.Fatalf("the allowed document is missing: %s", b)
+	}
+}
