@@ -3,6 +3,8 @@ package supervisor
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cyberos/supervisor/audit"
@@ -75,10 +77,16 @@ func classify(e ending) verdict {
 		v.outcome = OutcomePanic
 		v.auditMsg = "skill died by signal " + signalName(e.exit.Signal)
 		v.errorMessage = v.auditMsg
+		if e.exit.Signal == syscall.SIGSYS {
+			v.errorMessage += " (the seccomp filter kills with SIGSYS; " + recordHint + ")"
+		}
 	case e.exit.Code != 0:
 		v.outcome = OutcomeError
 		v.auditMsg = fmt.Sprintf("exit status %d", e.exit.Code)
 		v.errorMessage = withTail(v.auditMsg, e.logTail)
+		if refusedBySeccomp(e.logTail) {
+			v.errorMessage += " (hint: " + recordHint + ")"
+		}
 	case e.stdoutOverflow:
 		v.outcome = OutcomeError
 		v.auditMsg = fmt.Sprintf("result exceeds %d bytes", MaxResultBytes)
@@ -101,4 +109,15 @@ func classify(e ending) verdict {
 		v.outcome, v.result, v.resultHash = OutcomeSuccess, result, hash
 	}
 	return v
+}
+
+// recordHint is what an error that may be the seccomp profile's refusal
+// suggests.
+const recordHint = "if its seccomp profile refused a syscall, `cyberos seccomp record SKILL_DIR` runs it once and lists the syscalls it needs"
+
+// refusedBySeccomp reports whether a skill's stderr reads like a syscall
+// its profile refused: the profile's EPERM ("Operation not permitted") or
+// the shell's report of a SIGSYS ("Bad system call").
+func refusedBySeccomp(tail string) bool {
+	return strings.Contains(tail, "Operation not permitted") || strings.Contains(tail, "Bad system call")
 }

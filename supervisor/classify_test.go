@@ -42,6 +42,13 @@ func TestClassify(t *testing.T) {
 			OutcomeError, "", "cannot execute the entrypoint: no such file", "cannot execute the entrypoint: no such file: TAIL"},
 		{"signal", with(func(e *ending) { e.exit.Signal = syscall.SIGSEGV }),
 			OutcomePanic, "", "skill died by signal SIGSEGV", ""},
+		{"SIGSYS suggests seccomp record", with(func(e *ending) { e.exit.Signal = syscall.SIGSYS }),
+			OutcomePanic, "", "skill died by signal SIGSYS", "skill died by signal SIGSYS (the seccomp filter kills with SIGSYS; " + recordHint + ")"},
+		{"EPERM in stderr suggests seccomp record", with(func(e *ending) {
+			e.exit.Code = 1
+			e.logTail = "mkdir: cannot create directory: Operation not permitted"
+		}),
+			OutcomeError, "", "exit status 1", "exit status 1: mkdir: cannot create directory: Operation not permitted (hint: " + recordHint + ")"},
 		{"exit status", with(func(e *ending) { e.exit.Code = 3 }),
 			OutcomeError, "", "exit status 3", "exit status 3: TAIL"},
 		{"oversized result", with(func(e *ending) { e.stdoutOverflow = true }),

@@ -205,6 +205,9 @@ func printExplanation(w io.Writer, ex seccomp.Explanation) {
 	case "unconditional":
 		fmt.Fprintln(w, "decided by the unconditional rule above, whatever the arguments")
 	case "conditional":
+		if ex.Summary != "" {
+			fmt.Fprintf(w, "in short: %s; those: default action %s\n", ex.Summary, ex.Default)
+		}
 		fmt.Fprintf(w, "decided by the conditional rules above (any one whose conditions all hold applies); when none matches: default action %s\n", ex.Default)
 	case "enosys":
 		fmt.Fprintf(w, "no rule names it and it is newer than every syscall the profile names: ERRNO(ENOSYS) (runc's stub, so libc falls back); default action %s not reached\n", ex.Default)

@@ -46,7 +46,11 @@ type Explanation struct {
 	// newer than every syscall the profile names: runc answers ENOSYS).
 	Decision string        `json:"decision"`
 	Rules    []ExplainRule `json:"rules"`
-	Default  string        `json:"default"`
+	// Summary says in one line what the conditional rules allow when they
+	// are masked tests of one argument, e.g. "ALLOW for every value of
+	// arg1's low 32 bits except TIOCSTI (0x5412), TIOCLINUX (0x541c)".
+	Summary string `json:"summary,omitempty"`
+	Default string `json:"default"`
 	// Args and Verdict: with arguments given, what the compiled filter
 	// returns for exactly that call.
 	Args    []uint64 `json:"args,omitempty"`

@@ -105,6 +105,22 @@ var argNames = func() map[string]uint64 {
 	return m
 }()
 
+// argName is a name argNames gives v ("" when none), the first in name
+// order when several do.
+func argName(v uint64) string {
+	var names []string
+	for n, x := range argNames {
+		if x == v {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
 // ArgValue reads one syscall argument as explain takes it: a number
 // (decimal, 0x hex, 0 octal) or symbolic names joined by "|", e.g.
 // TIOCSTI or CLONE_NEWUSER|SIGCHLD.
@@ -374,6 +390,7 @@ func ExplainProfile(path, syscall string, args []uint64) (Explanation, error) {
 		ex.Decision = "unconditional"
 	case hasCond:
 		ex.Decision = "conditional"
+		ex.Summary = summarizeRules(spec.Syscalls, syscall, def)
 	case nr >= 0 && nr > maxNamedSyscall(spec):
 		ex.Decision = "enosys"
 	default:
@@ -437,6 +454,7 @@ func libseccompVersion() string {
 func effectiveRules(p *specs.LinuxSeccomp) map[string][]string {
 	def := actionString(p.DefaultAction, p.DefaultErrnoRet)
 	out := map[string][]string{}
+	summarized := map[string]bool{}
 	for _, r := range p.Syscalls {
 		act := actionString(r.Action, r.ErrnoRet)
 		if act == def {
@@ -447,6 +465,15 @@ func effectiveRules(p *specs.LinuxSeccomp) map[string][]string {
 			s += " if " + strings.Join(conditionStrings(r.Args), " && ")
 		}
 		for _, n := range r.Names {
+			if summarized[n] {
+				continue
+			}
+			if len(r.Args) > 0 {
+				if sum := summarizeRules(p.Syscalls, n, def); sum != "" {
+					out[n], summarized[n] = []string{sum}, true
+					continue
+				}
+			}
 			if !slices.Contains(out[n], s) {
 				out[n] = append(out[n], s)
 			}
@@ -456,6 +483,33 @@ func effectiveRules(p *specs.LinuxSeccomp) map[string][]string {
 		sort.Strings(out[n])
 	}
 	return out
+}
+
+// summarizeRules is the one-line summary of the rules naming syscall that
+// decide other than the default, when they are all conditional, with one
+// action, and masked tests of one argument (summarizeMasked); "" otherwise.
+func summarizeRules(rules []specs.LinuxSyscall, syscall, def string) string {
+	var conds []specs.LinuxSyscall
+	action := ""
+	for _, r := range rules {
+		if !slices.Contains(r.Names, syscall) {
+			continue
+		}
+		act := actionString(r.Action, r.ErrnoRet)
+		if act == def {
+			continue
+		}
+		if len(r.Args) == 0 || (action != "" && act != action) {
+			return ""
+		}
+		action = act
+		conds = append(conds, r)
+	}
+	index, except, ok := summarizeMasked(conds)
+	if !ok {
+		return ""
+	}
+	return maskedSummary(strings.TrimPrefix(action, "SCMP_ACT_"), index, except)
 }
 
 // DiffProfiles compares two profiles by what they decide: syscalls added
