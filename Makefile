@@ -15,12 +15,12 @@ DEMO_STATE ?= /tmp/cyberos-demo-state
 # Installed by `make deps` (scripts/install-deps.sh pins the version).
 GOLANGCI_LINT ?= $(CURDIR)/.cache/bin/golangci-lint
 
-.PHONY: help deps build demo test fuzz vm-test bench lint clean install uninstall
+.PHONY: help deps build demo first-build-note test test-tools fuzz vm-test bench lint clean install uninstall
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl; golangci-lint and promtool into .cache/bin); idempotent
+deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl; golangci-lint into .cache/bin); idempotent
 	@bash scripts/install-deps.sh
 
 build: deps ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
@@ -29,7 +29,12 @@ build: deps ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-init (stat
 	CGO_ENABLED=0 $(GO) build -o bin/cyberos-tool ./cmd/cyberos-tool
 	CGO_ENABLED=0 $(GO) build -o examples/notes-go/main examples/notes-go/skill.go
 
-demo: build ## run the example skills in the sandbox (as root): results, what was enforced, broker refusals, the audit chain
+# The first build downloads the Go modules and builds golangci-lint: say so
+# before minutes of silence.
+first-build-note:
+	@test -x $(BIN) || echo "first build: Go modules and golangci-lint are downloaded and built, a few minutes; later builds take seconds"
+
+demo: first-build-note build ## run the example skills in the sandbox (as root): results, what was enforced, broker refusals, the audit chain
 	@bash scripts/demo.sh $(BIN) $(DEMO_STATE)
 
 # RACE_PKGS are the packages whose tests need no root: they run again
@@ -37,7 +42,10 @@ demo: build ## run the example skills in the sandbox (as root): results, what wa
 RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/ ./supervisor/daemon/... \
 	./supervisor/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/... ./wire/...
 
-test: deps lint ## unit + root integration tests, the race detector on RACE_PKGS, and the macOS and FreeBSD builds
+test-tools: ## promtool into .cache/bin, for the tests of /metrics and of the alerting rules (a few minutes the first time)
+	@bash scripts/install-deps.sh promtool
+
+test: deps test-tools lint ## unit + root integration tests, the race detector on RACE_PKGS, and the macOS and FreeBSD builds
 	CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...
 	CGO_ENABLED=1 $(GO) test -race -tags $(TAGS) -count=1 -timeout 20m $(RACE_PKGS)
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...

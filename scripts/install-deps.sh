@@ -1,6 +1,23 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build needs, only when missing.
+# Installs the Debian packages the build needs, only when missing, and
+# golangci-lint. With the argument "promtool" it installs only promtool, which
+# only the tests need (make test-tools).
 set -euo pipefail
+bin_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/bin"
+if [ "${1:-}" = promtool ]; then
+  # promtool for the tests of the shipped alerting rules and of /metrics
+  # (telemetry): Prometheus's own checker, built the same way. go install
+  # stamps no version into it, so the version built is noted beside it.
+  PROMTOOL_VERSION=v0.316.0
+  if [ ! -x "$bin_dir/promtool" ] || [ "$(cat "$bin_dir/promtool.version" 2>/dev/null)" != "$PROMTOOL_VERSION" ]; then
+    echo "installing promtool (github.com/prometheus/prometheus $PROMTOOL_VERSION) into $bin_dir: a few minutes, once"
+    rm -f "$bin_dir/promtool" "$bin_dir/promtool.version"
+    GOBIN="$bin_dir" PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0 \
+      go install "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"
+    echo "$PROMTOOL_VERSION" >"$bin_dir/promtool.version"
+  fi
+  exit 0
+fi
 need=()
 for pkg in libseccomp-dev pkg-config gcc libc6-dev python3 curl; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
@@ -21,22 +38,10 @@ fi
 # golangci-lint for `make lint`, built into .cache/bin unless that version is
 # there: a tool, kept out of go.mod so its dependencies are not the product's.
 GOLANGCI_LINT_VERSION=v2.15.0
-bin_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/bin"
 have=$("$bin_dir/golangci-lint" version 2>/dev/null || true)
 if [[ "$have" != *"has version ${GOLANGCI_LINT_VERSION#v} "* ]]; then
   echo "installing golangci-lint $GOLANGCI_LINT_VERSION into $bin_dir"
   rm -f "$bin_dir/golangci-lint" # go install will not replace what it did not build
   GOBIN="$bin_dir" PATH="/usr/local/go/bin:$PATH" \
     go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
-fi
-# promtool for the tests of the shipped alerting rules and of /metrics
-# (telemetry): Prometheus's own checker, built the same way. go install
-# stamps no version into it, so the version built is noted beside it.
-PROMTOOL_VERSION=v0.316.0
-if [ ! -x "$bin_dir/promtool" ] || [ "$(cat "$bin_dir/promtool.version" 2>/dev/null)" != "$PROMTOOL_VERSION" ]; then
-  echo "installing promtool (github.com/prometheus/prometheus $PROMTOOL_VERSION) into $bin_dir: a few minutes, once"
-  rm -f "$bin_dir/promtool" "$bin_dir/promtool.version"
-  GOBIN="$bin_dir" PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0 \
-    go install "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"
-  echo "$PROMTOOL_VERSION" >"$bin_dir/promtool.version"
 fi

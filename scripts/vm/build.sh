@@ -27,6 +27,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 bash scripts/install-deps.sh
+bash scripts/install-deps.sh promtool # the /metrics lint test in the guest
 need=()
 for pkg in qemu-system-x86 mmdebstrap cpio xz-utils zstd; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
