@@ -51,12 +51,7 @@ func TestOutcomeLabelsKept(t *testing.T) {
 // passes Prometheus's own naming lint (promlint: base units, _total
 // counters, no reserved suffixes), the Go and process collectors included.
 func TestMetricsLintClean(t *testing.T) {
-	m := NewMetrics()
-	m.InvokedTotal.WithLabelValues("s", "success").Inc()
-	m.InvokedDuration.WithLabelValues("s").Observe(0.1)
-	m.ToolCalls.WithLabelValues("s", "Read", "success").Inc()
-	m.WarmSandboxes.WithLabelValues("s").Set(1)
-	m.WarmClaims.WithLabelValues("s", "hit").Inc()
+	m := sampled()
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -77,4 +72,16 @@ func TestMetricsLintClean(t *testing.T) {
 	if ours != 13 {
 		t.Errorf("%d cyberos_ series gathered, want 13", ours)
 	}
+}
+
+// sampled is NewMetrics with a sample in each labelled series, so every
+// family is exposed.
+func sampled() *Metrics {
+	m := NewMetrics()
+	m.InvokedTotal.WithLabelValues("s", "success").Inc()
+	m.InvokedDuration.WithLabelValues("s").Observe(0.1)
+	m.ToolCalls.WithLabelValues("s", "Read", "success").Inc()
+	m.WarmSandboxes.WithLabelValues("s").Set(1)
+	m.WarmClaims.WithLabelValues("s", "hit").Inc()
+	return m
 }

@@ -48,12 +48,7 @@ func TestAlertRules(t *testing.T) {
 // sample, passes `promtool check metrics`.
 func TestMetricsPromtoolClean(t *testing.T) {
 	tool := promtool(t)
-	m := NewMetrics()
-	m.InvokedTotal.WithLabelValues("s", "success").Inc()
-	m.InvokedDuration.WithLabelValues("s").Observe(0.1)
-	m.ToolCalls.WithLabelValues("s", "Read", "success").Inc()
-	m.WarmSandboxes.WithLabelValues("s").Set(1)
-	m.WarmClaims.WithLabelValues("s", "hit").Inc()
+	m := sampled()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

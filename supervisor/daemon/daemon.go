@@ -601,19 +601,7 @@ func (d *Daemon) handleTail(w http.ResponseWriter, r *http.Request) {
 	} else {
 		defer d.hub.unsubscribe(id, sub)
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	fl, _ := w.(http.Flusher)
-	enc := json.NewEncoder(w)
-	line := func(v any) bool {
-		if err := enc.Encode(v); err != nil {
-			return false
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		return true
-	}
+	line := ndjson(w)
 	if truncated {
 		line(map[string]string{"warning": fmt.Sprintf("only the first %d calls were kept for late tails; see replay", historyCap)})
 	}
@@ -663,19 +651,7 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	wt := d.hub.watch(skill)
 	defer d.hub.unwatch(wt)
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	fl, _ := w.(http.Flusher)
-	enc := json.NewEncoder(w)
-	line := func(v any) bool {
-		if err := enc.Encode(v); err != nil {
-			return false
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		return true
-	}
+	line := ndjson(w)
 	if !line(Event{Type: EventWatching, SkillID: skill}) {
 		return
 	}
@@ -727,4 +703,23 @@ func (d *Daemon) handleSkills(w http.ResponseWriter, _ *http.Request) {
 		list.Unusable = append(list.Unusable, UnusableSkill{SkillID: p.ID, Error: p.Err.Error()})
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// ndjson starts a 200 application/x-ndjson answer and returns the function
+// that writes one line of it and flushes it to the reader (false once the
+// reader is gone).
+func ndjson(w http.ResponseWriter) func(v any) bool {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	return func(v any) bool {
+		if err := enc.Encode(v); err != nil {
+			return false
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
 }
