@@ -320,16 +320,18 @@ func (p *WarmPool) make(e *warmEntry) (*warmBox, error) {
 }
 
 // gauge publishes the ready count of e's skill, over all its shapes (an
-// old one may still be emptying after an edit).
+// old one may still be emptying after an edit). It sets the gauge under
+// the pool's lock: two refills ending together once set it out of order,
+// leaving 1 shown for 2 ready.
 func (p *WarmPool) gauge(e *warmEntry) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	n := 0
 	for _, o := range p.entries {
 		if o.skillID == e.skillID {
 			n += len(o.ready)
 		}
 	}
-	p.mu.Unlock()
 	p.sup.metrics().WarmSandboxes.WithLabelValues(e.skillID).Set(float64(n))
 }
 
