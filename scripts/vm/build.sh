@@ -112,6 +112,14 @@ CGO_ENABLED=0 go build -o "$opt/examples/notes-go/main" ./examples/notes-go/skil
 mkdir -p "$opt/integration"
 cp -r integration/testdata "$opt/integration/testdata"
 install -m 0755 scripts/vm/guest/init "$stage/init"
+# overlayfs, a module in Debian's kernel, loaded on demand on a real host:
+# without it libcontainer copies the whole binary into a memfd at every
+# sandbox start instead of sealing it with an overlay (exeseal), a start
+# path production never takes. The guest init loads it.
+kver=${kpkg#linux-image-}
+ko=lib/modules/$kver/kernel/fs/overlayfs/overlay.ko
+mkdir -p "$stage/usr/$(dirname "$ko")" # /lib is /usr/lib in the image
+dpkg-deb --fsys-tarfile "$deb" | tar -x -O "./$ko" >"$stage/usr/$ko"
 install -m 0755 scripts/vm/guest/run-tests.sh "$opt/run-tests.sh"
 # What `make install` installs, as the systemd guest's test uses it (the
 # test binaries' boot ignores it), and that test, enabled at boot.

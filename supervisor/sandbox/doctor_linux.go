@@ -38,6 +38,10 @@ func Doctor() []Finding {
 	} else {
 		add("cgroup placement", true, "auto, for this process: sandboxes "+where)
 	}
+	if os.Geteuid() == 0 {
+		ok, d := exeSealing()
+		add("binary sealing", ok, d)
+	}
 	add("seccomp in this build", seccomp.CompiledIn(), map[bool]string{true: "compiled in (cgo + libseccomp, tag seccomp)", false: ErrSeccompNotCompiled.Error()}[seccomp.CompiledIn()])
 	status, _ := os.ReadFile("/proc/self/status")
 	kernelSeccomp := strings.Contains(string(status), "Seccomp:")
