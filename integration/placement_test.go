@@ -48,7 +48,13 @@ func fakeService(t *testing.T) (string, []string) {
 		t.Fatalf("no cgroup hierarchy: %v", h.Mode)
 	}
 	t.Cleanup(func() {
-		for _, d := range dirs {
+		// Every hierarchy: libcontainer also makes the sandboxes' parent
+		// in those the daemon did not join (cpuset ...).
+		roots, _ := filepath.Glob(cgroups.DefaultRoot + "/*" + name)
+		if _, err := os.Stat(cgroups.DefaultRoot + name); err == nil {
+			roots = append(roots, cgroups.DefaultRoot+name)
+		}
+		for _, d := range roots {
 			var all []string
 			_ = filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {
 				if err == nil && de.IsDir() {
