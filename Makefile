@@ -20,7 +20,7 @@ GOLANGCI_LINT ?= $(CURDIR)/.cache/bin/golangci-lint
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl; golangci-lint into .cache/bin); idempotent
+deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl, postgresql for the fleet tests; golangci-lint into .cache/bin); idempotent
 	@bash scripts/install-deps.sh
 
 build: deps ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
@@ -40,7 +40,7 @@ demo: first-build-note build ## run the example skills in the sandbox (as root):
 # RACE_PKGS are the packages whose tests need no root: they run again
 # under the race detector.
 RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/ ./supervisor/daemon/... \
-	./supervisor/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/... ./wire/...
+	./supervisor/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/... ./wire/... ./fleet/...
 
 test-tools: ## promtool into .cache/bin, for the tests of /metrics and of the alerting rules (a few minutes the first time)
 	@bash scripts/install-deps.sh promtool

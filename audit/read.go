@@ -65,6 +65,18 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(Row) error) error {
 	return s.each(ctx, s.db, q, args, fn)
 }
 
+// LastSeq returns the seq of the newest durable row, 0 for an empty store.
+func (s *Store) LastSeq(ctx context.Context) (int64, error) {
+	if err := s.catchUp(ctx); err != nil {
+		return 0, err
+	}
+	var seq int64
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM audit_rows`).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return seq, nil
+}
+
 // Unterminated returns every skill.invoked_started row that has no
 // skill.invoked_completed for the same invocation_id, in seq order: the
 // invocations running now, or lost by a supervisor that died (close those

@@ -19,7 +19,7 @@ if [ "${1:-}" = promtool ]; then
   exit 0
 fi
 need=()
-for pkg in libseccomp-dev pkg-config gcc libc6-dev python3 curl; do
+for pkg in libseccomp-dev pkg-config gcc libc6-dev python3 curl postgresql; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -34,7 +34,19 @@ type Metrics struct {
 	WarmSandboxes      *prometheus.GaugeVec     // cyberos_warm_sandboxes{skill_id}
 	WarmClaims         *prometheus.CounterVec   // cyberos_warm_claims_total{skill_id,result}
 	WarmRefill         prometheus.Histogram     // cyberos_warm_refill_duration_seconds
+	AuditShipLag       prometheus.Gauge         // cyberos_audit_ship_lag_rows
+	AuditShipped       prometheus.Counter       // cyberos_audit_shipped_rows_total
+	AuditShipErrors    *prometheus.CounterVec   // cyberos_audit_ship_errors_total{reason}
 }
+
+// Audit shipping failures, the reason label of audit_ship_errors_total:
+// PostgreSQL unreachable or failing, another daemon shipping under this
+// host id, or a local chain that no longer continues the shipped one.
+const (
+	ShipErrorDatabase = "database"
+	ShipErrorHostID   = "host_id_in_use"
+	ShipErrorDiverged = "diverged"
+)
 
 // Audit emit stages, the stage label of the audit series: the invocation's
 // started and completed rows.
@@ -108,10 +120,23 @@ func NewMetrics() *Metrics {
 			Name: "cyberos_warm_refill_duration_seconds", Help: "Time to make one warm sandbox.",
 			Buckets: []float64{.01, .025, .05, .075, .1, .25, .5, 1, 2.5},
 		}),
+		AuditShipLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_ship_lag_rows", Help: "Audit rows durable in this host's journal and not yet in the fleet's PostgreSQL (0 without a fleet).",
+		}),
+		AuditShipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cyberos_audit_shipped_rows_total", Help: "Audit rows shipped to the fleet's PostgreSQL.",
+		}),
+		AuditShipErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cyberos_audit_ship_errors_total", Help: "Failed shipping attempts, by reason (database, host_id_in_use, diverged); shipping retries.",
+		}, []string{"reason"}),
 	}
 	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDuration, m.InvocationsLost, m.AuditEmitFailures, m.AuditEmitDuration,
 		m.SandboxStart, m.InvocationsRunning, m.ToolCalls, m.ResponseTruncated, m.WarmSandboxes, m.WarmClaims, m.WarmRefill,
+		m.AuditShipLag, m.AuditShipped, m.AuditShipErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	for _, r := range []string{ShipErrorDatabase, ShipErrorHostID, ShipErrorDiverged} {
+		m.AuditShipErrors.WithLabelValues(r)
+	}
 	for _, stage := range []string{StageStart, StageCompleted} {
 		m.AuditEmitFailures.WithLabelValues(stage)
 		m.AuditEmitDuration.WithLabelValues(stage)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
@@ -69,6 +71,16 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options) (warnin
 		}
 	} else if why := mustBeDir(filepath.Dir(key)); why != "" {
 		bad("audit.signing_key", "%s does not exist and its directory (where serve makes it) %s %s", key, filepath.Dir(key), why)
+	}
+	if cfg.Fleet.Enabled() {
+		if dsn, err := cfg.Fleet.DSN(); err != nil {
+			problems = append(problems, strings.TrimPrefix(err.Error(), daemon.ErrConfig.Error()+": "))
+		} else if _, err := pgxpool.ParseConfig(dsn); err != nil {
+			bad("fleet.postgres_dsn", "%v", err)
+		}
+		if _, err := cfg.Fleet.ResolvedHostID(); err != nil {
+			problems = append(problems, strings.TrimPrefix(err.Error(), daemon.ErrConfig.Error()+": "))
+		}
 	}
 	switch {
 	case sandboxErr != nil && len(problems) > 0:

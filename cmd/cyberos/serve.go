@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/fleet"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
@@ -79,6 +80,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
+	metrics := telemetry.NewMetrics()
 	sup, store, closeAll, err := newSupervisor(assembly{
 		Sandbox:          sb,
 		StateDir:         cfg.StateDir,
@@ -89,7 +91,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		ProfilesDir:      cfg.SeccompProfilesDir,
 		// The skills and the config are reserved too.
 		ExtraReserved: cfg.ReservedPaths(configPath),
-		Metrics:       telemetry.NewMetrics(),
+		Metrics:       metrics,
 		Log:           log,
 	})
 	if err != nil {
@@ -129,6 +131,13 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}
+	if cfg.Fleet.Enabled() {
+		stopShipping, err := shipToFleet(cfg.Fleet, store, metrics, log)
+		if err != nil {
+			return &exitError{exitUsage, err}
+		}
+		defer stopShipping()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := d.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -148,3 +157,39 @@ func removeStaleSockets(dir string, warn func(string, ...any)) {
 		}
 	}
 }
+
+// shipToFleet starts shipping the audit rows to the fleet's PostgreSQL in
+// the background. The returned stop, called once the last invocation has
+// ended, ships what is left (for at most fleetFlush) and disconnects.
+func shipToFleet(f daemon.Fleet, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) (stop func(), err error) {
+	dsn, err := f.DSN()
+	if err != nil {
+		return nil, err
+	}
+	host, err := f.ResolvedHostID()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := fleet.NewPool(dsn)
+	if err != nil {
+		return nil, err
+	}
+	sh := &fleet.Shipper{Pool: pool, HostID: host, Source: store, Log: log.With("component", "audit shipping"), Metrics: metrics}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sh.Run(ctx) }()
+	log.Info("shipping audit rows to the fleet's PostgreSQL", "host_id", host)
+	return func() {
+		cancel()
+		<-done
+		fctx, fcancel := context.WithTimeout(context.Background(), fleetFlush)
+		defer fcancel()
+		if err := sh.Flush(fctx); err != nil {
+			log.Warn("audit rows left unshipped at exit; the next start ships them", "err", err)
+		}
+		pool.Close()
+	}, nil
+}
+
+// fleetFlush bounds the final shipment at exit.
+const fleetFlush = 10 * time.Second

@@ -11,7 +11,8 @@
 # Usage: scripts/vm/run.sh [-run REGEX | -systemd]   (-run: a -test.run pattern, no spaces)
 # Env:   VM_TIMEOUT (seconds, default 2400)  VM_MEM (default 4G)  VM_SMP (default 2)
 #        VM_CACHE (default .cache/vm)  VM_SLOWDOWN (time-bound factor; 4 under
-#        emulation, 1 with KVM)  VM_SKIP (a -test.skip pattern; default under
+#        emulation, 1 with KVM)  VM_SKIP (a -test.skip pattern; default: the
+#        fleet tests, which need a PostgreSQL the guest has not; and under
 #        emulation: the tests of 100 or more invocations at once; VM_SKIP= runs all)
 # Exit:  0 all tests passed · 1 tests failed · 124 timeout (the guest is
 #        killed) · 125 the guest crashed or ended without a status
@@ -41,7 +42,7 @@ done
 if grep -qwE 'vmx|svm' /proc/cpuinfo && [ -w /dev/kvm ]; then
   accel=(-accel kvm -cpu host)
   slowdown=${VM_SLOWDOWN:-1}
-  skip=${VM_SKIP-}
+  skip=${VM_SKIP-TestFleet}
 else
   accel=(-accel tcg,thread=multi -cpu max)
   slowdown=${VM_SLOWDOWN:-4}
@@ -49,7 +50,7 @@ else
   # more memory under emulation; they test concurrency, not the cgroup
   # version, and run on the host (make test) and with KVM. VM_SKIP= runs
   # them here too.
-  skip=${VM_SKIP-TestAuditHundredParallelRuns|TestConcurrentInvocationsLeaveNothing|TestScaleManySleepingSandboxes}
+  skip=${VM_SKIP-TestAuditHundredParallelRuns|TestConcurrentInvocationsLeaveNothing|TestScaleManySleepingSandboxes|TestFleet}
 fi
 
 logs=$CACHE/run

@@ -52,6 +52,64 @@ type Config struct {
 	// AdminMaxConnections bounds the admin socket's open connections (see
 	// connCap); 0 means AdminConnections' default.
 	AdminMaxConnections int `yaml:"admin_max_connections"`
+	// Fleet puts the audit rows (and, later, tenant memory) on a shared
+	// PostgreSQL; unset, the host stands alone.
+	Fleet Fleet `yaml:"fleet"`
+}
+
+// Fleet is the config of a daemon that is one host of many.
+type Fleet struct {
+	// PostgresDSN is a libpq connection string or URL; PostgresDSNFile a
+	// file holding one (a mounted secret). At most one of them is set.
+	PostgresDSN     string `yaml:"postgres_dsn"`
+	PostgresDSNFile string `yaml:"postgres_dsn_file"`
+	// HostID names this daemon's rows in PostgreSQL, unique per host and
+	// stable across restarts; empty: $CYBEROS_HOST_ID, else the hostname.
+	HostID string `yaml:"host_id"`
+}
+
+// HostIDEnv overrides the hostname as the default fleet.host_id (a
+// Kubernetes DaemonSet sets it to the node's name).
+const HostIDEnv = "CYBEROS_HOST_ID"
+
+var hostIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Enabled says whether this daemon ships to a fleet's PostgreSQL.
+func (f Fleet) Enabled() bool { return f.PostgresDSN != "" || f.PostgresDSNFile != "" }
+
+// DSN returns the connection string, reading postgres_dsn_file if set.
+func (f Fleet) DSN() (string, error) {
+	if f.PostgresDSNFile == "" {
+		return f.PostgresDSN, nil
+	}
+	b, err := os.ReadFile(f.PostgresDSNFile)
+	if err != nil {
+		return "", fmt.Errorf("%w: fleet.postgres_dsn_file: %v", ErrConfig, err)
+	}
+	dsn := strings.TrimSpace(string(b))
+	if dsn == "" {
+		return "", fmt.Errorf("%w: fleet.postgres_dsn_file: %s is empty", ErrConfig, f.PostgresDSNFile)
+	}
+	return dsn, nil
+}
+
+// ResolvedHostID is host_id, or $CYBEROS_HOST_ID, or the hostname.
+func (f Fleet) ResolvedHostID() (string, error) {
+	id, key := f.HostID, "fleet.host_id"
+	if id == "" {
+		id, key = os.Getenv(HostIDEnv), "$"+HostIDEnv
+	}
+	if id == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("%w: fleet.host_id: unset and the hostname cannot be read: %v", ErrConfig, err)
+		}
+		id, key = h, "fleet.host_id (the hostname)"
+	}
+	if !hostIDPattern.MatchString(id) {
+		return "", fmt.Errorf("%w: %s: %q must match %s", ErrConfig, key, id, hostIDPattern)
+	}
+	return id, nil
 }
 
 // Warm is the pool of sandboxes made ahead of their invocations
@@ -296,6 +354,17 @@ func (c *Config) Validate() error {
 	if n := c.AdminMaxConnections; n != 0 && (n < c.MaxConcurrent+16 || n > 1<<20) {
 		return bad("admin_max_connections", "%d: must be 0 (max_concurrent + %d) or from max_concurrent + 16 (%d: each running invocation holds one, and status, tail and /healthz need room) to 1048576", n, adminSpareConnections, c.MaxConcurrent+16)
 	}
+	if c.Fleet.PostgresDSN != "" && c.Fleet.PostgresDSNFile != "" {
+		return bad("fleet", "postgres_dsn and postgres_dsn_file are both set; keep one")
+	}
+	if c.Fleet.PostgresDSNFile != "" {
+		if err := abs("fleet.postgres_dsn_file", c.Fleet.PostgresDSNFile); err != nil {
+			return err
+		}
+	}
+	if c.Fleet.HostID != "" && !hostIDPattern.MatchString(c.Fleet.HostID) {
+		return bad("fleet.host_id", "%q must match %s", c.Fleet.HostID, hostIDPattern)
+	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
 		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)
 	}
@@ -376,6 +445,9 @@ func (c *Config) Validate() error {
 func (c *Config) ReservedPaths(configPath string) []string {
 	key := c.SigningKeyPath(configPath)
 	out := []string{c.SkillsDir, c.AdminSocket, key, key + ".pub"}
+	if c.Fleet.PostgresDSNFile != "" { // it may hold a password
+		out = append(out, c.Fleet.PostgresDSNFile)
+	}
 	if configPath != "" {
 		if abs, err := filepath.Abs(configPath); err == nil {
 			out = append(out, filepath.Dir(abs))

@@ -150,7 +150,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	mux.HandleFunc("GET /v1/events", d.handleEvents)
 	mux.HandleFunc("GET /v1/skills", d.handleSkills)
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /healthz", healthz)
 	d.admin = &http.Server{
 		Handler:           capped.Track(d.authorize(mux)),
 		ReadHeaderTimeout: adminHeaderTimeout,
@@ -168,9 +168,16 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		}
 		mm := http.NewServeMux()
 		mm.Handle("GET /metrics", d.metrics.Handler())
+		// For probes that reach TCP only (a Kubernetes kubelet's).
+		mm.HandleFunc("GET /healthz", healthz)
 		d.metrSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return d, nil
+}
+
+// healthz answers 200 while the daemon serves.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, 200, map[string]string{"status": "ok"})
 }
 
 // exposeSkills creates the labelled series of every skill installed at

@@ -61,6 +61,11 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\nuserns: {host_id_base: 0}\n", "userns.host_id_base"},
 		{"version: 1\nuserns: {host_id_base: 4294000000}\n", "userns.host_id_base"},
 		{"version: 1\nuserns: {host_id_base: 1000000, ranges: 70000, extra: 1}\n", "extra"},
+		{"version: 1\nfleet: {postgres_dsn: 'postgres://a@b/c', postgres_dsn_file: /etc/dsn}\n", "fleet"},
+		{"version: 1\nfleet: {postgres_dsn_file: dsn.txt}\n", "fleet.postgres_dsn_file"},
+		{"version: 1\nfleet: {host_id: 'a b'}\n", "fleet.host_id"},
+		{"version: 1\nfleet: {host_id: ../x}\n", "fleet.host_id"},
+		{"version: 1\nfleet: {dsn: x}\n", "dsn"},
 	} {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(p, []byte(tc.yaml), 0o644)
@@ -68,6 +73,39 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.key) {
 			t.Errorf("%q: err %v, want ErrConfig naming %s", tc.yaml, err, tc.key)
 		}
+	}
+}
+
+// fleet.host_id defaults to $CYBEROS_HOST_ID, then to the hostname; the
+// DSN may come from a file (a mounted secret), whose emptiness is an error.
+func TestFleetHostIDAndDSN(t *testing.T) {
+	t.Setenv(HostIDEnv, "node-7")
+	if id, err := (Fleet{}).ResolvedHostID(); err != nil || id != "node-7" {
+		t.Errorf("host id from $%s: %q %v", HostIDEnv, id, err)
+	}
+	if id, err := (Fleet{HostID: "host-a"}).ResolvedHostID(); err != nil || id != "host-a" {
+		t.Errorf("configured host id: %q %v", id, err)
+	}
+	t.Setenv(HostIDEnv, "")
+	h, _ := os.Hostname()
+	if id, err := (Fleet{}).ResolvedHostID(); err != nil || id != h {
+		t.Errorf("host id from the hostname %q: %q %v", h, id, err)
+	}
+	t.Setenv(HostIDEnv, "bad id")
+	if _, err := (Fleet{}).ResolvedHostID(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "$"+HostIDEnv) {
+		t.Errorf("a bad $%s: %v", HostIDEnv, err)
+	}
+	f := filepath.Join(t.TempDir(), "dsn")
+	os.WriteFile(f, []byte("postgres://u@db:5432/c\n"), 0o400)
+	if dsn, err := (Fleet{PostgresDSNFile: f}).DSN(); err != nil || dsn != "postgres://u@db:5432/c" {
+		t.Errorf("DSN from a file: %q %v", dsn, err)
+	}
+	os.WriteFile(f, []byte("\n"), 0o400)
+	if _, err := (Fleet{PostgresDSNFile: f}).DSN(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("an empty DSN file: %v", err)
+	}
+	if (Fleet{}).Enabled() || !(Fleet{PostgresDSNFile: f}).Enabled() {
+		t.Errorf("Enabled: only with a DSN or a DSN file")
 	}
 }
 

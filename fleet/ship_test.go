@@ -1,0 +1,289 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/internal/testutil"
+	"github.com/cyberos/supervisor/telemetry"
+)
+
+func newPool(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func newStore(t *testing.T) *audit.Store { return benchStore(t) }
+
+func benchStore(t testing.TB) *audit.Store {
+	t.Helper()
+	s, err := audit.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// emit writes n invocations (started + completed rows) to s.
+func emit(t *testing.T, s *audit.Store, tenant string, n int) { emitB(t, s, tenant, n) }
+
+func emitB(t testing.TB, s *audit.Store, tenant string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		c := audit.Common{InvocationID: fmt.Sprintf("inv-%s-%d-%d", tenant[:8], time.Now().UnixNano(), i), RequestID: "req", SkillID: "s", TenantID: tenant, TraceID: strings.Repeat("a", 32)}
+		if _, err := s.Emit(context.Background(), audit.InvokedStarted(c, "1.0.0", "", strings.Repeat("b", 64), map[string]string{})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Emit(context.Background(), audit.InvokedCompleted(c, audit.OutcomeSuccess, 1, "", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pgRows are a host's rows in PostgreSQL, as seq → row_hash, checked to be
+// 1..n without a gap.
+func pgRows(t *testing.T, pool *pgxpool.Pool, host string) map[int64]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT seq, row_hash FROM audit_rows WHERE host_id = $1 ORDER BY seq`, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int64]string{}
+	for rows.Next() {
+		var seq int64
+		var h string
+		if err := rows.Scan(&seq, &h); err != nil {
+			t.Fatal(err)
+		}
+		if seq != int64(len(out))+1 {
+			t.Fatalf("host %s: seq %d after %d rows: a gap", host, seq, len(out))
+		}
+		out[seq] = h
+	}
+	return out
+}
+
+// sameAsJournal fails unless PostgreSQL holds exactly the store's rows.
+func sameAsJournal(t *testing.T, pool *pgxpool.Pool, host string, s *audit.Store) {
+	t.Helper()
+	local, err := s.Rows(context.Background(), audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := pgRows(t, pool, host)
+	if len(got) != len(local) {
+		t.Fatalf("PostgreSQL holds %d rows of host %s, the journal %d", len(got), host, len(local))
+	}
+	for _, r := range local {
+		if got[r.Seq] != r.RowHash {
+			t.Fatalf("seq %d: PostgreSQL row_hash %.12s, journal %.12s", r.Seq, got[r.Seq], r.RowHash)
+		}
+	}
+}
+
+func TestShipCopiesTheJournalExactly(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("ship1"))
+	st := newStore(t)
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 60)
+	m := telemetry.NewMetrics()
+	sh := &Shipper{Pool: pool, HostID: "host-a", Source: st, Batch: 50, Metrics: m}
+	if err := sh.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sameAsJournal(t, pool, "host-a", st)
+	if lag := promtest.ToFloat64(m.AuditShipLag); lag != 0 {
+		t.Errorf("lag %v after a flush", lag)
+	}
+	if n := promtest.ToFloat64(m.AuditShipped); n != 120 {
+		t.Errorf("shipped counter %v, want 120", n)
+	}
+	// The payload is the exact text the hash covers, and the generated
+	// columns find the invocation and the tenant.
+	var payload, tenant string
+	if err := pool.QueryRow(context.Background(), `SELECT payload, tenant_id FROM audit_rows WHERE host_id = 'host-a' AND seq = 1`).Scan(&payload, &tenant); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := st.Rows(context.Background(), audit.Filter{Limit: 1})
+	if payload != string(first[0].Payload) || tenant != "11111111-1111-1111-1111-111111111111" {
+		t.Errorf("row 1: payload %q tenant %q; journal %q", payload, tenant, first[0].Payload)
+	}
+}
+
+// A restarted shipper (a daemon restart, a lost connection) resumes after
+// the last seq PostgreSQL holds: no row twice, none missing.
+func TestShipResumesWithoutDuplicates(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("ship2"))
+	st := newStore(t)
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 10)
+	first := &Shipper{Pool: pool, HostID: "host-a", Source: st, Batch: 7}
+	if _, err := first.ShipOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	first.disconnect()
+	if got := len(pgRows(t, pool, "host-a")); got != 7 {
+		t.Fatalf("one batch shipped %d rows, want 7", got)
+	}
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 10)
+	second := &Shipper{Pool: pool, HostID: "host-a", Source: st, Batch: 7}
+	if err := second.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sameAsJournal(t, pool, "host-a", st)
+}
+
+// PostgreSQL stopped mid-stream: emitters never wait, the lag grows, and
+// once it is back everything arrives exactly once.
+func TestShipSurvivesAPostgresRestart(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("ship3"))
+	st := newStore(t)
+	m := telemetry.NewMetrics()
+	sh := &Shipper{Pool: pool, HostID: "host-a", Source: st, Batch: 20, Poll: 20 * time.Millisecond, Backoff: 200 * time.Millisecond, Metrics: m}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); sh.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 20)
+	testutil.WaitFor(t, 10*time.Second, func() bool { return promtest.ToFloat64(m.AuditShipped) == 40 })
+
+	pg.Stop()
+	t0 := time.Now()
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 30)
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("60 emits took %v with PostgreSQL down: emitters waited for the shipper", d)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() bool {
+		return promtest.ToFloat64(m.AuditShipLag) == 60 && promtest.ToFloat64(m.AuditShipErrors.WithLabelValues(telemetry.ShipErrorDatabase)) > 0
+	})
+	pg.Start()
+	testutil.WaitFor(t, 20*time.Second, func() bool { return promtest.ToFloat64(m.AuditShipLag) == 0 })
+	cancel()
+	wg.Wait()
+	sameAsJournal(t, pool, "host-a", st)
+}
+
+// Two daemons configured with one host id: the second ships nothing.
+func TestShipRefusesASecondShipperOfOneHostID(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("ship4"))
+	a, b := newStore(t), newStore(t)
+	emit(t, a, "11111111-1111-1111-1111-111111111111", 3)
+	emit(t, b, "22222222-2222-2222-2222-222222222222", 3)
+	m := telemetry.NewMetrics()
+	first := &Shipper{Pool: pool, HostID: "same", Source: a}
+	if _, err := first.ShipOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer first.disconnect()
+	second := &Shipper{Pool: pool, HostID: "same", Source: b, Metrics: m}
+	if _, err := second.ShipOnce(context.Background()); !errors.Is(err, ErrHostIDInUse) {
+		t.Fatalf("second shipper of host id %q: %v, want ErrHostIDInUse", "same", err)
+	}
+	if promtest.ToFloat64(m.AuditShipErrors.WithLabelValues(telemetry.ShipErrorHostID)) != 1 {
+		t.Errorf("host_id_in_use not counted")
+	}
+	// Once the first is gone, the second finds a chain that is not its
+	// own and refuses to extend or overwrite it.
+	first.disconnect()
+	emit(t, b, "22222222-2222-2222-2222-222222222222", 1)
+	if _, err := second.ShipOnce(context.Background()); !errors.Is(err, ErrDiverged) {
+		t.Fatalf("another host's chain under this id: %v, want ErrDiverged", err)
+	}
+	sameAsJournal(t, pool, "same", a)
+}
+
+// A journal replaced after shipping (restored from an old backup and
+// written on) no longer continues the shipped chain: refused, nothing
+// shipped, the shipped rows untouched.
+func TestShipRefusesADivergedJournal(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("ship5"))
+	old := newStore(t)
+	emit(t, old, "11111111-1111-1111-1111-111111111111", 5)
+	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: old}).Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	replaced := newStore(t)
+	emit(t, replaced, "11111111-1111-1111-1111-111111111111", 8)
+	m := telemetry.NewMetrics()
+	sh := &Shipper{Pool: pool, HostID: "host-a", Source: replaced, Metrics: m}
+	if err := sh.Flush(context.Background()); !errors.Is(err, ErrDiverged) {
+		t.Fatalf("flush of a replaced journal: %v, want ErrDiverged", err)
+	}
+	if promtest.ToFloat64(m.AuditShipErrors.WithLabelValues(telemetry.ShipErrorDiverged)) != 1 {
+		t.Errorf("diverged not counted")
+	}
+	sameAsJournal(t, pool, "host-a", old)
+}
+
+// Shipped rows cannot be changed or removed through SQL.
+func TestShippedRowsAreAppendOnly(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("ship6"))
+	st := newStore(t)
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 1)
+	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE audit_rows SET payload = '{}' WHERE seq = 1`,
+		`DELETE FROM audit_rows WHERE seq = 2`,
+		`TRUNCATE audit_rows`,
+	} {
+		if _, err := pool.Exec(context.Background(), q); err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: %v, want the append-only refusal", q, err)
+		}
+	}
+	sameAsJournal(t, pool, "host-a", st)
+}
+
+// Daemons starting together migrate once; a database from a newer build is
+// refused rather than used.
+func TestMigrateConcurrentlyAndRefuseNewer(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("mig"))
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); errs[i] = Migrate(context.Background(), pool) }(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("migrate %d: %v", i, err)
+		}
+	}
+	if v, want := pg.Psql("mig", `SELECT count(*) || ':' || max(version) FROM cyberos_schema`), strconv.Itoa(SchemaVersion())+":"+strconv.Itoa(SchemaVersion()); v != want {
+		t.Errorf("cyberos_schema: %s", v)
+	}
+	pg.Psql("mig", fmt.Sprintf(`INSERT INTO cyberos_schema (version, name) VALUES (%d, 'from_the_future')`, SchemaVersion()+1))
+	if err := Migrate(context.Background(), pool); !errors.Is(err, ErrSchemaTooNew) {
+		t.Fatalf("newer schema: %v, want ErrSchemaTooNew", err)
+	}
+}

@@ -1,0 +1,156 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/internal/testutil"
+)
+
+// Must show (issue 21, audit shipping): two daemons on one machine, each
+// with its own host id, state dir and id ranges, ship their audit rows to
+// one PostgreSQL, which then holds exactly each host's journal: every row,
+// once, with the journal's hashes. PostgreSQL stopped mid-load fails no
+// invocation (the journal is the durable write); the lag rises, and
+// returns to 0 once it is back.
+func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	dsn := pg.CreateDatabase("fleet")
+	eA, eB := newEnv(t), newEnv(t)
+	for _, e := range []*env{eA, eB} {
+		e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
+	}
+	fleetCfg := func(host string) string {
+		return fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: %s}", dsn, host)
+	}
+	dA := startDaemon(t, eA, fleetCfg("host-a"))
+	// Its own id ranges: two daemons on one host must not share them.
+	dB := startDaemon(t, eB, fleetCfg("host-b"), "max_concurrent: 16", "warm: {max_sandboxes: 2}", "userns: {host_id_base: 200000000}")
+
+	// A Kubernetes probe reaches the metrics port only.
+	for _, d := range []*daemonProc{dA, dB} {
+		resp, err := http.Get("http://" + d.metricsAddr + "/healthz")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /healthz on metrics_listen: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+
+	load := func(n int) (failed []string) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, d := range []*daemonProc{dA, dB} {
+			for w := 0; w < 2; w++ {
+				wg.Add(1)
+				go func(d *daemonProc) {
+					defer wg.Done()
+					for i := 0; i < n; i++ {
+						if code, env, raw := d.invoke(map[string]any{"skill_id": "quick", "tenant_id": "11111111-1111-1111-1111-111111111111"}); code != 200 || env.Outcome != "success" {
+							mu.Lock()
+							failed = append(failed, fmt.Sprintf("HTTP %d %s", code, raw))
+							mu.Unlock()
+						}
+					}
+				}(d)
+			}
+		}
+		wg.Wait()
+		return failed
+	}
+	if failed := load(10); len(failed) > 0 {
+		t.Fatalf("%d invocations failed: %v", len(failed), failed[0])
+	}
+	shippedAll(t, pg, map[string]*env{"host-a": eA, "host-b": eB}, dA, dB)
+
+	// PostgreSQL away for a while, under load.
+	done := make(chan []string)
+	go func() { done <- load(30) }()
+	time.Sleep(200 * time.Millisecond)
+	pg.Stop()
+	time.Sleep(3 * time.Second)
+	lagA := dA.gauge("cyberos_audit_ship_lag_rows")
+	pg.Start()
+	if failed := <-done; len(failed) > 0 {
+		t.Fatalf("with PostgreSQL stopped, %d invocations failed: %v", len(failed), failed[0])
+	}
+	if lagA <= 0 {
+		t.Errorf("lag with PostgreSQL stopped under load: %v, want > 0", lagA)
+	}
+	if n := dA.gauge(`cyberos_audit_ship_errors_total{reason="database"}`); n <= 0 {
+		t.Errorf("no shipping error counted while PostgreSQL was stopped")
+	}
+	shippedAll(t, pg, map[string]*env{"host-a": eA, "host-b": eB}, dA, dB)
+}
+
+// shippedAll waits until PostgreSQL holds as many rows of each host as its
+// journal and every daemon's lag reads 0 (the gauge is as of the last
+// shipping round, up to a poll old), then checks the rows are the
+// journal's: the same seqs, each once, with the same row hashes.
+func shippedAll(t *testing.T, pg *testutil.Postgres, hosts map[string]*env, ds ...*daemonProc) {
+	t.Helper()
+	waitFor(t, slow(30*time.Second), func() bool {
+		for host, e := range hosts {
+			if pg.Psql("fleet", "SELECT count(*) FROM audit_rows WHERE host_id = '"+host+"'") != strconv.Itoa(len(e.auditRows())) {
+				return false
+			}
+		}
+		for _, d := range ds {
+			if d.gauge("cyberos_audit_ship_lag_rows") != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for host, e := range hosts {
+		rows := e.auditRows()
+		got := pg.Psql("fleet", "SELECT seq || ' ' || row_hash FROM audit_rows WHERE host_id = '"+host+"' ORDER BY seq")
+		lines := strings.Split(got, "\n")
+		if len(lines) != len(rows) {
+			t.Fatalf("host %s: PostgreSQL holds %d rows, its journal %d", host, len(lines), len(rows))
+		}
+		for i, r := range rows {
+			if want := strconv.FormatInt(r.Seq, 10) + " " + r.RowHash; lines[i] != want {
+				t.Fatalf("host %s row %d: PostgreSQL %q, journal %q", host, i, lines[i], want)
+			}
+		}
+	}
+}
+
+// The DSN file may hold a password: no skill reads it through the file
+// tools, even one allowed the directory it lives in. PostgreSQL need not
+// be up for the daemon to serve (its rows wait in the journal).
+func TestFleetDSNFileIsReservedFromSkills(t *testing.T) {
+	e := newEnv(t)
+	dir := filepath.Join(e.base, "secrets")
+	os.MkdirAll(dir, 0o755)
+	dsnFile := filepath.Join(dir, "postgres-dsn")
+	os.WriteFile(dsnFile, []byte("postgres://cyberos:SECRETPW@127.0.0.1:1/cyberos?sslmode=disable\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "other.txt"), []byte("fine\n"), 0o644)
+	e.skill("peek", fmt.Sprintf("allowed_tools: [Read, Grep]\nx-allowed-files: ['%s/**']\n", dir), callScript(
+		[3]string{"other", "Read", fmt.Sprintf(`{"path":"%s/other.txt"}`, dir)},
+		[3]string{"dsn", "Read", fmt.Sprintf(`{"path":"%s"}`, dsnFile)},
+		[3]string{"grep", "Grep", fmt.Sprintf(`{"pattern":"SECRETPW","path":"%s"}`, dir)},
+	))
+	d := startDaemon(t, e, fmt.Sprintf("fleet: {postgres_dsn_file: %s, host_id: host-a}", dsnFile))
+	code, env, raw := d.invoke(map[string]any{"skill_id": "peek"})
+	if code != 200 || env.Outcome != "success" {
+		t.Fatalf("HTTP %d %s", code, raw)
+	}
+	var m map[string]callResult
+	if err := json.Unmarshal(env.Result, &m); err != nil {
+		t.Fatalf("result %s: %v", env.Result, err)
+	}
+	mustOK(t, m, "other")
+	mustRefuse(t, m, "dsn", "file_violation")
+	if strings.Contains(string(env.Result), "SECRETPW") {
+		t.Errorf("the DSN's password reached the skill: %s", env.Result)
+	}
+}

@@ -1,0 +1,158 @@
+package testutil
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Postgres is a PostgreSQL server of the machine's own package, started by
+// a test in a temporary directory on a free loopback port.
+type Postgres struct {
+	t    testing.TB
+	bin  string // the server's bin directory (initdb, pg_ctl)
+	dir  string // the cluster's data directory
+	Port int
+	uid  int
+	gid  int
+}
+
+// PostgresBinDir finds the newest /usr/lib/postgresql/N/bin holding initdb
+// (Debian's postgresql package); "" when there is none.
+func PostgresBinDir() string {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) < pgMajor(dirs[j]) })
+	if len(dirs) == 0 {
+		return ""
+	}
+	return filepath.Dir(dirs[len(dirs)-1])
+}
+
+func pgMajor(initdb string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(initdb))))
+	return n
+}
+
+// StartPostgres initialises and starts a server for t, stopped and removed
+// when t ends. initdb refuses root, so the cluster belongs to the postgres
+// user (as root) or to the caller. A missing server package skips the test,
+// loudly; under CI (env CI set) it fails.
+func StartPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	bin := PostgresBinDir()
+	if bin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s needs PostgreSQL (Debian's postgresql package) and CI is set: apt-get install postgresql", t.Name())
+		}
+		t.Skipf("SKIPPED %s: needs PostgreSQL (apt-get install postgresql)", t.Name())
+	}
+	p := &Postgres{t: t, bin: bin, uid: os.Getuid(), gid: os.Getgid()}
+	if p.uid == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("PostgreSQL as root needs the postgres user (initdb refuses root): %v", err)
+		}
+		p.uid, _ = strconv.Atoi(u.Uid)
+		p.gid, _ = strconv.Atoi(u.Gid)
+	}
+	base, err := os.MkdirTemp("", "cyberos-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chown(base, p.uid, p.gid); err != nil {
+		t.Fatal(err)
+	}
+	p.dir = filepath.Join(base, "data")
+	if out, err := p.command("initdb", "-D", p.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync").CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	p.Port = freeTCPPort(t)
+	conf := fmt.Sprintf("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 200\n", p.Port, base)
+	f, err := os.OpenFile(filepath.Join(p.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteString(conf)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	t.Cleanup(func() { _ = p.command("pg_ctl", "-D", p.dir, "-m", "immediate", "-w", "stop").Run() })
+	return p
+}
+
+func (p *Postgres) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(p.bin, name), args...)
+	if p.uid != os.Getuid() {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(p.uid), Gid: uint32(p.gid), Groups: []uint32{}}}
+	}
+	cmd.Dir = "/"
+	return cmd
+}
+
+// Start starts the server (again) and waits until it accepts connections.
+func (p *Postgres) Start() {
+	p.t.Helper()
+	if out, err := p.command("pg_ctl", "-D", p.dir, "-l", filepath.Join(filepath.Dir(p.dir), "server.log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(filepath.Dir(p.dir), "server.log"))
+		p.t.Fatalf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	}
+}
+
+// Stop stops the server at once, as a crash or a network partition would
+// look to its clients.
+func (p *Postgres) Stop() {
+	p.t.Helper()
+	if out, err := p.command("pg_ctl", "-D", p.dir, "-m", "immediate", "-w", "stop").CombinedOutput(); err != nil {
+		p.t.Fatalf("pg_ctl stop: %v\n%s", err, out)
+	}
+}
+
+// DSN is a superuser connection URL to database db.
+func (p *Postgres) DSN(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.Port, db)
+}
+
+// CreateDatabase creates database name and returns a superuser URL to it.
+func (p *Postgres) CreateDatabase(name string) string {
+	p.t.Helper()
+	p.Psql("postgres", "CREATE DATABASE "+name)
+	return p.DSN(name)
+}
+
+// Psql runs sql in db as the superuser and returns its unaligned output.
+func (p *Postgres) Psql(db, sql string) string {
+	p.t.Helper()
+	out, err := p.command("psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres", "-d", db, "-c", sql).CombinedOutput()
+	if err != nil {
+		p.t.Fatalf("psql %q: %v\n%s", sql, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func freeTCPPort(t testing.TB) int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			port := l.Addr().(*net.TCPAddr).Port
+			l.Close()
+			return port
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no free port: %v", err)
+		}
+	}
+}
