@@ -287,3 +287,50 @@ func TestMigrateConcurrentlyAndRefuseNewer(t *testing.T) {
 		t.Fatalf("newer schema: %v, want ErrSchemaTooNew", err)
 	}
 }
+
+// The fleet's reads: every host's chain verifies from PostgreSQL alone; a
+// row altered there (by someone who can lift the append-only trigger) is
+// named, on its host only; a tenant's rows come from every host.
+func TestFleetVerifyAndExport(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("reads"))
+	a, b := newStore(t), newStore(t)
+	emit(t, a, "11111111-1111-1111-1111-111111111111", 3)
+	emit(t, a, "22222222-2222-2222-2222-222222222222", 1)
+	emit(t, b, "11111111-1111-1111-1111-111111111111", 2)
+	for host, st := range map[string]*audit.Store{"host-a": a, "host-b": b} {
+		if err := (&Shipper{Pool: pool, HostID: host, Source: st}).Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reps, err := Verify(context.Background(), pool, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 2 || reps[0].Host != "host-a" || reps[1].Host != "host-b" || !reps[0].Report.OK || !reps[1].Report.OK ||
+		reps[0].Report.Rows != 8 || reps[1].Report.Rows != 4 {
+		t.Fatalf("verify: %+v", reps)
+	}
+	var rowsOfT []string
+	if err := EachRow(context.Background(), pool, RowFilter{Tenant: "11111111-1111-1111-1111-111111111111"}, func(h string, r audit.Row) error {
+		rowsOfT = append(rowsOfT, fmt.Sprintf("%s/%d", h, r.Seq))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rowsOfT, " ") != "host-a/1 host-a/2 host-a/3 host-a/4 host-a/5 host-a/6 host-b/1 host-b/2 host-b/3 host-b/4" {
+		t.Errorf("tenant 1111… rows: %v", rowsOfT)
+	}
+	pg.Psql("reads", `ALTER TABLE audit_rows DISABLE TRIGGER audit_rows_append_only;
+		UPDATE audit_rows SET payload = replace(payload, '"success"', '"error"') WHERE host_id = 'host-b' AND seq = 2;`)
+	reps, err = Verify(context.Background(), pool, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reps[0].Report.OK || reps[1].Report.OK || len(reps[1].Report.Problems) == 0 || reps[1].Report.Problems[0].Seq != 2 {
+		t.Fatalf("after altering host-b seq 2: %+v", reps)
+	}
+	if only, _ := Verify(context.Background(), pool, "host-a", ""); len(only) != 1 || only[0].Host != "host-a" {
+		t.Errorf("verify of host-a only: %+v", only)
+	}
+}

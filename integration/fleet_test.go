@@ -88,6 +88,33 @@ func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
 		t.Errorf("no shipping error counted while PostgreSQL was stopped")
 	}
 	shippedAll(t, pg, map[string]*env{"host-a": eA, "host-b": eB}, dA, dB)
+
+	// The auditor's view: every host's chain verifies from PostgreSQL, and
+	// a tenant's rows come from both hosts.
+	out, err := cyberos("audit", "verify", "--dsn", dsn).CombinedOutput()
+	sections := strings.Split(string(out), "== host ")
+	if err != nil || len(sections) != 3 || !strings.HasPrefix(sections[1], "host-a\n") || !strings.HasPrefix(sections[2], "host-b\n") ||
+		!strings.Contains(sections[1], "\nok: ") || !strings.Contains(sections[2], "\nok: ") {
+		t.Fatalf("audit verify --dsn: %v\n%s", err, out)
+	}
+	out, err = cyberos("audit", "export", "--dsn", dsn, "--tenant", "11111111-1111-1111-1111-111111111111", "--kind", "skill.invoked_completed").Output()
+	if err != nil {
+		t.Fatalf("audit export --dsn: %v", err)
+	}
+	perHost := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r struct {
+			Host string `json:"host_id"`
+			Kind string `json:"kind"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Kind != "skill.invoked_completed" {
+			t.Fatalf("export line %q: %v", l, err)
+		}
+		perHost[r.Host]++
+	}
+	if perHost["host-a"] != 80 || perHost["host-b"] != 80 {
+		t.Errorf("completed rows of the tenant per host: %v, want 80 each", perHost)
+	}
 }
 
 // shippedAll waits until PostgreSQL holds as many rows of each host as its

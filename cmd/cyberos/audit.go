@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/fleet"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -19,12 +21,20 @@ func newAuditCmd() *cobra.Command {
 	var stateDir string
 	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "/var/lib/cyberos", "where the audit store lives")
 
-	var invocation, kind string
+	var invocation, kind, dsn, host, tenant string
 	export := &cobra.Command{
 		Use:   "export",
 		Short: "Print audit rows as JSON lines (all of them, or filtered)",
-		Args:  cobra.NoArgs,
+		Long: "Prints this host's rows (--state-dir), or with --dsn the rows every host of a fleet shipped to " +
+			"PostgreSQL, each line then with its host_id, by host and seq.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dsn != "" {
+				return exportFleet(cmd, dsn, fleet.RowFilter{Host: host, Tenant: tenant, InvocationID: invocation, Kind: audit.Kind(kind)})
+			}
+			if host != "" || tenant != "" {
+				return &exitError{exitUsage, errors.New("--host and --tenant select a fleet's rows: they need --dsn")}
+			}
 			r, err := audit.OpenReader(stateDir)
 			if err != nil {
 				return &exitError{exitRefused, err}
@@ -43,6 +53,9 @@ func newAuditCmd() *cobra.Command {
 	}
 	export.Flags().StringVar(&invocation, "invocation", "", "only this invocation's rows")
 	export.Flags().StringVar(&kind, "kind", "", "only rows of this kind (e.g. skill.invoked_completed)")
+	export.Flags().StringVar(&dsn, "dsn", "", "read the rows a fleet shipped to this PostgreSQL (the daemons' fleet.postgres_dsn)")
+	export.Flags().StringVar(&host, "host", "", "with --dsn: only this host's rows")
+	export.Flags().StringVar(&tenant, "tenant", "", "with --dsn: only this tenant's rows")
 
 	var file, pubkeyFile string
 	var anchors []string
@@ -58,6 +71,15 @@ func newAuditCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var opts audit.VerifyOptions
+			if dsn != "" && (file != "" || len(anchors) > 0) {
+				return &exitError{exitUsage, errors.New("--dsn verifies the fleet's rows in PostgreSQL: --file and --anchor check one host's own")}
+			}
+			if dsn == "" && host != "" {
+				return &exitError{exitUsage, errors.New("--host selects a fleet's host: it needs --dsn")}
+			}
+			if dsn != "" && pubkeyFile != "" && host == "" {
+				return &exitError{exitUsage, errors.New("--pubkey with --dsn needs --host: each host signs with its own key")}
+			}
 			if pubkeyFile != "" {
 				k, err := audit.ReadPublicKey(pubkeyFile)
 				if err != nil {
@@ -71,6 +93,9 @@ func newAuditCmd() *cobra.Command {
 					return &exitError{exitUsage, err}
 				}
 				opts.Heads = append(opts.Heads, h)
+			}
+			if dsn != "" {
+				return verifyFleet(cmd, dsn, host, opts.PublicKey)
 			}
 			var rep audit.Report
 			if file != "" {
@@ -110,6 +135,8 @@ func newAuditCmd() *cobra.Command {
 	verify.Flags().StringArrayVar(&anchors, "anchor", nil,
 		"SEQ:ROW_HASH of a head recorded outside the state dir (the daemon's syslog lines say anchor=SEQ:ROW_HASH); the chain must reach it")
 	verify.Flags().StringVar(&file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
+	verify.Flags().StringVar(&dsn, "dsn", "", "verify every host's chain a fleet shipped to this PostgreSQL instead")
+	verify.Flags().StringVar(&host, "host", "", "with --dsn: only this host's chain")
 
 	var acceptLoss bool
 	var signingKey string
@@ -166,6 +193,58 @@ func parseAnchor(s string) (audit.Checkpoint, error) {
 		return audit.Checkpoint{}, fmt.Errorf("--anchor: %q is not SEQ:ROW_HASH (a positive seq, 64 lowercase hex digits)", s)
 	}
 	return audit.Checkpoint{Seq: n, RowHash: hash}, nil
+}
+
+// exportFleet prints the shipped rows f selects as JSON lines, each with
+// its host_id.
+func exportFleet(cmd *cobra.Command, dsn string, f fleet.RowFilter) error {
+	pool, err := fleet.NewPool(dsn)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	defer pool.Close()
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	err = fleet.EachRow(context.Background(), pool, f, func(host string, r audit.Row) error {
+		return enc.Encode(struct {
+			Host string `json:"host_id"`
+			audit.Row
+		}{host, r})
+	})
+	if err != nil {
+		return &exitError{exitRefused, err}
+	}
+	return nil
+}
+
+// verifyFleet verifies each host's shipped chain and prints a report per
+// host; it fails when any host's chain does not verify.
+func verifyFleet(cmd *cobra.Command, dsn, host, pubkey string) error {
+	pool, err := fleet.NewPool(dsn)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	defer pool.Close()
+	reps, err := fleet.Verify(context.Background(), pool, host, pubkey)
+	if err != nil {
+		return &exitError{exitRefused, err}
+	}
+	w := cmd.OutOrStdout()
+	if len(reps) == 0 {
+		fmt.Fprintln(w, "no rows: no host has shipped any (or none under --host)")
+		return nil
+	}
+	var bad []string
+	for _, r := range reps {
+		fmt.Fprintf(w, "== host %s\n", r.Host)
+		printReport(w, r.Report, pubkey != "")
+		if !r.Report.OK {
+			bad = append(bad, r.Host)
+		}
+	}
+	if len(bad) > 0 {
+		return &exitError{exitOutcome, fmt.Errorf("the chain of %s does not verify", strings.Join(bad, ", "))}
+	}
+	return nil
 }
 
 func printReport(w io.Writer, rep audit.Report, pinned bool) {

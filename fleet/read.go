@@ -1,0 +1,111 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cyberos/supervisor/audit"
+)
+
+// RowFilter selects shipped rows; zero fields select everything.
+type RowFilter struct {
+	Host         string
+	Tenant       string
+	InvocationID string
+	Kind         audit.Kind
+}
+
+// Hosts lists the host ids that shipped rows, sorted.
+func Hosts(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	rows, err := pool.Query(ctx, `SELECT DISTINCT host_id FROM audit_rows ORDER BY host_id`)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: hosts: %w", err)
+	}
+	hosts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("fleet: hosts: %w", err)
+	}
+	return hosts, nil
+}
+
+// EachRow calls fn for every shipped row f selects, by host then seq,
+// streaming (never all rows in memory). An error from fn stops the walk.
+func EachRow(ctx context.Context, pool *pgxpool.Pool, f RowFilter, fn func(host string, r audit.Row) error) error {
+	var where []string
+	var args []any
+	add := func(col, v string) {
+		if v != "" {
+			args = append(args, v)
+			where = append(where, fmt.Sprintf("%s = $%d", col, len(args)))
+		}
+	}
+	add("host_id", f.Host)
+	add("tenant_id", f.Tenant)
+	add("invocation_id", f.InvocationID)
+	add("kind", string(f.Kind))
+	q := `SELECT host_id, seq, row_id, kind, ts, prev_hash, row_hash, payload FROM audit_rows`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY host_id, seq`
+	rows, err := pool.Query(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("fleet: read rows: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var host, kind, payload string
+		var r audit.Row
+		if err := rows.Scan(&host, &r.Seq, &r.RowID, &kind, &r.TS, &r.PrevHash, &r.RowHash, &payload); err != nil {
+			return fmt.Errorf("fleet: read rows: %w", err)
+		}
+		r.Kind, r.Payload = audit.Kind(kind), json.RawMessage(payload)
+		if err := fn(host, r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("fleet: read rows: %w", err)
+	}
+	return nil
+}
+
+// HostReport is one host's chain as PostgreSQL holds it.
+type HostReport struct {
+	Host   string       `json:"host_id"`
+	Report audit.Report `json:"report"`
+}
+
+// Verify checks every host's shipped chain (only host's, when set) as
+// `audit verify` checks a journal: each row's hash, the chain from seq 1,
+// pairing, and every checkpoint's signature (with pubkey, when set, that
+// key's). A host with no rows is not in the result.
+func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string) ([]HostReport, error) {
+	var out []HostReport
+	var v *audit.Verifier
+	cur := ""
+	flush := func() {
+		if v != nil {
+			out = append(out, HostReport{Host: cur, Report: v.Report()})
+		}
+	}
+	err := EachRow(ctx, pool, RowFilter{Host: host}, func(h string, r audit.Row) error {
+		if v == nil || h != cur {
+			flush()
+			v, cur = audit.NewVerifier(), h
+			v.PinKey(pubkey)
+		}
+		v.Add(r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	flush()
+	return out, nil
+}
