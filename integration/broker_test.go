@@ -39,6 +39,7 @@ type callResult struct {
 		Message string `json:"message"`
 		Data    struct {
 			Reason  string          `json:"reason"`
+			Detail  string          `json:"detail"`
 			Partial json.RawMessage `json:"partial"`
 		} `json:"data"`
 	} `json:"err"`

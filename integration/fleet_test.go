@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/internal/testutil"
 )
 
@@ -179,5 +180,85 @@ func TestFleetDSNFileIsReservedFromSkills(t *testing.T) {
 	mustRefuse(t, m, "dsn", "file_violation")
 	if strings.Contains(string(env.Result), "SECRETPW") {
 		t.Errorf("the DSN's password reached the skill: %s", env.Result)
+	}
+}
+
+// Must show (issue 21, tenant memory): with a fleet, tenant memory is the
+// fleet's. A note emitted through daemon A is found by a MemorySearch (and
+// read) through daemon B for the same tenant, and not for another tenant.
+// With PostgreSQL stopped, a memory call fails with a clear tool error,
+// audited, and the invocation still ends; a skill without memory tools is
+// not affected.
+func TestFleetMemoryAcrossHosts(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	dsn := pg.CreateDatabase("fleet")
+	eA, eB := newEnv(t), newEnv(t)
+	const t1, t2 = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+	eA.skill("saver", "allowed_tools: [MemoryEmit]\nallowed_memory_scopes: [\"notes/**\"]\n", callScript(
+		[3]string{"emit", "MemoryEmit", `{"path":"notes/fleet","body":"saved on host a: pomegranate"}`}))
+	for _, e := range []*env{eA, eB} {
+		e.skill("finder", "allowed_tools: [MemoryRead, MemorySearch]\nallowed_memory_scopes: [\"notes/**\"]\n", callScript(
+			[3]string{"search", "MemorySearch", `{"query":"pomegranate"}`},
+			[3]string{"read", "MemoryRead", `{"path":"notes/fleet"}`}))
+		e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
+	}
+	fleetCfg := func(host string) string { return fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: %s}", dsn, host) }
+	dA := startDaemon(t, eA, fleetCfg("host-a"))
+	dB := startDaemon(t, eB, fleetCfg("host-b"), "max_concurrent: 16", "warm: {max_sandboxes: 2}", "userns: {host_id_base: 200000000}")
+
+	run := func(d *daemonProc, skill, tenant string) (map[string]callResult, envelope) {
+		t.Helper()
+		code, env, raw := d.invoke(map[string]any{"skill_id": skill, "tenant_id": tenant})
+		if code != 200 || env.Outcome != "success" {
+			t.Fatalf("%s as %s: HTTP %d %s", skill, tenant, code, raw)
+		}
+		var m map[string]callResult
+		if skill != "quick" {
+			if err := json.Unmarshal(env.Result, &m); err != nil {
+				t.Fatalf("%s result %s: %v", skill, env.Result, err)
+			}
+		}
+		return m, env
+	}
+	m, _ := run(dA, "saver", t1)
+	mustOK(t, m, "emit")
+	m, _ = run(dB, "finder", t1)
+	if s := string(mustOK(t, m, "search")); !strings.Contains(s, `"notes/fleet"`) {
+		t.Errorf("tenant 1's search through host B: %s, want the note saved through host A", s)
+	}
+	if r := string(mustOK(t, m, "read")); !strings.Contains(r, "pomegranate") {
+		t.Errorf("tenant 1's read through host B: %s", r)
+	}
+	m, _ = run(dB, "finder", t2)
+	if s := string(mustOK(t, m, "search")); strings.Contains(s, "notes/fleet") {
+		t.Errorf("tenant 2 found tenant 1's note: %s", s)
+	}
+	if c := m["read"]; c.Err == nil || strings.Contains(string(c.OK), "pomegranate") {
+		t.Errorf("tenant 2 read tenant 1's note: %+v", c)
+	}
+
+	pg.Stop()
+	run(dA, "quick", t1) // no memory tool: unaffected
+	m, env := run(dB, "finder", t1)
+	for _, name := range []string{"search", "read"} {
+		c := m[name]
+		if c.Err == nil || c.Err.Data.Detail != "the memory store is unavailable; try again later" {
+			t.Errorf("%s with PostgreSQL stopped: %+v %+v, want the memory-unavailable tool error", name, c, c.Err)
+		}
+	}
+	rows := eB.auditRows("--invocation", env.InvocationID)
+	var failed int
+	for _, r := range rows {
+		if r.Kind == audit.KindToolCallCompleted && strings.Contains(string(r.Payload), `"outcome":"error"`) {
+			failed++
+		}
+	}
+	if failed != 2 {
+		t.Errorf("audit rows of the invocation: %d failed tool calls, want 2", failed)
+	}
+	pg.Start()
+	m, _ = run(dB, "finder", t1)
+	if s := string(mustOK(t, m, "search")); !strings.Contains(s, `"notes/fleet"`) {
+		t.Errorf("after PostgreSQL is back, search: %s", s)
 	}
 }

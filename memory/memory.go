@@ -77,14 +77,34 @@ type Hit struct {
 	ContentHash string
 }
 
-// Store is an open memory store. It is safe for concurrent use.
+// Store is an open memory store: the checks every call makes (ids, path,
+// scope, size, UTF-8) over one of two backends, SQLite in the state dir
+// (Open) or a fleet's PostgreSQL (OpenPostgres). It is safe for concurrent use.
 type Store struct {
+	b   backend
+	now func() time.Time
+}
+
+// backend stores and finds documents; Store has checked every argument.
+type backend interface {
+	// read returns tenant's document at the canonical path, or ErrNotFound.
+	read(ctx context.Context, tenant, path string) (Doc, error)
+	// upsert stores d, its Body dropped when d.BodyWithheld.
+	upsert(ctx context.Context, d Doc) error
+	// search returns the best limit documents of tenant holding every word,
+	// matching a glob of scopes and none of excludes, all filtered before
+	// the limit; withheld bodies are never found.
+	search(ctx context.Context, tenant string, words, scopes, excludes []string, limit int) ([]Hit, error)
+	close() error
+}
+
+// sqliteDB is the embedded backend: <state dir>/memory.db.
+type sqliteDB struct {
 	db *sql.DB
 	// wmu serialises this process's writers; busy_timeout covers writers in
 	// other processes sharing the state dir (cyberos skill run next to the
 	// daemon).
 	wmu sync.Mutex
-	now func() time.Time
 }
 
 // Open opens (creating if needed) the store at <stateDir>/memory.db: the
@@ -140,7 +160,7 @@ func openDB(file string) (*Store, error) {
 		db.Close()
 		return nil, unavailable("schema", err)
 	}
-	return &Store{db: db, now: time.Now}, nil
+	return &Store{b: &sqliteDB{db: db}, now: time.Now}, nil
 }
 
 // prepareFile creates the database file 0600 before SQLite sees it, tightens
@@ -189,8 +209,10 @@ func dsn(file string) string {
 }
 
 // Close closes the store.
-func (s *Store) Close() error {
-	if err := s.db.Close(); err != nil {
+func (s *Store) Close() error { return s.b.close() }
+
+func (b *sqliteDB) close() error {
+	if err := b.db.Close(); err != nil {
 		return unavailable("close", err)
 	}
 	return nil
@@ -209,10 +231,14 @@ func (s *Store) Read(ctx context.Context, tenant, path string, scopes []string) 
 	if err != nil {
 		return Doc{}, err
 	}
+	return s.b.read(ctx, tenant, p)
+}
+
+func (b *sqliteDB) read(ctx context.Context, tenant, p string) (Doc, error) {
 	d := Doc{Tenant: tenant, Path: p}
 	var body sql.NullString
 	var withheld, updated int64
-	err = s.db.QueryRowContext(ctx, `
+	err := b.db.QueryRowContext(ctx, `
 		SELECT body, body_withheld, content_hash, trace_id, invocation_id, skill_id, updated_at
 		FROM docs WHERE tenant_id = ? AND path = ?`, tenant, p).
 		Scan(&body, &withheld, &d.ContentHash, &d.TraceID, &d.InvocationID, &d.SkillID, &updated)
@@ -265,19 +291,24 @@ func (s *Store) Emit(ctx context.Context, e Entry) (Doc, error) {
 		UpdatedAt:    time.Unix(0, s.now().UnixNano()).UTC(),
 		BodyWithheld: e.Compensation,
 	}
-	body := sql.NullString{String: e.Body, Valid: true}
-	if e.Compensation {
-		body = sql.NullString{}
-	} else {
+	if !e.Compensation {
 		d.Body = e.Body
 	}
+	if err := s.b.upsert(ctx, d); err != nil {
+		return Doc{}, err
+	}
+	return d, nil
+}
+
+func (b *sqliteDB) upsert(ctx context.Context, d Doc) error {
+	body := sql.NullString{String: d.Body, Valid: !d.BodyWithheld}
 	withheld := 0
 	if d.BodyWithheld {
 		withheld = 1
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	_, err = s.db.ExecContext(ctx, `
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	_, err := b.db.ExecContext(ctx, `
 		INSERT INTO docs (tenant_id, path, body, body_withheld, content_hash,
 		                  trace_id, invocation_id, skill_id, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -292,9 +323,9 @@ func (s *Store) Emit(ctx context.Context, e Entry) (Doc, error) {
 		d.Tenant, d.Path, body, withheld, d.ContentHash,
 		d.TraceID, d.InvocationID, d.SkillID, d.UpdatedAt.UnixNano())
 	if err != nil {
-		return Doc{}, dbErr(ctx, "emit", err)
+		return dbErr(ctx, "emit", err)
 	}
-	return d, nil
+	return nil
 }
 
 // checkID bounds an identifier: valid UTF-8, no control characters, at most

@@ -59,230 +59,237 @@ func paths(hits []Hit) []string {
 }
 
 func TestReadEmitRoundTrip(t *testing.T) {
-	s, _ := newStore(t)
-	ctx := context.Background()
-	body := "first line\nsecond line, ünïcode and a \x00 nul"
-	got, err := s.Emit(ctx, Entry{
-		Tenant: tenantA, Path: "/notes//./x.md", Body: body, Scopes: []string{"notes/*"},
-		TraceID: "trace-1", InvocationID: "inv-1", SkillID: "skill-1",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Path != "notes/x.md" || got.Body != body || got.ContentHash != sha(body) || got.BodyWithheld {
-		t.Fatalf("Emit returned %+v", got)
-	}
-	rd, err := s.Read(ctx, tenantA, "notes/x.md", []string{"notes/*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rd != got {
-		t.Fatalf("Read = %+v\nEmit = %+v", rd, got)
-	}
-	if rd.TraceID != "trace-1" || rd.InvocationID != "inv-1" || rd.SkillID != "skill-1" || rd.UpdatedAt.IsZero() {
-		t.Fatalf("metadata not kept: %+v", rd)
-	}
-
-	// Overwrite replaces body, hash and metadata.
-	got2, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/x.md", Body: "v2", Scopes: all,
-		TraceID: "trace-2", InvocationID: "inv-2", SkillID: "skill-2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err = s.Read(ctx, tenantA, "notes/x.md", all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rd != got2 || rd.Body != "v2" || rd.ContentHash != sha("v2") || rd.TraceID != "trace-2" {
-		t.Fatalf("after overwrite Read = %+v", rd)
-	}
-
-	// The empty body is a document too.
-	e := emit(t, s, tenantA, "notes/empty", "")
-	if e.ContentHash != sha("") {
-		t.Fatalf("empty body hash %s", e.ContentHash)
-	}
-}
-
-func TestScopes(t *testing.T) {
-	s, _ := newStore(t)
-	for _, p := range []string{"notes", "notes/a", "notes/a/b", "secret", "notesX/a", "people/founders/comp"} {
-		emit(t, s, tenantA, p, "body of "+p)
-	}
-	cases := []struct {
-		scopes []string
-		path   string
-		want   error // nil: readable
-	}{
-		{[]string{"notes/*"}, "notes/a", nil},
-		{[]string{"notes/*"}, "notes/a/b", ErrScope},
-		{[]string{"notes/**"}, "notes/a", nil},
-		{[]string{"notes/**"}, "notes/a/b", nil},
-		{[]string{"notes/**"}, "notes", nil}, // doublestar: "dir/**" also matches dir
-		{[]string{"notes/*"}, "notes", ErrScope},
-		{[]string{"notes/{a,z}"}, "notes/a", nil},
-		{[]string{"*"}, "notes/a", ErrScope},
-		{[]string{"notes/*"}, "notesX/a", ErrScope},
-		{[]string{"notes/**"}, "notes/../secret", ErrScope},
-		{[]string{"notes/**"}, "notes/a/../../secret", ErrScope},
-		{[]string{"notes/**"}, "notes/./a/../../people/founders/comp", ErrScope},
-		{[]string{"secret"}, "notes/../secret", nil},
-		{[]string{"notes/*"}, "/notes/a", nil},
-		{[]string{"notes/*"}, "//notes//a", nil},
-		{[]string{"notes/*"}, "notes/./a/", nil},
-		{[]string{"/notes/*"}, "notes/a", nil},             // scopes are canonicalised too
-		{[]string{"notes/x/../*"}, "notes/a", nil},         // ...both sides
-		{[]string{"notes/*", "secret"}, "secret", nil},     // any scope may match
-		{[]string{"../notes/*"}, "notes/a", ErrScope},      // a bad scope grants nothing
-		{[]string{"notes/["}, "notes/a", ErrScope},         // nor does an invalid pattern
-		{nil, "notes/a", ErrScope},                         // no scopes: nothing allowed
-		{[]string{}, "notes/a", ErrScope},                  //
-		{[]string{"**"}, "../secret", ErrInvalid},          // climbs above the root
-		{[]string{"**"}, "notes/../../secret", ErrInvalid}, //
-		{[]string{"**"}, "/", ErrInvalid},                  // empty after canonicalisation
-		{[]string{"**"}, "notes/\x01", ErrInvalid},         // control character
-		{[]string{"**"}, "notes/\xff", ErrInvalid},         // not UTF-8
-		{[]string{"**"}, strings.Repeat("a/", 600), ErrInvalid},
-	}
-	for _, c := range cases {
-		t.Run(fmt.Sprintf("%v/%s", c.scopes, c.path), func(t *testing.T) {
-			_, err := s.Read(context.Background(), tenantA, c.path, c.scopes)
-			if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
-				t.Fatalf("Read: got %v, want %v", err, c.want)
-			}
-			// Emit applies the same check.
-			_, err = s.Emit(context.Background(), Entry{Tenant: tenantA, Path: c.path, Body: "x", Scopes: c.scopes})
-			if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
-				t.Fatalf("Emit: got %v, want %v", err, c.want)
-			}
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		body := "first line\nsecond line, ünïcode and a \x00 nul"
+		got, err := s.Emit(ctx, Entry{
+			Tenant: tenantA, Path: "/notes//./x.md", Body: body, Scopes: []string{"notes/*"},
+			TraceID: "trace-1", InvocationID: "inv-1", SkillID: "skill-1",
 		})
-	}
-}
-
-func TestScopeDeniedEmitStoresNothing(t *testing.T) {
-	s, _ := newStore(t)
-	_, err := s.Emit(context.Background(), Entry{Tenant: tenantA, Path: "notes/a/b", Body: "nope", Scopes: []string{"notes/*"}})
-	if !errors.Is(err, ErrScope) {
-		t.Fatalf("got %v", err)
-	}
-	if _, err := s.Read(context.Background(), tenantA, "notes/a/b", all); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("refused emit was stored: %v", err)
-	}
-}
-
-func TestScopeCheckedBeforeExistence(t *testing.T) {
-	s, _ := newStore(t)
-	emit(t, s, tenantA, "secret/x", "s")
-	ctx := context.Background()
-	if _, err := s.Read(ctx, tenantA, "secret/x", []string{"notes/**"}); !errors.Is(err, ErrScope) {
-		t.Fatalf("existing out-of-scope doc: %v", err)
-	}
-	if _, err := s.Read(ctx, tenantA, "secret/missing", []string{"notes/**"}); !errors.Is(err, ErrScope) {
-		t.Fatalf("missing out-of-scope doc: %v", err)
-	}
-	if _, err := s.Read(ctx, tenantA, "notes/missing", []string{"notes/**"}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("missing in-scope doc: %v", err)
-	}
-}
-
-func TestTenantIsolation(t *testing.T) {
-	s, _ := newStore(t)
-	ctx := context.Background()
-	a := emit(t, s, tenantA, "notes/plan", "quarterly acquisition plan")
-
-	// Read: another tenant's document is simply not there.
-	if _, err := s.Read(ctx, tenantB, "notes/plan", all); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrScope) {
-		t.Fatalf("tenant B read A's doc: %v", err)
-	}
-	// Search: B finds nothing of A's.
-	hits, err := s.Search(ctx, tenantB, "acquisition", all, nil, 100)
-	if err != nil || len(hits) != 0 {
-		t.Fatalf("tenant B search: %v %v", hits, err)
-	}
-	// Emit at the same path by B makes B's own document; A's is untouched.
-	b, err := s.Emit(ctx, Entry{Tenant: tenantB, Path: "notes/plan", Body: "b's plan", Scopes: all, SkillID: "other"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ra, err := s.Read(ctx, tenantA, "notes/plan", all)
-	if err != nil || ra != a {
-		t.Fatalf("A's doc changed by B's emit: %+v %v", ra, err)
-	}
-	rb, err := s.Read(ctx, tenantB, "notes/plan", all)
-	if err != nil || rb != b {
-		t.Fatalf("B's doc: %+v %v", rb, err)
-	}
-	hits, err = s.Search(ctx, tenantA, "plan", all, nil, 100)
-	if err != nil || len(hits) != 1 || hits[0].ContentHash != a.ContentHash {
-		t.Fatalf("tenant A search: %+v %v", hits, err)
-	}
-	// Tenant ids are compared exactly.
-	if _, err := s.Read(ctx, strings.ToUpper(tenantA), "notes/plan", all); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("case-folded tenant: %v", err)
-	}
-}
-
-func TestSearchRanking(t *testing.T) {
-	s, _ := newStore(t)
-	once := emit(t, s, tenantA, "notes/once", "alpha beta gamma delta epsilon")
-	twice := emit(t, s, tenantA, "notes/twice", "alpha beta alpha delta epsilon")
-	emit(t, s, tenantA, "notes/none", "omega beta gamma delta epsilon")
-	hits, err := s.Search(context.Background(), tenantA, "Alpha", all, nil, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := paths(hits); !slices.Equal(got, []string{"notes/twice", "notes/once"}) {
-		t.Fatalf("order %v", got)
-	}
-	if !(hits[0].Score > hits[1].Score && hits[1].Score > 0) {
-		t.Fatalf("scores %v, %v", hits[0].Score, hits[1].Score)
-	}
-	if hits[0].ContentHash != twice.ContentHash || hits[1].ContentHash != once.ContentHash {
-		t.Fatal("content hashes")
-	}
-	if !strings.Contains(hits[0].Snippet, "alpha") {
-		t.Fatalf("snippet %q", hits[0].Snippet)
-	}
-	// AND of words.
-	hits, err = s.Search(context.Background(), tenantA, "alpha gamma", all, nil, 10)
-	if err != nil || !slices.Equal(paths(hits), []string{"notes/once"}) {
-		t.Fatalf("AND: %v %v", paths(hits), err)
-	}
-}
-
-func TestSearchScopeFilterBeforeLimit(t *testing.T) {
-	s, _ := newStore(t)
-	// Many out-of-scope docs that rank far better than the one in scope.
-	for i := range 40 {
-		emit(t, s, tenantA, fmt.Sprintf("secret/%02d", i), "needle needle needle needle needle")
-		emit(t, s, tenantA, fmt.Sprintf("notes/deep/%02d", i), "needle needle needle needle needle")
-		emit(t, s, tenantB, fmt.Sprintf("notes/%02d", i), "needle needle needle needle needle")
-	}
-	emit(t, s, tenantA, "notes/mine", "a long document that mentions the needle only once among many other words")
-	for _, limit := range []int{1, 5, 100} {
-		hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/*"}, nil, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(paths(hits), []string{"notes/mine"}) {
-			t.Fatalf("limit %d: %v", limit, paths(hits))
+		if got.Path != "notes/x.md" || got.Body != body || got.ContentHash != sha(body) || got.BodyWithheld {
+			t.Fatalf("Emit returned %+v", got)
 		}
-	}
-	hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, nil, 100)
-	if err != nil || len(hits) != 41 {
-		t.Fatalf("notes/**: %d hits, %v", len(hits), err)
-	}
-	for _, h := range hits {
-		if !strings.HasPrefix(h.Path, "notes/") {
-			t.Fatalf("out of scope hit %q", h.Path)
+		rd, err := s.Read(ctx, tenantA, "notes/x.md", []string{"notes/*"})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if _, err := s.Search(context.Background(), tenantA, "needle", nil, nil, 10); !errors.Is(err, ErrScope) {
-		t.Fatalf("no scopes: %v", err)
-	}
-	if _, err := s.Search(context.Background(), tenantA, "needle", []string{"../x"}, nil, 10); !errors.Is(err, ErrScope) {
-		t.Fatalf("only bad scopes: %v", err)
-	}
+		if rd != got {
+			t.Fatalf("Read = %+v\nEmit = %+v", rd, got)
+		}
+		if rd.TraceID != "trace-1" || rd.InvocationID != "inv-1" || rd.SkillID != "skill-1" || rd.UpdatedAt.IsZero() {
+			t.Fatalf("metadata not kept: %+v", rd)
+		}
+
+		// Overwrite replaces body, hash and metadata.
+		got2, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/x.md", Body: "v2", Scopes: all,
+			TraceID: "trace-2", InvocationID: "inv-2", SkillID: "skill-2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd, err = s.Read(ctx, tenantA, "notes/x.md", all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rd != got2 || rd.Body != "v2" || rd.ContentHash != sha("v2") || rd.TraceID != "trace-2" {
+			t.Fatalf("after overwrite Read = %+v", rd)
+		}
+
+		// The empty body is a document too.
+		e := emit(t, s, tenantA, "notes/empty", "")
+		if e.ContentHash != sha("") {
+			t.Fatalf("empty body hash %s", e.ContentHash)
+		}
+	})
+}
+
+func TestScopes(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		for _, p := range []string{"notes", "notes/a", "notes/a/b", "secret", "notesX/a", "people/founders/comp"} {
+			emit(t, s, tenantA, p, "body of "+p)
+		}
+		cases := []struct {
+			scopes []string
+			path   string
+			want   error // nil: readable
+		}{
+			{[]string{"notes/*"}, "notes/a", nil},
+			{[]string{"notes/*"}, "notes/a/b", ErrScope},
+			{[]string{"notes/**"}, "notes/a", nil},
+			{[]string{"notes/**"}, "notes/a/b", nil},
+			{[]string{"notes/**"}, "notes", nil}, // doublestar: "dir/**" also matches dir
+			{[]string{"notes/*"}, "notes", ErrScope},
+			{[]string{"notes/{a,z}"}, "notes/a", nil},
+			{[]string{"*"}, "notes/a", ErrScope},
+			{[]string{"notes/*"}, "notesX/a", ErrScope},
+			{[]string{"notes/**"}, "notes/../secret", ErrScope},
+			{[]string{"notes/**"}, "notes/a/../../secret", ErrScope},
+			{[]string{"notes/**"}, "notes/./a/../../people/founders/comp", ErrScope},
+			{[]string{"secret"}, "notes/../secret", nil},
+			{[]string{"notes/*"}, "/notes/a", nil},
+			{[]string{"notes/*"}, "//notes//a", nil},
+			{[]string{"notes/*"}, "notes/./a/", nil},
+			{[]string{"/notes/*"}, "notes/a", nil},             // scopes are canonicalised too
+			{[]string{"notes/x/../*"}, "notes/a", nil},         // ...both sides
+			{[]string{"notes/*", "secret"}, "secret", nil},     // any scope may match
+			{[]string{"../notes/*"}, "notes/a", ErrScope},      // a bad scope grants nothing
+			{[]string{"notes/["}, "notes/a", ErrScope},         // nor does an invalid pattern
+			{nil, "notes/a", ErrScope},                         // no scopes: nothing allowed
+			{[]string{}, "notes/a", ErrScope},                  //
+			{[]string{"**"}, "../secret", ErrInvalid},          // climbs above the root
+			{[]string{"**"}, "notes/../../secret", ErrInvalid}, //
+			{[]string{"**"}, "/", ErrInvalid},                  // empty after canonicalisation
+			{[]string{"**"}, "notes/\x01", ErrInvalid},         // control character
+			{[]string{"**"}, "notes/\xff", ErrInvalid},         // not UTF-8
+			{[]string{"**"}, strings.Repeat("a/", 600), ErrInvalid},
+		}
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%v/%s", c.scopes, c.path), func(t *testing.T) {
+				_, err := s.Read(context.Background(), tenantA, c.path, c.scopes)
+				if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+					t.Fatalf("Read: got %v, want %v", err, c.want)
+				}
+				// Emit applies the same check.
+				_, err = s.Emit(context.Background(), Entry{Tenant: tenantA, Path: c.path, Body: "x", Scopes: c.scopes})
+				if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+					t.Fatalf("Emit: got %v, want %v", err, c.want)
+				}
+			})
+		}
+	})
+}
+
+func TestScopeDeniedEmitStoresNothing(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		_, err := s.Emit(context.Background(), Entry{Tenant: tenantA, Path: "notes/a/b", Body: "nope", Scopes: []string{"notes/*"}})
+		if !errors.Is(err, ErrScope) {
+			t.Fatalf("got %v", err)
+		}
+		if _, err := s.Read(context.Background(), tenantA, "notes/a/b", all); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("refused emit was stored: %v", err)
+		}
+	})
+}
+
+func TestScopeCheckedBeforeExistence(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		emit(t, s, tenantA, "secret/x", "s")
+		ctx := context.Background()
+		if _, err := s.Read(ctx, tenantA, "secret/x", []string{"notes/**"}); !errors.Is(err, ErrScope) {
+			t.Fatalf("existing out-of-scope doc: %v", err)
+		}
+		if _, err := s.Read(ctx, tenantA, "secret/missing", []string{"notes/**"}); !errors.Is(err, ErrScope) {
+			t.Fatalf("missing out-of-scope doc: %v", err)
+		}
+		if _, err := s.Read(ctx, tenantA, "notes/missing", []string{"notes/**"}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("missing in-scope doc: %v", err)
+		}
+	})
+}
+
+func TestTenantIsolation(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		a := emit(t, s, tenantA, "notes/plan", "quarterly acquisition plan")
+
+		// Read: another tenant's document is simply not there.
+		if _, err := s.Read(ctx, tenantB, "notes/plan", all); !errors.Is(err, ErrNotFound) || errors.Is(err, ErrScope) {
+			t.Fatalf("tenant B read A's doc: %v", err)
+		}
+		// Search: B finds nothing of A's.
+		hits, err := s.Search(ctx, tenantB, "acquisition", all, nil, 100)
+		if err != nil || len(hits) != 0 {
+			t.Fatalf("tenant B search: %v %v", hits, err)
+		}
+		// Emit at the same path by B makes B's own document; A's is untouched.
+		b, err := s.Emit(ctx, Entry{Tenant: tenantB, Path: "notes/plan", Body: "b's plan", Scopes: all, SkillID: "other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ra, err := s.Read(ctx, tenantA, "notes/plan", all)
+		if err != nil || ra != a {
+			t.Fatalf("A's doc changed by B's emit: %+v %v", ra, err)
+		}
+		rb, err := s.Read(ctx, tenantB, "notes/plan", all)
+		if err != nil || rb != b {
+			t.Fatalf("B's doc: %+v %v", rb, err)
+		}
+		hits, err = s.Search(ctx, tenantA, "plan", all, nil, 100)
+		if err != nil || len(hits) != 1 || hits[0].ContentHash != a.ContentHash {
+			t.Fatalf("tenant A search: %+v %v", hits, err)
+		}
+		// Tenant ids are compared exactly.
+		if _, err := s.Read(ctx, strings.ToUpper(tenantA), "notes/plan", all); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("case-folded tenant: %v", err)
+		}
+	})
+}
+
+func TestSearchRanking(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		once := emit(t, s, tenantA, "notes/once", "alpha beta gamma delta epsilon")
+		twice := emit(t, s, tenantA, "notes/twice", "alpha beta alpha delta epsilon")
+		emit(t, s, tenantA, "notes/none", "omega beta gamma delta epsilon")
+		hits, err := s.Search(context.Background(), tenantA, "Alpha", all, nil, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := paths(hits); !slices.Equal(got, []string{"notes/twice", "notes/once"}) {
+			t.Fatalf("order %v", got)
+		}
+		if !(hits[0].Score > hits[1].Score && hits[1].Score > 0) {
+			t.Fatalf("scores %v, %v", hits[0].Score, hits[1].Score)
+		}
+		if hits[0].ContentHash != twice.ContentHash || hits[1].ContentHash != once.ContentHash {
+			t.Fatal("content hashes")
+		}
+		if !strings.Contains(hits[0].Snippet, "alpha") {
+			t.Fatalf("snippet %q", hits[0].Snippet)
+		}
+		// AND of words.
+		hits, err = s.Search(context.Background(), tenantA, "alpha gamma", all, nil, 10)
+		if err != nil || !slices.Equal(paths(hits), []string{"notes/once"}) {
+			t.Fatalf("AND: %v %v", paths(hits), err)
+		}
+	})
+}
+
+func TestSearchScopeFilterBeforeLimit(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		// Many out-of-scope docs that rank far better than the one in scope.
+		for i := range 40 {
+			emit(t, s, tenantA, fmt.Sprintf("secret/%02d", i), "needle needle needle needle needle")
+			emit(t, s, tenantA, fmt.Sprintf("notes/deep/%02d", i), "needle needle needle needle needle")
+			emit(t, s, tenantB, fmt.Sprintf("notes/%02d", i), "needle needle needle needle needle")
+		}
+		emit(t, s, tenantA, "notes/mine", "a long document that mentions the needle only once among many other words")
+		for _, limit := range []int{1, 5, 100} {
+			hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/*"}, nil, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(paths(hits), []string{"notes/mine"}) {
+				t.Fatalf("limit %d: %v", limit, paths(hits))
+			}
+		}
+		hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, nil, 100)
+		if err != nil || len(hits) != 41 {
+			t.Fatalf("notes/**: %d hits, %v", len(hits), err)
+		}
+		for _, h := range hits {
+			if !strings.HasPrefix(h.Path, "notes/") {
+				t.Fatalf("out of scope hit %q", h.Path)
+			}
+		}
+		if _, err := s.Search(context.Background(), tenantA, "needle", nil, nil, 10); !errors.Is(err, ErrScope) {
+			t.Fatalf("no scopes: %v", err)
+		}
+		if _, err := s.Search(context.Background(), tenantA, "needle", []string{"../x"}, nil, 10); !errors.Is(err, ErrScope) {
+			t.Fatalf("only bad scopes: %v", err)
+		}
+	})
 }
 
 // TestSearchExcludesBeforeLimit: excluded paths (a skill's disallowed
@@ -290,125 +297,127 @@ func TestSearchScopeFilterBeforeLimit(t *testing.T) {
 // allowed document still does even when many excluded ones rank above it;
 // an exclusion that is not a valid glob refuses the search.
 func TestSearchExcludesBeforeLimit(t *testing.T) {
-	s, _ := newStore(t)
-	for i := range 40 {
-		emit(t, s, tenantA, fmt.Sprintf("notes/private/%02d", i), "needle needle needle needle needle")
-	}
-	emit(t, s, tenantA, "notes/mine", "a long document that mentions the needle only once among many other words")
-	for _, limit := range []int{1, 5} {
-		hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, []string{"notes/private/**"}, limit)
-		if err != nil || !slices.Equal(paths(hits), []string{"notes/mine"}) {
-			t.Fatalf("limit %d: %v %v", limit, paths(hits), err)
+	backends(t, func(t *testing.T, s *Store) {
+		for i := range 40 {
+			emit(t, s, tenantA, fmt.Sprintf("notes/private/%02d", i), "needle needle needle needle needle")
 		}
-	}
-	if _, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, []string{"../x"}, 5); !errors.Is(err, ErrScope) {
-		t.Fatalf("an invalid exclusion: %v, want ErrScope", err)
-	}
+		emit(t, s, tenantA, "notes/mine", "a long document that mentions the needle only once among many other words")
+		for _, limit := range []int{1, 5} {
+			hits, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, []string{"notes/private/**"}, limit)
+			if err != nil || !slices.Equal(paths(hits), []string{"notes/mine"}) {
+				t.Fatalf("limit %d: %v %v", limit, paths(hits), err)
+			}
+		}
+		if _, err := s.Search(context.Background(), tenantA, "needle", []string{"notes/**"}, []string{"../x"}, 5); !errors.Is(err, ErrScope) {
+			t.Fatalf("an invalid exclusion: %v, want ErrScope", err)
+		}
+	})
 }
 
 func TestSearchQuerySyntaxIsInert(t *testing.T) {
-	s, _ := newStore(t)
-	emit(t, s, tenantA, "notes/ab", "alpha beta")
-	emit(t, s, tenantA, "notes/a", "alpha only here")
-	emit(t, s, tenantA, "notes/alphabet", "alphabet soup")
-	emit(t, s, tenantA, "notes/secret", "secret payroll")
-	emit(t, s, tenantA, "hidden/x", "alpha beta secret") // out of scope
-	scopes := []string{"notes/*"}
+	backends(t, func(t *testing.T, s *Store) {
+		emit(t, s, tenantA, "notes/ab", "alpha beta")
+		emit(t, s, tenantA, "notes/a", "alpha only here")
+		emit(t, s, tenantA, "notes/alphabet", "alphabet soup")
+		emit(t, s, tenantA, "notes/secret", "secret payroll")
+		emit(t, s, tenantA, "hidden/x", "alpha beta secret") // out of scope
+		scopes := []string{"notes/*"}
 
-	cases := map[string][]string{ // query → exactly these paths
-		`alpha`:                  {"notes/a", "notes/ab"},
-		`alpha"`:                 {"notes/a", "notes/ab"},
-		`"alpha`:                 {"notes/a", "notes/ab"},
-		`"alpha" OR "secret"`:    {}, // OR is a word; no doc has all three
-		`alpha OR secret`:        {},
-		`alph*`:                  {}, // no prefix queries
-		`alpha*`:                 {"notes/a", "notes/ab"},
-		`NEAR(alpha beta)`:       {}, // "near" is a word
-		`NEAR(`:                  {},
-		`alpha -beta`:            {"notes/ab"}, // "-" is not NOT
-		`alpha NOT beta`:         {},
-		`body:alpha`:             {},
-		`{body}:alpha`:           {},
-		`alpha:`:                 {"notes/a", "notes/ab"},
-		`*`:                      nil, // no words: ErrInvalid
-		`"`:                      nil,
-		`-`:                      nil,
-		`:`:                      nil,
-		`NEAR(` + `"`:            {},
-		`^alpha`:                 {"notes/a", "notes/ab"},
-		`alpha AND`:              {},
-		`beta) OR (secret`:       {},
-		`'; DROP TABLE docs; --`: {},
-		`alpha' OR '1'='1`:       {},
-		`ALPHA BETA`:             {"notes/ab"},
-		"alpha\u00a0beta":        {"notes/ab"},
-		`secret`:                 {"notes/secret"},
-		`a"b`:                    {},
-		`""alpha""`:              {"notes/a", "notes/ab"},
-	}
-	for q, want := range cases {
-		t.Run(q, func(t *testing.T) {
-			hits, err := s.Search(context.Background(), tenantA, q, scopes, nil, 100)
-			if want == nil {
-				if !errors.Is(err, ErrInvalid) {
-					t.Fatalf("got %v, want ErrInvalid", err)
+		cases := map[string][]string{ // query → exactly these paths
+			`alpha`:                  {"notes/a", "notes/ab"},
+			`alpha"`:                 {"notes/a", "notes/ab"},
+			`"alpha`:                 {"notes/a", "notes/ab"},
+			`"alpha" OR "secret"`:    {}, // OR is a word; no doc has all three
+			`alpha OR secret`:        {},
+			`alph*`:                  {}, // no prefix queries
+			`alpha*`:                 {"notes/a", "notes/ab"},
+			`NEAR(alpha beta)`:       {}, // "near" is a word
+			`NEAR(`:                  {},
+			`alpha -beta`:            {"notes/ab"}, // "-" is not NOT
+			`alpha NOT beta`:         {},
+			`body:alpha`:             {},
+			`{body}:alpha`:           {},
+			`alpha:`:                 {"notes/a", "notes/ab"},
+			`*`:                      nil, // no words: ErrInvalid
+			`"`:                      nil,
+			`-`:                      nil,
+			`:`:                      nil,
+			`NEAR(` + `"`:            {},
+			`^alpha`:                 {"notes/a", "notes/ab"},
+			`alpha AND`:              {},
+			`beta) OR (secret`:       {},
+			`'; DROP TABLE docs; --`: {},
+			`alpha' OR '1'='1`:       {},
+			`ALPHA BETA`:             {"notes/ab"},
+			"alpha\u00a0beta":        {"notes/ab"},
+			`secret`:                 {"notes/secret"},
+			`a"b`:                    {},
+			`""alpha""`:              {"notes/a", "notes/ab"},
+		}
+		for q, want := range cases {
+			t.Run(q, func(t *testing.T) {
+				hits, err := s.Search(context.Background(), tenantA, q, scopes, nil, 100)
+				if want == nil {
+					if !errors.Is(err, ErrInvalid) {
+						t.Fatalf("got %v, want ErrInvalid", err)
+					}
+					return
 				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("error: %v", err)
-			}
-			got := paths(hits)
-			slices.Sort(got)
-			if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
-				t.Fatalf("got %v, want %v", got, want)
-			}
-		})
-	}
-	// The store still works and its index is intact.
-	if _, err := s.db.Exec(`INSERT INTO docs_fts (docs_fts) VALUES ('integrity-check')`); err != nil {
-		t.Fatal(err)
-	}
+				if err != nil {
+					t.Fatalf("error: %v", err)
+				}
+				got := paths(hits)
+				slices.Sort(got)
+				if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+					t.Fatalf("got %v, want %v", got, want)
+				}
+			})
+		}
+		// The store still works and its index is intact.
+		sqliteIntegrity(t, s)
+	})
 }
 
 func TestSearchInvalid(t *testing.T) {
-	s, _ := newStore(t)
-	emit(t, s, tenantA, "notes/a", "alpha")
-	for name, q := range map[string]string{
-		"empty":      "",
-		"spaces":     "  \t\n ",
-		"punct":      `"*-:()^{}`,
-		"not utf8":   "alpha \xff",
-		"too long":   strings.Repeat("a", MaxQueryBytes+1),
-		"many words": strings.Repeat("w ", MaxQueryTerms+1),
-	} {
-		if _, err := s.Search(context.Background(), tenantA, q, all, nil, 10); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+	backends(t, func(t *testing.T, s *Store) {
+		emit(t, s, tenantA, "notes/a", "alpha")
+		for name, q := range map[string]string{
+			"empty":      "",
+			"spaces":     "  \t\n ",
+			"punct":      `"*-:()^{}`,
+			"not utf8":   "alpha \xff",
+			"too long":   strings.Repeat("a", MaxQueryBytes+1),
+			"many words": strings.Repeat("w ", MaxQueryTerms+1),
+		} {
+			if _, err := s.Search(context.Background(), tenantA, q, all, nil, 10); !errors.Is(err, ErrInvalid) {
+				t.Errorf("%s: got %v, want ErrInvalid", name, err)
+			}
 		}
-	}
-	if _, err := s.Search(context.Background(), "", "alpha", all, nil, 10); !errors.Is(err, ErrInvalid) {
-		t.Errorf("empty tenant: %v", err)
-	}
+		if _, err := s.Search(context.Background(), "", "alpha", all, nil, 10); !errors.Is(err, ErrInvalid) {
+			t.Errorf("empty tenant: %v", err)
+		}
+	})
 }
 
 func TestSearchLimitClamp(t *testing.T) {
-	s, _ := newStore(t)
-	for i := range 120 {
-		emit(t, s, tenantA, fmt.Sprintf("notes/%03d", i), "common word")
-	}
-	for limit, want := range map[int]int{-5: 1, 0: 1, 1: 1, 7: 7, 100: 100, 101: 100, 1 << 30: 100} {
-		hits, err := s.Search(context.Background(), tenantA, "common", all, nil, limit)
-		if err != nil || len(hits) != want {
-			t.Errorf("limit %d: %d hits (want %d), %v", limit, len(hits), want, err)
+	backends(t, func(t *testing.T, s *Store) {
+		for i := range 120 {
+			emit(t, s, tenantA, fmt.Sprintf("notes/%03d", i), "common word")
 		}
-	}
+		for limit, want := range map[int]int{-5: 1, 0: 1, 1: 1, 7: 7, 100: 100, 101: 100, 1 << 30: 100} {
+			hits, err := s.Search(context.Background(), tenantA, "common", all, nil, limit)
+			if err != nil || len(hits) != want {
+				t.Errorf("limit %d: %d hits (want %d), %v", limit, len(hits), want, err)
+			}
+		}
+	})
 }
 
 // dbBytes checkpoints the WAL into the main file and returns the bytes of
 // every file the store has on disk.
 func dbBytes(t *testing.T, s *Store, dir string) []byte {
 	t.Helper()
-	if _, err := s.db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+	if _, err := sq(s).Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		t.Fatal(err)
 	}
 	var all []byte
@@ -492,91 +501,90 @@ func TestCompensationOverwrite(t *testing.T) {
 	if hits, err := s.Search(ctx, tenantA, "kiwi", all, nil, 10); err != nil || len(hits) != 1 {
 		t.Fatalf("search kiwi: %v %v", hits, err)
 	}
-	if _, err := s.db.Exec(`INSERT INTO docs_fts (docs_fts) VALUES ('integrity-check')`); err != nil {
+	if _, err := sq(s).Exec(`INSERT INTO docs_fts (docs_fts) VALUES ('integrity-check')`); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestBodyLimits(t *testing.T) {
-	s, _ := newStore(t)
-	ctx := context.Background()
-	big := strings.Repeat("x", MaxBodyBytes+1)
-	if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/big", Body: big, Scopes: all}); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("over cap: %v", err)
-	}
-	if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/big", Body: big, Compensation: true, Scopes: all}); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("over cap, compensation: %v", err)
-	}
-	if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/big", Body: big[1:], Scopes: all}); err != nil {
-		t.Fatalf("at cap: %v", err)
-	}
-	if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/bad", Body: "a\xffb", Scopes: all}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("invalid utf-8: %v", err)
-	}
-	for name, e := range map[string]Entry{
-		"empty tenant":   {Path: "notes/a", Scopes: all},
-		"control tenant": {Tenant: "a\nb", Path: "notes/a", Scopes: all},
-		"long trace":     {Tenant: tenantA, Path: "notes/a", Scopes: all, TraceID: strings.Repeat("t", MaxIDBytes+1)},
-		"control skill":  {Tenant: tenantA, Path: "notes/a", Scopes: all, SkillID: "s\x00"},
-	} {
-		if _, err := s.Emit(ctx, e); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v", name, err)
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		big := strings.Repeat("x", MaxBodyBytes+1)
+		if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/big", Body: big, Scopes: all}); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("over cap: %v", err)
 		}
-	}
-	if _, err := s.Read(ctx, "", "notes/a", all); !errors.Is(err, ErrInvalid) {
-		t.Errorf("read, empty tenant: %v", err)
-	}
+		if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/big", Body: big, Compensation: true, Scopes: all}); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("over cap, compensation: %v", err)
+		}
+		if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/big", Body: big[1:], Scopes: all}); err != nil {
+			t.Fatalf("at cap: %v", err)
+		}
+		if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/bad", Body: "a\xffb", Scopes: all}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("invalid utf-8: %v", err)
+		}
+		for name, e := range map[string]Entry{
+			"empty tenant":   {Path: "notes/a", Scopes: all},
+			"control tenant": {Tenant: "a\nb", Path: "notes/a", Scopes: all},
+			"long trace":     {Tenant: tenantA, Path: "notes/a", Scopes: all, TraceID: strings.Repeat("t", MaxIDBytes+1)},
+			"control skill":  {Tenant: tenantA, Path: "notes/a", Scopes: all, SkillID: "s\x00"},
+		} {
+			if _, err := s.Emit(ctx, e); !errors.Is(err, ErrInvalid) {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		if _, err := s.Read(ctx, "", "notes/a", all); !errors.Is(err, ErrInvalid) {
+			t.Errorf("read, empty tenant: %v", err)
+		}
+	})
 }
 
 func TestConcurrentEmitAndSearch(t *testing.T) {
-	s, _ := newStore(t)
-	ctx := context.Background()
-	const workers, each = 50, 5
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each*3)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tenant := []string{tenantA, tenantB}[w%2]
-			for i := range each {
-				p := fmt.Sprintf("notes/w%02d/%d", w, i)
-				if _, err := s.Emit(ctx, Entry{Tenant: tenant, Path: p, Body: fmt.Sprintf("shared token w%02d", w), Scopes: all}); err != nil {
-					errs <- fmt.Errorf("emit %s: %w", p, err)
-				}
-				hits, err := s.Search(ctx, tenant, "shared token", all, nil, 100)
-				if err != nil {
-					errs <- fmt.Errorf("search: %w", err)
-				}
-				for _, h := range hits {
-					var hw int
-					fmt.Sscanf(h.Path, "notes/w%02d/", &hw)
-					if hw%2 != w%2 {
-						errs <- fmt.Errorf("tenant %s saw %s", tenant, h.Path)
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		const workers, each = 50, 5
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*each*3)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tenant := []string{tenantA, tenantB}[w%2]
+				for i := range each {
+					p := fmt.Sprintf("notes/w%02d/%d", w, i)
+					if _, err := s.Emit(ctx, Entry{Tenant: tenant, Path: p, Body: fmt.Sprintf("shared token w%02d", w), Scopes: all}); err != nil {
+						errs <- fmt.Errorf("emit %s: %w", p, err)
+					}
+					hits, err := s.Search(ctx, tenant, "shared token", all, nil, 100)
+					if err != nil {
+						errs <- fmt.Errorf("search: %w", err)
+					}
+					for _, h := range hits {
+						var hw int
+						fmt.Sscanf(h.Path, "notes/w%02d/", &hw)
+						if hw%2 != w%2 {
+							errs <- fmt.Errorf("tenant %s saw %s", tenant, h.Path)
+						}
+					}
+					if _, err := s.Read(ctx, tenant, p, all); err != nil {
+						errs <- fmt.Errorf("read %s: %w", p, err)
 					}
 				}
-				if _, err := s.Read(ctx, tenant, p, all); err != nil {
-					errs <- fmt.Errorf("read %s: %w", p, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	var n int
-	if err := s.db.QueryRow(`SELECT count(*) FROM docs`).Scan(&n); err != nil || n != workers*each {
-		t.Fatalf("%d docs, %v", n, err)
-	}
-	hits, err := s.Search(ctx, tenantB, "w07", all, nil, 100) // odd workers write as tenant B
-	if err != nil || len(hits) != each {
-		t.Fatalf("w07: %d hits, %v", len(hits), err)
-	}
-	if _, err := s.db.Exec(`INSERT INTO docs_fts (docs_fts) VALUES ('integrity-check')`); err != nil {
-		t.Fatal(err)
-	}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if n := countDocs(t, s); n != workers*each {
+			t.Fatalf("%d docs, want %d", n, workers*each)
+		}
+		hits, err := s.Search(ctx, tenantB, "w07", all, nil, 100) // odd workers write as tenant B
+		if err != nil || len(hits) != each {
+			t.Fatalf("w07: %d hits, %v", len(hits), err)
+		}
+		sqliteIntegrity(t, s)
+	})
 }
 
 func TestReopenKeepsData(t *testing.T) {
@@ -629,10 +637,10 @@ func TestOpenFileModesAndPragmas(t *testing.T) {
 	}
 	var mode string
 	var sync int
-	if err := s.db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+	if err := sq(s).QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
 		t.Fatalf("journal_mode %q %v", mode, err)
 	}
-	if err := s.db.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
+	if err := sq(s).QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
 		t.Fatalf("synchronous %d %v", sync, err)
 	}
 
@@ -696,7 +704,7 @@ func TestOpenUnusable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.db.Exec(`PRAGMA user_version = 99`)
+		sq(s).Exec(`PRAGMA user_version = 99`)
 		s.Close()
 		check(t, dir)
 	})
@@ -708,19 +716,20 @@ func TestOpenUnusable(t *testing.T) {
 }
 
 func TestCanceledContext(t *testing.T) {
-	s, _ := newStore(t)
-	emit(t, s, tenantA, "notes/a", "alpha")
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := s.Read(ctx, tenantA, "notes/a", all); !errors.Is(err, context.Canceled) {
-		t.Errorf("read: %v", err)
-	}
-	if _, err := s.Search(ctx, tenantA, "alpha", all, nil, 1); !errors.Is(err, context.Canceled) {
-		t.Errorf("search: %v", err)
-	}
-	if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/b", Body: "b", Scopes: all}); !errors.Is(err, context.Canceled) {
-		t.Errorf("emit: %v", err)
-	}
+	backends(t, func(t *testing.T, s *Store) {
+		emit(t, s, tenantA, "notes/a", "alpha")
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := s.Read(ctx, tenantA, "notes/a", all); !errors.Is(err, context.Canceled) {
+			t.Errorf("read: %v", err)
+		}
+		if _, err := s.Search(ctx, tenantA, "alpha", all, nil, 1); !errors.Is(err, context.Canceled) {
+			t.Errorf("search: %v", err)
+		}
+		if _, err := s.Emit(ctx, Entry{Tenant: tenantA, Path: "notes/b", Body: "b", Scopes: all}); !errors.Is(err, context.Canceled) {
+			t.Errorf("emit: %v", err)
+		}
+	})
 }
 
 // TestConcurrentFirstOpen: many opens of one fresh state dir at once (as

@@ -31,7 +31,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, scopes, exclud
 	if err := checkID("tenant", tenant, true); err != nil {
 		return nil, err
 	}
-	match, err := ftsQuery(query)
+	words, err := queryWords(query)
 	if err != nil {
 		return nil, err
 	}
@@ -44,8 +44,11 @@ func (s *Store) Search(ctx context.Context, tenant, query string, scopes, exclud
 	if len(excl) != len(excludes) {
 		return nil, fmt.Errorf("%w: an excluded scope is not a valid memory glob", ErrScope)
 	}
-	limit = min(max(limit, 1), MaxLimit)
-	rows, err := s.db.QueryContext(ctx, `
+	return s.b.search(ctx, tenant, words, globs, excl, min(max(limit, 1), MaxLimit))
+}
+
+func (b *sqliteDB) search(ctx context.Context, tenant string, words, globs, excl []string, limit int) ([]Hit, error) {
+	rows, err := b.db.QueryContext(ctx, `
 		SELECT d.path, -bm25(docs_fts), snippet(docs_fts, 0, '', '', '…', 24), d.content_hash
 		FROM docs_fts JOIN docs AS d ON d.id = docs_fts.rowid
 		WHERE docs_fts MATCH ?1
@@ -55,7 +58,7 @@ func (s *Store) Search(ctx context.Context, tenant, query string, scopes, exclud
 		  AND (?5 = '' OR `+scopeFunc+`(d.path, ?5) = 0)
 		ORDER BY bm25(docs_fts), d.path
 		LIMIT ?4`,
-		match, tenant, strings.Join(globs, "\n"), limit, strings.Join(excl, "\n"))
+		ftsMatch(words), tenant, strings.Join(globs, "\n"), limit, strings.Join(excl, "\n"))
 	if err != nil {
 		return nil, dbErr(ctx, "search", err)
 	}
@@ -74,30 +77,37 @@ func (s *Store) Search(ctx context.Context, tenant, query string, scopes, exclud
 	return hits, nil
 }
 
-// ftsQuery turns user input into an FTS5 MATCH expression that can only mean
-// "all of these words". Words are runs of letters, digits and private-use
-// characters (the unicode61 tokenizer's token characters); everything else
-// separates them. Each word is then written as an FTS5 string ("word"), so
-// it is never read as an operator (AND, OR, NOT, NEAR), a column filter or a
-// prefix query, and since a word holds no '"' the quoting cannot be broken.
-func ftsQuery(q string) (string, error) {
+// queryWords turns user input into the words a search must all find.
+// Words are runs of letters, digits and private-use characters (the
+// unicode61 tokenizer's token characters); everything else separates them,
+// so no input is ever read as query syntax by either backend.
+func queryWords(q string) ([]string, error) {
 	switch {
 	case len(q) > MaxQueryBytes:
-		return "", fmt.Errorf("%w: query is longer than %d bytes", ErrInvalid, MaxQueryBytes)
+		return nil, fmt.Errorf("%w: query is longer than %d bytes", ErrInvalid, MaxQueryBytes)
 	case !utf8.ValidString(q):
-		return "", fmt.Errorf("%w: query is not valid UTF-8", ErrInvalid)
+		return nil, fmt.Errorf("%w: query is not valid UTF-8", ErrInvalid)
 	}
 	words := strings.FieldsFunc(q, func(r rune) bool {
 		return !unicode.IsLetter(r) && !unicode.IsNumber(r) && !unicode.Is(unicode.Co, r)
 	})
 	switch {
 	case len(words) == 0:
-		return "", fmt.Errorf("%w: query has no words", ErrInvalid)
+		return nil, fmt.Errorf("%w: query has no words", ErrInvalid)
 	case len(words) > MaxQueryTerms:
-		return "", fmt.Errorf("%w: query has more than %d words", ErrInvalid, MaxQueryTerms)
+		return nil, fmt.Errorf("%w: query has more than %d words", ErrInvalid, MaxQueryTerms)
 	}
+	return words, nil
+}
+
+// ftsMatch is the FTS5 MATCH expression "all of these words": each word is
+// written as an FTS5 string ("word"), so it is never read as an operator
+// (AND, OR, NOT, NEAR), a column filter or a prefix query, and since a word
+// holds no '"' the quoting cannot be broken.
+func ftsMatch(words []string) string {
+	q := make([]string, len(words))
 	for i, w := range words {
-		words[i] = `"` + w + `"`
+		q[i] = `"` + w + `"`
 	}
-	return strings.Join(words, " AND "), nil
+	return strings.Join(q, " AND ")
 }

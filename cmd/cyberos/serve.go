@@ -11,10 +11,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/fleet"
+	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
@@ -132,11 +134,17 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		return &exitError{exitRefused, err}
 	}
 	if cfg.Fleet.Enabled() {
-		stopShipping, err := shipToFleet(cfg.Fleet, store, metrics, log)
+		pool, host, err := fleetPool(cfg.Fleet)
 		if err != nil {
 			return &exitError{exitUsage, err}
 		}
-		defer stopShipping()
+		defer pool.Close()
+		// Tenant memory is the fleet's: a note saved through one host is
+		// found through any other.
+		sup.OpenMemory = func() (*memory.Store, error) {
+			return memory.OpenPostgres(pool, func(ctx context.Context) error { return fleet.Migrate(ctx, pool) }), nil
+		}
+		defer shipToFleet(pool, host, store, metrics, log)()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -158,27 +166,33 @@ func removeStaleSockets(dir string, warn func(string, ...any)) {
 	}
 }
 
-// shipToFleet starts shipping the audit rows to the fleet's PostgreSQL in
-// the background. The returned stop, called once the last invocation has
-// ended, ships what is left (for at most fleetFlush) and disconnects.
-func shipToFleet(f daemon.Fleet, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) (stop func(), err error) {
+// fleetPool is the fleet's PostgreSQL, connected on first use, and this
+// host's id in it.
+func fleetPool(f daemon.Fleet) (*pgxpool.Pool, string, error) {
 	dsn, err := f.DSN()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	host, err := f.ResolvedHostID()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	pool, err := fleet.NewPool(dsn)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	return pool, host, nil
+}
+
+// shipToFleet starts shipping the audit rows to the fleet's PostgreSQL in
+// the background. The returned stop, called once the last invocation has
+// ended, ships what is left (for at most fleetFlush).
+func shipToFleet(pool *pgxpool.Pool, host string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) (stop func()) {
 	sh := &fleet.Shipper{Pool: pool, HostID: host, Source: store, Log: log.With("component", "audit shipping"), Metrics: metrics}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); sh.Run(ctx) }()
-	log.Info("shipping audit rows to the fleet's PostgreSQL", "host_id", host)
+	log.Info("shipping audit rows to the fleet's PostgreSQL; tenant memory there too", "host_id", host)
 	return func() {
 		cancel()
 		<-done
@@ -187,8 +201,7 @@ func shipToFleet(f daemon.Fleet, store *audit.Store, metrics *telemetry.Metrics,
 		if err := sh.Flush(fctx); err != nil {
 			log.Warn("audit rows left unshipped at exit; the next start ships them", "err", err)
 		}
-		pool.Close()
-	}, nil
+	}
 }
 
 // fleetFlush bounds the final shipment at exit.

@@ -48,48 +48,76 @@ func pgMajor(initdb string) int {
 // loudly; under CI (env CI set) it fails.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	bin := PostgresBinDir()
-	if bin == "" {
+	if PostgresBinDir() == "" {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("%s needs PostgreSQL (Debian's postgresql package) and CI is set: apt-get install postgresql", t.Name())
 		}
 		t.Skipf("SKIPPED %s: needs PostgreSQL (apt-get install postgresql)", t.Name())
 	}
-	p := &Postgres{t: t, bin: bin, uid: os.Getuid(), gid: os.Getgid()}
+	p, stop, err := LaunchPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	p.t = t
+	return p
+}
+
+// LaunchPostgres is StartPostgres for a TestMain: the caller stops it, and
+// uses it from tests through For.
+func LaunchPostgres() (_ *Postgres, stop func(), err error) {
+	bin := PostgresBinDir()
+	if bin == "" {
+		return nil, nil, fmt.Errorf("no PostgreSQL server (Debian's postgresql package: apt-get install postgresql)")
+	}
+	p := &Postgres{bin: bin, uid: os.Getuid(), gid: os.Getgid()}
 	if p.uid == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Fatalf("PostgreSQL as root needs the postgres user (initdb refuses root): %v", err)
+			return nil, nil, fmt.Errorf("PostgreSQL as root needs the postgres user (initdb refuses root): %v", err)
 		}
 		p.uid, _ = strconv.Atoi(u.Uid)
 		p.gid, _ = strconv.Atoi(u.Gid)
 	}
 	base, err := os.MkdirTemp("", "cyberos-pg-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	fail := func(err error) (*Postgres, func(), error) { os.RemoveAll(base); return nil, nil, err }
 	if err := os.Chown(base, p.uid, p.gid); err != nil {
-		t.Fatal(err)
+		return fail(err)
 	}
 	p.dir = filepath.Join(base, "data")
 	if out, err := p.command("initdb", "-D", p.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync").CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+		return fail(fmt.Errorf("initdb: %v\n%s", err, out))
 	}
-	p.Port = freeTCPPort(t)
+	if p.Port, err = freeTCPPort(); err != nil {
+		return fail(err)
+	}
 	conf := fmt.Sprintf("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 200\n", p.Port, base)
 	f, err := os.OpenFile(filepath.Join(p.dir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		t.Fatal(err)
+		return fail(err)
 	}
 	_, err = f.WriteString(conf)
 	f.Close()
 	if err != nil {
-		t.Fatal(err)
+		return fail(err)
 	}
-	p.Start()
-	t.Cleanup(func() { _ = p.command("pg_ctl", "-D", p.dir, "-m", "immediate", "-w", "stop").Run() })
-	return p
+	if err := p.start(); err != nil {
+		return fail(err)
+	}
+	return p, func() {
+		_ = p.command("pg_ctl", "-D", p.dir, "-m", "immediate", "-w", "stop").Run()
+		os.RemoveAll(base)
+	}, nil
+}
+
+// For is p used by test t: Start, Stop, Psql and CreateDatabase fail t.
+func (p *Postgres) For(t testing.TB) *Postgres {
+	q := *p
+	q.t = t
+	return &q
 }
 
 func (p *Postgres) command(name string, args ...string) *exec.Cmd {
@@ -104,10 +132,18 @@ func (p *Postgres) command(name string, args ...string) *exec.Cmd {
 // Start starts the server (again) and waits until it accepts connections.
 func (p *Postgres) Start() {
 	p.t.Helper()
-	if out, err := p.command("pg_ctl", "-D", p.dir, "-l", filepath.Join(filepath.Dir(p.dir), "server.log"), "-w", "-t", "60", "start").CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(filepath.Dir(p.dir), "server.log"))
-		p.t.Fatalf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	if err := p.start(); err != nil {
+		p.t.Fatal(err)
 	}
+}
+
+func (p *Postgres) start() error {
+	logFile := filepath.Join(filepath.Dir(p.dir), "server.log")
+	if out, err := p.command("pg_ctl", "-D", p.dir, "-l", logFile, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(logFile)
+		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	}
+	return nil
 }
 
 // Stop stops the server at once, as a crash or a network partition would
@@ -141,18 +177,17 @@ func (p *Postgres) Psql(db, sql string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func freeTCPPort(t testing.TB) int {
-	t.Helper()
+func freeTCPPort() (int, error) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err == nil {
 			port := l.Addr().(*net.TCPAddr).Port
 			l.Close()
-			return port
+			return port, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no free port: %v", err)
+			return 0, fmt.Errorf("no free port: %v", err)
 		}
 	}
 }

@@ -95,6 +95,10 @@ func memoryErr(t policy.Tool, path string, err error) error {
 		return fmt.Errorf("%w: %v", ErrTooLarge, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	case errors.Is(err, memory.ErrUnavailable):
+		// A fleet's PostgreSQL away, a full disk: the skill may try again;
+		// the cause stays in the supervisor's log and the audit row.
+		return fmt.Errorf("%w (%v)", skillError(ErrFailed, "the memory store is unavailable; try again later"), err)
 	}
 	return fmt.Errorf("%w: %v", ErrFailed, err)
 }

@@ -1,0 +1,114 @@
+package memory
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cyberos/supervisor/fleet"
+	"github.com/cyberos/supervisor/internal/testutil"
+)
+
+// pgServer is this package's PostgreSQL, started by TestMain when the
+// machine has one; each PostgreSQL store gets a database of its own.
+var (
+	pgServer  *testutil.Postgres
+	pgMissing error
+	pgDBs     atomic.Int64
+	pgRoleMu  sync.Mutex
+	pgRole    bool
+	pgSuper   sync.Map // *Store → superuser DSN of its database
+)
+
+// appRole is the role the stores connect as, like a daemon's: it owns its
+// database and is no superuser and has no BYPASSRLS, so row-level security
+// applies to it.
+const appRole = "cyberos_app"
+
+func TestMain(m *testing.M) {
+	var stop func()
+	pgServer, stop, pgMissing = testutil.LaunchPostgres()
+	code := m.Run()
+	if stop != nil {
+		stop()
+	}
+	os.Exit(code)
+}
+
+// backends runs f on a fresh store of each backend: SQLite in a state dir,
+// and PostgreSQL as the fleet runs it. The same assertions hold for both.
+func backends(t *testing.T, f func(t *testing.T, s *Store)) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, _ := newStore(t)
+		f(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) { f(t, newPGStore(t)) })
+}
+
+// newPGStore makes a database owned by appRole, migrates it as appRole (as
+// a daemon does at its first connection) and opens the store on it.
+func newPGStore(t *testing.T) *Store { return newPGStoreB(t) }
+
+// newPGStoreB is newPGStore for a benchmark too.
+func newPGStoreB(t testing.TB) *Store {
+	t.Helper()
+	if pgMissing != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s needs PostgreSQL and CI is set: %v", t.Name(), pgMissing)
+		}
+		t.Skipf("SKIPPED %s: %v", t.Name(), pgMissing)
+	}
+	pg := pgServer.For(t)
+	pgRoleMu.Lock()
+	if !pgRole {
+		pg.Psql("postgres", "CREATE ROLE "+appRole+" LOGIN NOSUPERUSER NOBYPASSRLS")
+		pgRole = true
+	}
+	pgRoleMu.Unlock()
+	db := fmt.Sprintf("mem%d", pgDBs.Add(1))
+	pg.Psql("postgres", "CREATE DATABASE "+db+" OWNER "+appRole)
+	pool, err := pgxpool.New(context.Background(), fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", appRole, pg.Port, db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := OpenPostgres(pool, func(ctx context.Context) error { return fleet.Migrate(ctx, pool) })
+	t.Cleanup(func() { s.Close() })
+	pgSuper.Store(s, db)
+	return s
+}
+
+// sq is a SQLite store's database.
+func sq(s *Store) *sql.DB { return s.b.(*sqliteDB).db }
+
+// sqliteIntegrity checks a SQLite store's full-text index.
+func sqliteIntegrity(t *testing.T, s *Store) {
+	t.Helper()
+	if b, ok := s.b.(*sqliteDB); ok {
+		if _, err := b.db.Exec(`INSERT INTO docs_fts (docs_fts) VALUES ('integrity-check')`); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// countDocs counts every tenant's documents, past row-level security.
+func countDocs(t *testing.T, s *Store) int {
+	t.Helper()
+	if b, ok := s.b.(*sqliteDB); ok {
+		var n int
+		if err := b.db.QueryRow(`SELECT count(*) FROM docs`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	db, _ := pgSuper.Load(s)
+	var n int
+	fmt.Sscan(pgServer.For(t).Psql(db.(string), `SELECT count(*) FROM memory_docs`), &n)
+	return n
+}
