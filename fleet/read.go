@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,7 @@ type RowFilter struct {
 	Tenant       string
 	InvocationID string
 	Kind         audit.Kind
+	Since        time.Time // rows whose ts is at or after it
 }
 
 // Hosts lists the host ids that shipped rows, sorted.
@@ -48,6 +50,10 @@ func EachRow(ctx context.Context, pool *pgxpool.Pool, f RowFilter, fn func(host 
 	add("tenant_id", f.Tenant)
 	add("invocation_id", f.InvocationID)
 	add("kind", string(f.Kind))
+	if !f.Since.IsZero() { // ts is fixed-width UTC: text order is time order
+		args = append(args, f.Since.UTC().Format(audit.TimeFormat))
+		where = append(where, fmt.Sprintf("ts >= $%d", len(args)))
+	}
 	q := `SELECT host_id, seq, row_id, kind, ts, prev_hash, row_hash, payload FROM audit_rows`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
@@ -108,4 +114,18 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string) ([]Hos
 	}
 	flush()
 	return out, nil
+}
+
+// Rows reads the rows every host shipped as one source of an
+// invocation's rows (daemon.RowSource): replay finds an invocation that
+// ran on any host. Only InvocationID and Kind filter; AfterSeq and Limit
+// name one host's chain and are refused.
+type Rows struct{ Pool *pgxpool.Pool }
+
+// Each calls fn for every shipped row f selects, by host then seq.
+func (r Rows) Each(ctx context.Context, f audit.Filter, fn func(audit.Row) error) error {
+	if f.AfterSeq != 0 || f.Limit != 0 {
+		return fmt.Errorf("fleet: rows across hosts have no one seq order (AfterSeq, Limit)")
+	}
+	return EachRow(ctx, r.Pool, RowFilter{InvocationID: f.InvocationID, Kind: f.Kind}, func(_ string, row audit.Row) error { return fn(row) })
 }

@@ -334,3 +334,27 @@ func TestFleetVerifyAndExport(t *testing.T) {
 		t.Errorf("verify of host-a only: %+v", only)
 	}
 }
+
+// RowFilter.Since keeps the rows whose ts is at or after it.
+func TestFleetRowsSince(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("since"))
+	st := newStore(t)
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 2)
+	time.Sleep(10 * time.Millisecond)
+	cut := time.Now()
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 3)
+	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	if err := EachRow(context.Background(), pool, RowFilter{Since: cut}, func(_ string, r audit.Row) error {
+		seqs = append(seqs, r.Seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seqs) != "[5 6 7 8 9 10]" {
+		t.Errorf("rows since the cut: seqs %v, want 5..10", seqs)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +22,7 @@ func newAuditCmd() *cobra.Command {
 	var stateDir string
 	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "/var/lib/cyberos", "where the audit store lives")
 
-	var invocation, kind, dsn, host, tenant string
+	var invocation, kind, dsn, host, tenant, since string
 	export := &cobra.Command{
 		Use:   "export",
 		Short: "Print audit rows as JSON lines (all of them, or filtered)",
@@ -30,10 +31,18 @@ func newAuditCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dsn != "" {
-				return exportFleet(cmd, dsn, fleet.RowFilter{Host: host, Tenant: tenant, InvocationID: invocation, Kind: audit.Kind(kind)})
+				f := fleet.RowFilter{Host: host, Tenant: tenant, InvocationID: invocation, Kind: audit.Kind(kind)}
+				if since != "" {
+					t, err := parseSince(since)
+					if err != nil {
+						return &exitError{exitUsage, err}
+					}
+					f.Since = t
+				}
+				return exportFleet(cmd, dsn, f)
 			}
-			if host != "" || tenant != "" {
-				return &exitError{exitUsage, errors.New("--host and --tenant select a fleet's rows: they need --dsn")}
+			if host != "" || tenant != "" || since != "" {
+				return &exitError{exitUsage, errors.New("--host, --tenant and --since select a fleet's rows: they need --dsn")}
 			}
 			r, err := audit.OpenReader(stateDir)
 			if err != nil {
@@ -56,6 +65,7 @@ func newAuditCmd() *cobra.Command {
 	export.Flags().StringVar(&dsn, "dsn", "", "read the rows a fleet shipped to this PostgreSQL (the daemons' fleet.postgres_dsn)")
 	export.Flags().StringVar(&host, "host", "", "with --dsn: only this host's rows")
 	export.Flags().StringVar(&tenant, "tenant", "", "with --dsn: only this tenant's rows")
+	export.Flags().StringVar(&since, "since", "", "with --dsn: only rows from this time on (RFC 3339, or a UTC date YYYY-MM-DD)")
 
 	var file, pubkeyFile string
 	var anchors []string
@@ -193,6 +203,17 @@ func parseAnchor(s string) (audit.Checkpoint, error) {
 		return audit.Checkpoint{}, fmt.Errorf("--anchor: %q is not SEQ:ROW_HASH (a positive seq, 64 lowercase hex digits)", s)
 	}
 	return audit.Checkpoint{Seq: n, RowHash: hash}, nil
+}
+
+// parseSince reads --since: an RFC 3339 time or a UTC date.
+func parseSince(v string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2026-12-01T09:00:00Z) or a date (2026-12-01)", v)
 }
 
 // exportFleet prints the shipped rows f selects as JSON lines, each with

@@ -129,10 +129,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	} else if err != nil {
 		return &exitError{exitRefused, err}
 	}
-	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log})
-	if err != nil {
-		return &exitError{exitRefused, err}
-	}
+	var fleetRows daemon.RowSource
 	if cfg.Fleet.Enabled() {
 		pool, host, err := fleetPool(cfg.Fleet)
 		if err != nil {
@@ -144,7 +141,12 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		sup.OpenMemory = func() (*memory.Store, error) {
 			return memory.OpenPostgres(pool, func(ctx context.Context) error { return fleet.Migrate(ctx, pool) }), nil
 		}
+		fleetRows = fleet.Rows{Pool: pool}
 		defer shipToFleet(pool, host, store, metrics, log)()
+	}
+	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log, Fleet: fleetRows})
+	if err != nil {
+		return &exitError{exitRefused, err}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
