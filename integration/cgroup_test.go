@@ -7,7 +7,6 @@ package integration
 // other layout a failure) the assertions read the v2 files.
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -58,18 +57,7 @@ func TestCgroupModeDetected(t *testing.T) {
 	if want := os.Getenv(expectModeEnv); want != "" && kernel != want {
 		t.Fatalf("the kernel mounts a %s cgroup layout; %s=%s", kernel, expectModeEnv, want)
 	}
-	out, err := cyberos("doctor", "--json").Output()
-	if err != nil {
-		t.Fatalf("doctor: %v", err)
-	}
-	var findings []sandbox.Finding
-	if err := json.Unmarshal(out, &findings); err != nil {
-		t.Fatalf("doctor --json: %v\n%s", err, out)
-	}
-	got := map[string]sandbox.Finding{}
-	for _, f := range findings {
-		got[f.Control] = f
-	}
+	got := doctor(t)
 	if f := got["cgroup mode"]; !f.OK || f.Detail != kernel {
 		t.Errorf("doctor says cgroup mode %+v; the kernel mounts %s", f, kernel)
 	}

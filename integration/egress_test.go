@@ -208,25 +208,11 @@ func TestHttpFetchCannotReachHost(t *testing.T) {
 // TestEgressDoctor: `cyberos doctor` says which egress control is in force,
 // and that it can read what it needs on this host.
 func TestEgressDoctor(t *testing.T) {
-	out, err := cyberos("doctor", "--json").Output()
-	if err != nil {
-		t.Fatalf("doctor: %v", err)
+	f, ok := doctor(t)["egress"]
+	if !ok {
+		t.Fatal("doctor has no egress finding")
 	}
-	var fs []struct {
-		Control string `json:"control"`
-		OK      bool   `json:"ok"`
-		Detail  string `json:"detail"`
+	if want := "address filter (host addresses and IANA special-purpose ranges refused at each dial)"; !f.OK || f.Detail != want {
+		t.Errorf("doctor egress: ok=%v %q, want ok %q", f.OK, f.Detail, want)
 	}
-	if err := json.Unmarshal(out, &fs); err != nil {
-		t.Fatalf("doctor --json: %v\n%s", err, out)
-	}
-	for _, f := range fs {
-		if f.Control == "egress" {
-			if want := "address filter (host addresses and IANA special-purpose ranges refused at each dial)"; !f.OK || f.Detail != want {
-				t.Errorf("doctor egress: ok=%v %q, want ok %q", f.OK, f.Detail, want)
-			}
-			return
-		}
-	}
-	t.Errorf("doctor has no egress finding:\n%s", out)
 }

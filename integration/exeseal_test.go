@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/cyberos/supervisor/internal/testutil"
@@ -14,25 +13,11 @@ import (
 // so the starts measured and tested here are the ones production makes.
 func TestBinarySealedByOverlay(t *testing.T) {
 	testutil.RequiresRoot(t)
-	out, err := cyberos("doctor", "--json").Output()
-	if err != nil {
-		t.Fatalf("doctor: %v", err)
+	f, ok := doctor(t)["binary sealing"]
+	if !ok {
+		t.Fatal("doctor has no binary sealing finding")
 	}
-	var fs []struct {
-		Control string `json:"control"`
-		OK      bool   `json:"ok"`
-		Detail  string `json:"detail"`
+	if !f.OK {
+		t.Errorf("doctor: binary sealing: %s", f.Detail)
 	}
-	if err := json.Unmarshal(out, &fs); err != nil {
-		t.Fatalf("doctor --json: %v\n%s", err, out)
-	}
-	for _, f := range fs {
-		if f.Control == "binary sealing" {
-			if !f.OK {
-				t.Errorf("doctor: binary sealing: %s", f.Detail)
-			}
-			return
-		}
-	}
-	t.Errorf("doctor has no binary sealing finding:\n%s", out)
 }

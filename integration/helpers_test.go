@@ -301,3 +301,21 @@ func exitCode(err error) int {
 }
 
 func killPid(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// doctor runs `cyberos doctor --json` and returns its findings by control.
+func doctor(t *testing.T) map[string]sandbox.Finding {
+	t.Helper()
+	out, err := cyberos("doctor", "--json").Output()
+	if err != nil {
+		t.Fatalf("doctor: %v", err)
+	}
+	var findings []sandbox.Finding
+	if err := json.Unmarshal(out, &findings); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	got := map[string]sandbox.Finding{}
+	for _, f := range findings {
+		got[f.Control] = f
+	}
+	return got
+}
