@@ -90,15 +90,36 @@ type HostReport struct {
 // Verify checks every host's shipped chain (only host's, when set) as
 // `audit verify` checks a journal: each row's hash, the chain from seq 1,
 // pairing, and every checkpoint's signature (with pubkey, when set, that
-// key's). A host with no rows is not in the result.
-func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string) ([]HostReport, error) {
+// key's). heads (with host only) are that host's heads recorded off the
+// host (its syslog anchor lines): a shipped row at a head's seq must have
+// the head's row_hash, else the chain was rewritten before it was
+// shipped; a head beyond the shipped rows is noted as not shipped yet. A
+// host with no rows is not in the result.
+func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string, heads []audit.Checkpoint) ([]HostReport, error) {
+	if len(heads) > 0 && host == "" {
+		return nil, fmt.Errorf("fleet: heads name one host's chain: give the host")
+	}
 	var out []HostReport
 	var v *audit.Verifier
 	cur := ""
+	var last int64
+	headHash := make([]string, len(heads))
 	flush := func() {
-		if v != nil {
-			out = append(out, HostReport{Host: cur, Report: v.Report()})
+		if v == nil {
+			return
 		}
+		rep := v.Report()
+		for i, h := range heads {
+			switch {
+			case last < h.Seq:
+				rep.Notes = append(rep.Notes, fmt.Sprintf("the head recorded for seq %d is not shipped yet (PostgreSQL holds up to seq %d)", h.Seq, last))
+			case headHash[i] != h.RowHash:
+				rep.Problems = append(rep.Problems, audit.Problem{Seq: h.Seq, Field: "row_hash",
+					Reason: fmt.Sprintf("the shipped row_hash is not the one the host recorded (%.12s…): the chain was rewritten", h.RowHash)})
+				rep.OK = false
+			}
+		}
+		out = append(out, HostReport{Host: cur, Report: rep})
 	}
 	err := EachRow(ctx, pool, RowFilter{Host: host}, func(h string, r audit.Row) error {
 		if v == nil || h != cur {
@@ -107,12 +128,22 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string) ([]Hos
 			v.PinKey(pubkey)
 		}
 		v.Add(r)
+		last = r.Seq
+		for i, hd := range heads {
+			if r.Seq == hd.Seq {
+				headHash[i] = r.RowHash
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	flush()
+	if host != "" && len(out) == 0 && len(heads) > 0 {
+		out = append(out, HostReport{Host: host, Report: audit.Report{OK: false, Problems: []audit.Problem{{
+			Reason: fmt.Sprintf("no shipped rows, but heads up to seq %d were recorded", heads[len(heads)-1].Seq)}}}})
+	}
 	return out, nil
 }
 

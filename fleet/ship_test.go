@@ -303,7 +303,7 @@ func TestFleetVerifyAndExport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reps, err := Verify(context.Background(), pool, "", "")
+	reps, err := Verify(context.Background(), pool, "", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,14 +323,14 @@ func TestFleetVerifyAndExport(t *testing.T) {
 	}
 	pg.Psql("reads", `ALTER TABLE audit_rows DISABLE TRIGGER audit_rows_append_only;
 		UPDATE audit_rows SET payload = replace(payload, '"success"', '"error"') WHERE host_id = 'host-b' AND seq = 2;`)
-	reps, err = Verify(context.Background(), pool, "", "")
+	reps, err = Verify(context.Background(), pool, "", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reps[0].Report.OK || reps[1].Report.OK || len(reps[1].Report.Problems) == 0 || reps[1].Report.Problems[0].Seq != 2 {
 		t.Fatalf("after altering host-b seq 2: %+v", reps)
 	}
-	if only, _ := Verify(context.Background(), pool, "host-a", ""); len(only) != 1 || only[0].Host != "host-a" {
+	if only, _ := Verify(context.Background(), pool, "host-a", "", nil); len(only) != 1 || only[0].Host != "host-a" {
 		t.Errorf("verify of host-a only: %+v", only)
 	}
 }
@@ -356,5 +356,33 @@ func TestFleetRowsSince(t *testing.T) {
 	}
 	if fmt.Sprint(seqs) != "[5 6 7 8 9 10]" {
 		t.Errorf("rows since the cut: seqs %v, want 5..10", seqs)
+	}
+}
+
+// A host's heads recorded off the host (its syslog anchors): the shipped
+// row at a head's seq must carry the head's hash; a head not shipped yet is
+// a note, not a problem.
+func TestFleetVerifyAgainstAnchors(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("anchors"))
+	st := newStore(t)
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 3)
+	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := st.Rows(context.Background(), audit.Filter{})
+	good := audit.Checkpoint{Seq: 4, RowHash: rows[3].RowHash}
+	ahead := audit.Checkpoint{Seq: 9, RowHash: strings.Repeat("c", 64)}
+	reps, err := Verify(context.Background(), pool, "host-a", "", []audit.Checkpoint{good, ahead})
+	if err != nil || len(reps) != 1 || !reps[0].Report.OK || len(reps[0].Report.Notes) != 1 || !strings.Contains(reps[0].Report.Notes[0], "seq 9 is not shipped yet") {
+		t.Fatalf("a matching head and one not shipped yet: %+v %v", reps, err)
+	}
+	forged := audit.Checkpoint{Seq: 4, RowHash: strings.Repeat("d", 64)}
+	reps, err = Verify(context.Background(), pool, "host-a", "", []audit.Checkpoint{forged})
+	if err != nil || len(reps) != 1 || reps[0].Report.OK || reps[0].Report.Problems[0].Seq != 4 {
+		t.Fatalf("a head the shipped chain does not match: %+v %v", reps, err)
+	}
+	if _, err := Verify(context.Background(), pool, "", "", []audit.Checkpoint{good}); err == nil {
+		t.Error("heads without a host: no error")
 	}
 }

@@ -109,6 +109,17 @@ func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
 		!strings.Contains(sections[1], "\nok: ") || !strings.Contains(sections[2], "\nok: ") {
 		t.Fatalf("audit verify --dsn: %v\n%s", err, out)
 	}
+	// A head host A recorded off-host matches what it shipped; a forged one
+	// does not.
+	rowsA := eA.auditRows()
+	head := rowsA[len(rowsA)/2]
+	if out, err := cyberos("audit", "verify", "--dsn", dsn, "--host", "host-a", "--anchor", fmt.Sprintf("%d:%s", head.Seq, head.RowHash)).CombinedOutput(); err != nil {
+		t.Errorf("verify --dsn --host --anchor of a recorded head: %v\n%s", err, out)
+	}
+	forged := fmt.Sprintf("%d:%s", head.Seq, strings.Repeat("0", 64))
+	if out, err := cyberos("audit", "verify", "--dsn", dsn, "--host", "host-a", "--anchor", forged).CombinedOutput(); exitCode(err) != 1 || !strings.Contains(string(out), "chain was rewritten") {
+		t.Errorf("verify --dsn --anchor of a forged head: exit %d\n%s", exitCode(err), out)
+	}
 	out, err = cyberos("audit", "export", "--dsn", dsn, "--tenant", "11111111-1111-1111-1111-111111111111", "--kind", "skill.invoked_completed").Output()
 	if err != nil {
 		t.Fatalf("audit export --dsn: %v", err)

@@ -81,8 +81,11 @@ func newAuditCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var opts audit.VerifyOptions
-			if dsn != "" && (file != "" || len(anchors) > 0) {
-				return &exitError{exitUsage, errors.New("--dsn verifies the fleet's rows in PostgreSQL: --file and --anchor check one host's own")}
+			if dsn != "" && file != "" {
+				return &exitError{exitUsage, errors.New("--dsn verifies the fleet's rows in PostgreSQL, --file an export: one of them")}
+			}
+			if dsn != "" && len(anchors) > 0 && host == "" {
+				return &exitError{exitUsage, errors.New("--anchor with --dsn needs --host: an anchor is one host's head")}
 			}
 			if dsn == "" && host != "" {
 				return &exitError{exitUsage, errors.New("--host selects a fleet's host: it needs --dsn")}
@@ -105,7 +108,7 @@ func newAuditCmd() *cobra.Command {
 				opts.Heads = append(opts.Heads, h)
 			}
 			if dsn != "" {
-				return verifyFleet(cmd, dsn, host, opts.PublicKey)
+				return verifyFleet(cmd, dsn, host, opts.PublicKey, opts.Heads)
 			}
 			var rep audit.Report
 			if file != "" {
@@ -146,7 +149,7 @@ func newAuditCmd() *cobra.Command {
 		"SEQ:ROW_HASH of a head recorded outside the state dir (the daemon's syslog lines say anchor=SEQ:ROW_HASH); the chain must reach it")
 	verify.Flags().StringVar(&file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
 	verify.Flags().StringVar(&dsn, "dsn", "", "verify every host's chain a fleet shipped to this PostgreSQL instead")
-	verify.Flags().StringVar(&host, "host", "", "with --dsn: only this host's chain")
+	verify.Flags().StringVar(&host, "host", "", "with --dsn: only this host's chain (and --anchor: that host's recorded heads)")
 
 	var acceptLoss bool
 	var signingKey string
@@ -239,13 +242,13 @@ func exportFleet(cmd *cobra.Command, dsn string, f fleet.RowFilter) error {
 
 // verifyFleet verifies each host's shipped chain and prints a report per
 // host; it fails when any host's chain does not verify.
-func verifyFleet(cmd *cobra.Command, dsn, host, pubkey string) error {
+func verifyFleet(cmd *cobra.Command, dsn, host, pubkey string, heads []audit.Checkpoint) error {
 	pool, err := fleet.NewPool(dsn)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
 	defer pool.Close()
-	reps, err := fleet.Verify(context.Background(), pool, host, pubkey)
+	reps, err := fleet.Verify(context.Background(), pool, host, pubkey, heads)
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}
