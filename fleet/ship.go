@@ -114,7 +114,7 @@ func (s *Shipper) ShipOnce(ctx context.Context) (int, error) {
 	n, err := s.shipOnce(ctx)
 	if err != nil {
 		s.disconnect()
-		if m := s.Metrics; m != nil {
+		if m := s.Metrics; m != nil && ctx.Err() == nil { // a stop is not a failure
 			reason := telemetry.ShipErrorDatabase
 			switch {
 			case errors.Is(err, ErrHostIDInUse):

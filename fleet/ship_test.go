@@ -117,6 +117,16 @@ func TestShipCopiesTheJournalExactly(t *testing.T) {
 	if lag := promtest.ToFloat64(m.AuditShipLag); lag != 0 {
 		t.Errorf("lag %v after a flush", lag)
 	}
+	// A stop (the daemon's context ending) is not a shipping failure.
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 1)
+	if _, err := sh.ShipOnce(stopped); err == nil {
+		t.Fatal("ShipOnce with an ended context: no error")
+	}
+	if n := promtest.ToFloat64(m.AuditShipErrors.WithLabelValues(telemetry.ShipErrorDatabase)); n != 0 {
+		t.Errorf("a stop counted as %v database errors", n)
+	}
 	if n := promtest.ToFloat64(m.AuditShipped); n != 120 {
 		t.Errorf("shipped counter %v, want 120", n)
 	}
