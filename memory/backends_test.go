@@ -58,12 +58,7 @@ func newPGStore(t *testing.T) *Store { return newPGStoreB(t) }
 // newPGStoreB is newPGStore for a benchmark too.
 func newPGStoreB(t testing.TB) *Store {
 	t.Helper()
-	if pgMissing != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s needs PostgreSQL and CI is set: %v", t.Name(), pgMissing)
-		}
-		t.Skipf("SKIPPED %s: %v", t.Name(), pgMissing)
-	}
+	testutil.RequiresPostgres(t, pgMissing)
 	pg := pgServer.For(t)
 	pgRoleMu.Lock()
 	if !pgRole {

@@ -49,10 +49,7 @@ func pgMajor(initdb string) int {
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
 	if PostgresBinDir() == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s needs PostgreSQL (Debian's postgresql package) and CI is set: apt-get install postgresql", t.Name())
-		}
-		t.Skipf("SKIPPED %s: needs PostgreSQL (apt-get install postgresql)", t.Name())
+		RequiresPostgres(t, errNoPostgres)
 	}
 	p, stop, err := LaunchPostgres()
 	if err != nil {
@@ -63,12 +60,28 @@ func StartPostgres(t testing.TB) *Postgres {
 	return p
 }
 
+var errNoPostgres = fmt.Errorf("no PostgreSQL server (Debian's postgresql package: apt-get install postgresql)")
+
+// RequiresPostgres stops a test whose PostgreSQL could not be had (err):
+// skipped, loudly; under CI (env CI set) failed, so the test cannot rot
+// unrun. A nil err lets the test go on.
+func RequiresPostgres(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s needs PostgreSQL and CI is set: %v", t.Name(), err)
+	}
+	t.Skipf("SKIPPED %s: needs PostgreSQL: %v", t.Name(), err)
+}
+
 // LaunchPostgres is StartPostgres for a TestMain: the caller stops it, and
 // uses it from tests through For.
 func LaunchPostgres() (_ *Postgres, stop func(), err error) {
 	bin := PostgresBinDir()
 	if bin == "" {
-		return nil, nil, fmt.Errorf("no PostgreSQL server (Debian's postgresql package: apt-get install postgresql)")
+		return nil, nil, errNoPostgres
 	}
 	p := &Postgres{bin: bin, uid: os.Getuid(), gid: os.Getgid()}
 	if p.uid == 0 {
