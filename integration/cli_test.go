@@ -50,12 +50,26 @@ func TestCLIGolden(t *testing.T) {
 			t.Errorf("--version: exit %d, %q; want what version prints, %q", code, flag, out)
 		}
 	})
+	badYAML := filepath.Join(e.base, "bad-yaml")
+	if err := os.MkdirAll(badYAML, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(badYAML, "SKILL.md"), []byte("---\nname: bad\ndescription: x\ntools: [Read\nfiles:\n  read: [\"/tmp\"]\n---\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name   string
 		args   []string
 		code   int
 		stderr string // the whole stderr
 	}{
+		{"serve --check needs a config", []string{"supervisor", "serve", "--check"}, 2,
+			"cyberos: --check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)\n"},
+		{"serve --cgroup-placement", []string{"supervisor", "serve", "--cgroup-placement", "systemd", "--run-dir", e.runDir}, 2,
+			`cyberos: --cgroup-placement: "systemd": want auto, service or root` + "\n"},
+		{"frontmatter YAML error names the line", []string{"skill", "validate", badYAML}, 2,
+			"cyberos: invalid skill " + badYAML + ": frontmatter: invalid YAML at SKILL.md line 5, column 1: ',' or ']' must be specified\n" +
+				"   2 | name: bad\n   3 | description: x\n   4 | tools: [Read\n>  5 | files:\n       ^\n   6 |   read: [\"/tmp\"]\n"},
 		{"traceparent is a request error", run("--traceparent", "bogus"), 2,
 			`cyberos: invalid request: traceparent "bogus": invalid traceparent: too short (want 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>)` + "\n"},
 		{"tenant must be a UUID", run("--tenant", "t1"), 2,
@@ -85,6 +99,51 @@ func TestCLIGolden(t *testing.T) {
 		want := "cyberos: skill run must run as root (uid 65534 here): the sandbox needs namespaces, cgroups and mounts; `cyberos doctor` says what this host can enforce\n"
 		if exitCode(err) != 3 || errb.String() != want {
 			t.Errorf("as uid 65534: exit %d, stderr %q", exitCode(err), errb.String())
+		}
+	})
+
+	t.Run("serve needs root", func(t *testing.T) {
+		cmd := cyberos("supervisor", "serve", "--run-dir", e.runDir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		want := "cyberos: supervisor serve must run as root (uid 65534 here): it creates namespaces, cgroups and mounts for every sandbox; `cyberos doctor` says what this host can enforce\n"
+		if exitCode(err) != 3 || errb.String() != want {
+			t.Errorf("as uid 65534: exit %d, stderr %q", exitCode(err), errb.String())
+		}
+	})
+
+	t.Run("doctor", func(t *testing.T) {
+		// As root, with a daemon answering: where that daemon makes its
+		// sandboxes' cgroups, as it logged at start.
+		d := startDaemon(t, e)
+		out, _, code := cli(t, nil, "doctor", "--socket", d.adminSocket)
+		where := regexp.MustCompile(`sandbox cgroups (.*)`).FindStringSubmatch(d.logs.String())
+		if where == nil {
+			t.Fatalf("the daemon did not log where its sandbox cgroups go:\n%s", d.logs.String())
+		}
+		where[1] = strings.TrimSuffix(strings.ReplaceAll(where[1], `\"`, `"`), `"`)
+		want := []string{
+			"ok   user                     root, as skill run and supervisor serve need (namespaces, cgroups, mounts)",
+			"ok   daemon cgroups           the daemon on " + d.adminSocket + " makes sandboxes " + where[1],
+		}
+		for _, w := range want {
+			if code != 0 || !slices.Contains(strings.Split(out, "\n"), w) {
+				t.Errorf("doctor: exit %d, no line %q in\n%s", code, w, out)
+			}
+		}
+		d.stop(slow(20 * time.Second))
+		out, _, _ = cli(t, nil, "doctor", "--socket", d.adminSocket)
+		if w := "ok   daemon cgroups           no daemon answers on " + d.adminSocket + ": the cgroup placement above is this process's own"; !slices.Contains(strings.Split(out, "\n"), w) {
+			t.Errorf("doctor with no daemon: no line %q in\n%s", w, out)
+		}
+		cmd := cyberos("doctor")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		b, _ := cmd.Output()
+		w := "NO   user                     uid 65534, not root: skill run and supervisor serve refuse to start (they need namespaces, cgroups, mounts); the findings below are what root would get"
+		if !slices.Contains(strings.Split(string(b), "\n"), w) {
+			t.Errorf("doctor as uid 65534: no line %q in\n%s", w, b)
 		}
 	})
 
@@ -127,8 +186,14 @@ func TestBrokerTailSkillAndAll(t *testing.T) {
 	callsSkill(e, "calls")
 	e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
 	d := startDaemon(t, e)
-	follow := func(args ...string) (<-chan string, *exec.Cmd) {
-		cmd := cyberos(append([]string{"skill", "broker", "tail", "--json", "--socket", d.adminSocket}, args...)...)
+	// follow starts a tail with args (JSON lines unless human) and waits
+	// for its first line, which starts with watching.
+	follow := func(human bool, args ...string) (<-chan string, *exec.Cmd) {
+		argv := []string{"skill", "broker", "tail", "--socket", d.adminSocket}
+		if !human {
+			argv = append(argv, "--json")
+		}
+		cmd := cyberos(append(argv, args...)...)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -147,7 +212,7 @@ func TestBrokerTailSkillAndAll(t *testing.T) {
 		}()
 		select {
 		case l := <-lines:
-			if !strings.Contains(l, `"type":"watching"`) {
+			if !strings.Contains(l, `"type":"watching"`) && !strings.HasPrefix(l, "watching ") {
 				t.Fatalf("tail %v: first line %s", args, l)
 			}
 		case <-time.After(slow(10 * time.Second)):
@@ -155,8 +220,9 @@ func TestBrokerTailSkillAndAll(t *testing.T) {
 		}
 		return lines, cmd
 	}
-	all, _ := follow("--all")
-	one, _ := follow("--skill", "calls")
+	all, _ := follow(false, "--all")
+	one, _ := follow(false, "--skill", "calls")
+	human, _ := follow(true, "--skill", "quick")
 	for _, s := range []string{"calls", "quick"} {
 		if code, env, raw := d.invoke(map[string]any{"skill_id": s}); code != 200 || env.Outcome != "success" {
 			t.Fatalf("%s: %d %s", s, code, raw)
@@ -191,6 +257,20 @@ func TestBrokerTailSkillAndAll(t *testing.T) {
 	for _, g := range gotOne {
 		if !strings.HasSuffix(g, ":calls") {
 			t.Errorf("tail --skill calls got %s: %v", g, gotOne)
+		}
+	}
+	// The human form, line by line (the id and time vary).
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`^quick  \d{4}-\d\d-\d\dT\S+Z  started   [0-9A-Z]{26} \(tenant [0-9a-f-]{36}\)$`),
+		regexp.MustCompile(`^quick  \d{4}-\d\d-\d\dT\S+Z  ended     [0-9A-Z]{26} success$`),
+	} {
+		select {
+		case l := <-human:
+			if !want.MatchString(l) {
+				t.Errorf("tail --skill quick: %q, want %s", l, want)
+			}
+		case <-time.After(slow(10 * time.Second)):
+			t.Fatalf("tail --skill quick: no line like %s", want)
 		}
 	}
 	_, stderr, code := cli(t, nil, "skill", "broker", "tail", "--all", "--skill", "calls", "--socket", d.adminSocket)

@@ -14,28 +14,53 @@ import (
 )
 
 // TestSpansFromStandardOTelVariables: with no otlp_endpoint in the config,
-// the daemon exports where OTEL_EXPORTER_OTLP_ENDPOINT says, with the
-// resource OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES give; the spans
-// carry the spec's attribute names and their cyberos.* twins, under the
-// names the README lists.
+// the daemon exports where OTEL_EXPORTER_OTLP_ENDPOINT says (that variable
+// alone is enough), with the resource OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES give, sampled as OTEL_TRACES_SAMPLER says; the
+// spans carry the spec's attribute names and their cyberos.* twins, under
+// the names the README lists.
 func TestSpansFromStandardOTelVariables(t *testing.T) {
+	t.Run("only the endpoint", func(t *testing.T) {
+		byName := spansOfOneInvocation(t)
+		checkSpans(t, byName, map[string]string{"service.name": "cyberos-supervisor"})
+	})
+	t.Run("service name, resource attributes, sampler", func(t *testing.T) {
+		byName := spansOfOneInvocation(t,
+			"OTEL_SERVICE_NAME=agent-host-7",
+			"OTEL_RESOURCE_ATTRIBUTES=deployment.environment=test,host.role=skills",
+			"OTEL_TRACES_SAMPLER=always_on")
+		checkSpans(t, byName, map[string]string{"service.name": "agent-host-7", "deployment.environment": "test", "host.role": "skills"})
+	})
+	t.Run("sampler always_off", func(t *testing.T) {
+		if byName := spansOfOneInvocation(t, "OTEL_TRACES_SAMPLER=always_off"); len(byName) != 0 {
+			t.Errorf("OTEL_TRACES_SAMPLER=always_off, yet spans were exported: %v", keys(byName))
+		}
+	})
+}
+
+// spansOfOneInvocation runs one invocation of a skill that calls tools in a
+// daemon whose environment has OTEL_EXPORTER_OTLP_ENDPOINT (a collector in
+// this process) and env, and returns the spans the collector received, by
+// name, once the daemon has stopped (which flushes them).
+func spansOfOneInvocation(t *testing.T, env ...string) map[string]span {
 	e := newEnv(t)
 	callsSkill(e, "calls")
 	col := newOTLPCollector(t)
-	d := startDaemonWith(t, e, daemonStart{env: []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=" + col.url,
-		"OTEL_SERVICE_NAME=agent-host-7",
-		"OTEL_RESOURCE_ATTRIBUTES=deployment.environment=test,host.role=skills",
-		"OTEL_TRACES_SAMPLER=always_on",
-	}})
+	d := startDaemonWith(t, e, daemonStart{env: append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + col.url}, env...)})
 	if code, env, raw := d.invoke(map[string]any{"skill_id": "calls"}); code != 200 || env.Outcome != "success" {
 		t.Fatalf("calls: %d %s", code, raw)
 	}
-	d.stop(slow(30 * time.Second)) // flushes the spans
+	d.stop(slow(30 * time.Second))
 	byName := map[string]span{}
 	for _, s := range col.spans() {
 		byName[s.name] = s
 	}
+	return byName
+}
+
+// checkSpans asserts the README's spans, their attributes, and resource.
+func checkSpans(t *testing.T, byName map[string]span, resource map[string]string) {
+	t.Helper()
 	want := map[string][]string{
 		"skill.invoke":           {"skill_id", "cyberos.skill.id", "invocation_id", "cyberos.invocation.id", "tenant_id", "cyberos.tenant.id", "outcome", "cyberos.outcome"},
 		"skill.broker.tool_call": {"tool_name", "cyberos.tool.name", "duration_ms", "cyberos.duration_ms", "args_size_bytes", "cyberos.tool.args_size_bytes"},
@@ -52,8 +77,10 @@ func TestSpansFromStandardOTelVariables(t *testing.T) {
 				t.Errorf("%s has no %s attribute: %v", name, a, s.attrs)
 			}
 		}
-		if s.resource["service.name"] != "agent-host-7" || s.resource["deployment.environment"] != "test" || s.resource["host.role"] != "skills" {
-			t.Errorf("%s resource %v: want service.name and attributes from the OTEL_ variables", name, s.resource)
+		for k, v := range resource {
+			if s.resource[k] != v {
+				t.Errorf("%s resource %v: want %s=%s", name, s.resource, k, v)
+			}
 		}
 	}
 	if s := byName["skill.invoke"]; s.attrs["skill_id"] != s.attrs["cyberos.skill.id"] || !strings.Contains(s.attrs["cyberos.skill.id"], "calls") {

@@ -37,17 +37,22 @@ func TestServeCheckRefusesWhatServeRefuses(t *testing.T) {
 		name  string
 		extra []string
 		want  []string // in the message, each
+		env   []string
 	}{
-		{"skills_dir missing", []string{"skills_dir: " + filepath.Join(e.base, "nosuch")}, []string{"skills_dir: " + filepath.Join(e.base, "nosuch") + " does not exist"}},
-		{"skills_dir a file", []string{"skills_dir: " + file}, []string{"skills_dir: " + file + " is not a directory"}},
-		{"profiles dir missing", []string{"seccomp_profiles_dir: /nonexistent/profiles"}, []string{"seccomp_profiles_dir: /nonexistent/profiles does not exist"}},
-		{"default profile missing", []string{"defaults:", "  seccomp_profile: nosuch"}, []string{"defaults.seccomp_profile:", "nosuch.json"}},
-		{"state_dir parent missing", []string{"state_dir: " + filepath.Join(e.base, "typo", "state")}, []string{"state_dir: " + filepath.Join(e.base, "typo", "state") + " does not exist, and " + filepath.Join(e.base, "typo") + " does not exist"}},
-		{"socket_dir under a file", []string{"socket_dir: " + filepath.Join(file, "sockets")}, []string{"socket_dir: " + filepath.Join(file, "sockets") + " does not exist, and " + file + " is not a directory"}},
-		{"admin_socket a file", []string{"admin_socket: " + file}, []string{"admin_socket: " + file + " exists and is not a socket"}},
-		{"signing key not a key", []string{"audit:", "  signing_key: " + garbageKey}, []string{"audit.signing_key:"}},
+		{"metrics_listen port out of range", []string{"metrics_listen: 127.0.0.1:99999"}, []string{`metrics_listen: "127.0.0.1:99999": the port must be a number from 0 to 65535`}, nil},
+		{"metrics_listen not a local address", []string{"metrics_listen: 192.0.2.1:9464"}, []string{"metrics_listen: 192.0.2.1:9464 cannot be listened on:", "cannot assign requested address"}, nil},
+		{"OTLP protocol not built in", nil, []string{"otlp: OTEL_EXPORTER_OTLP_PROTOCOL=grpc: only http/protobuf is built in"},
+			[]string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"}},
+		{"skills_dir missing", []string{"skills_dir: " + filepath.Join(e.base, "nosuch")}, []string{"skills_dir: " + filepath.Join(e.base, "nosuch") + " does not exist"}, nil},
+		{"skills_dir a file", []string{"skills_dir: " + file}, []string{"skills_dir: " + file + " is not a directory"}, nil},
+		{"profiles dir missing", []string{"seccomp_profiles_dir: /nonexistent/profiles"}, []string{"seccomp_profiles_dir: /nonexistent/profiles does not exist"}, nil},
+		{"default profile missing", []string{"defaults:", "  seccomp_profile: nosuch"}, []string{"defaults.seccomp_profile:", "nosuch.json"}, nil},
+		{"state_dir parent missing", []string{"state_dir: " + filepath.Join(e.base, "typo", "state")}, []string{"state_dir: " + filepath.Join(e.base, "typo", "state") + " does not exist, and " + filepath.Join(e.base, "typo") + " does not exist"}, nil},
+		{"socket_dir under a file", []string{"socket_dir: " + filepath.Join(file, "sockets")}, []string{"socket_dir: " + filepath.Join(file, "sockets") + " does not exist, and " + file + " is not a directory"}, nil},
+		{"admin_socket a file", []string{"admin_socket: " + file}, []string{"admin_socket: " + file + " exists and is not a socket"}, nil},
+		{"signing key not a key", []string{"audit:", "  signing_key: " + garbageKey}, []string{"audit.signing_key:"}, nil},
 		{"two problems, both named", []string{"skills_dir: " + filepath.Join(e.base, "nosuch"), "seccomp_profiles_dir: /nonexistent/profiles"},
-			[]string{"skills_dir: " + filepath.Join(e.base, "nosuch"), "seccomp_profiles_dir: /nonexistent/profiles"}},
+			[]string{"skills_dir: " + filepath.Join(e.base, "nosuch"), "seccomp_profiles_dir: /nonexistent/profiles"}, nil},
 	}
 	os.MkdirAll(filepath.Join(e.base, "skills"), 0o755)
 	for i, c := range cases {
@@ -66,7 +71,7 @@ func TestServeCheckRefusesWhatServeRefuses(t *testing.T) {
 				if check {
 					args = append(args, "--check")
 				}
-				out, code := runFor(t, 20*time.Second, args...)
+				out, code := runEnvFor(t, 20*time.Second, c.env, args...)
 				if code != 2 {
 					t.Fatalf("%v: exit %d, want 2 (refused)\n%s", args, code, out)
 				}
@@ -117,9 +122,16 @@ func dedupKeys(lines []string) []string {
 // output and exit code.
 func runFor(t *testing.T, d time.Duration, args ...string) (string, int) {
 	t.Helper()
+	return runEnvFor(t, d, nil, args...)
+}
+
+// runEnvFor is runFor with env added to the environment.
+func runEnvFor(t *testing.T, d time.Duration, env []string, args ...string) (string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cyberosBin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

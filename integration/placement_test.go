@@ -21,10 +21,10 @@ import (
 
 // fakeService makes a cgroup named like a systemd service's in every
 // hierarchy the daemon's sandboxes use (not cpuset, whose new cgroups hold
-// no CPU until configured), marks it delegated as systemd 251+ does, and
-// returns its path and the directories a process joins to be in it. The
-// cleanup removes what is left under it, deepest first.
-func fakeService(t *testing.T) (string, []string) {
+// no CPU until configured), marks it delegated as systemd 251+ does when
+// marked, and returns its path and the directories a process joins to be
+// in it. The cleanup removes what is left under it, deepest first.
+func fakeService(t *testing.T, marked bool) (string, []string) {
 	t.Helper()
 	h := cgroups.System()
 	name := fmt.Sprintf("/cyberos-it-svc-%d.service", os.Getpid())
@@ -73,6 +73,9 @@ func fakeService(t *testing.T) (string, []string) {
 			t.Fatal(err)
 		}
 	}
+	if !marked {
+		return name, dirs
+	}
 	if err := unix.Setxattr(mark, cgroups.DelegateXattr, []byte("1"), 0); err != nil {
 		t.Fatalf("mark %s delegated: %v", mark, err)
 	}
@@ -105,13 +108,35 @@ func procCgroup(t *testing.T, pid int, controller string) string {
 // After the daemon stops, nothing is left under the service's cgroup.
 // Runs on the host (cgroup v1 hybrid) and in the VM (v2).
 func TestSandboxCgroupsUnderTheDelegatedService(t *testing.T) {
+	placedUnderService(t, true, nil)
+}
+
+// TestUnitPlacesSandboxesWithoutTheDelegationMark: systemd before 251
+// delegates a Delegate=yes unit's cgroup without marking it, where
+// cgroup_placement: auto would fall back to the root; the shipped unit's
+// --cgroup-placement service still puts every sandbox under the unit.
+func TestUnitPlacesSandboxesWithoutTheDelegationMark(t *testing.T) {
+	unit, err := os.ReadFile(filepath.Join(repoRoot, "packaging", "cyberos-supervisor.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(unit), "--cgroup-placement service\n") {
+		t.Errorf("the unit's ExecStart does not say --cgroup-placement service:\n%s", unit)
+	}
+	placedUnderService(t, false, []string{"--cgroup-placement", "service"})
+}
+
+// placedUnderService runs a daemon (with args) inside a fake service's
+// cgroup, marked as delegated or not, and checks where its sandboxes'
+// cgroups are made and that none is left after it stops.
+func placedUnderService(t *testing.T, marked bool, args []string) {
 	e := newEnv(t)
-	service, dirs := fakeService(t)
+	service, dirs := fakeService(t, marked)
 	dir := e.gatedSkill("sleeper", "")
 	if out, err := exec.Command("cp", "-r", filepath.Join(repoRoot, "examples", "notes-shell"), filepath.Join(e.base, "skills")).CombinedOutput(); err != nil {
 		t.Fatalf("cp notes-shell: %v %s", err, out)
 	}
-	d := startDaemonWith(t, e, daemonStart{cgroups: dirs}, "warm: {max_sandboxes: 0}")
+	d := startDaemonWith(t, e, daemonStart{cgroups: dirs, args: args}, "warm: {max_sandboxes: 0}")
 	t.Cleanup(func() { openGate(t, dir) })
 	mode := cgroups.DetectMode()
 	want := service + "/" + path.Base(sandbox.CgroupParentFor(e.runDir)) + "/"
@@ -178,9 +203,10 @@ func skillIn(service string) int {
 	return 0
 }
 
-// TestServicePlacementNeedsAnOwnCgroup: cgroup_placement: service in a
-// process no manager delegated a cgroup to (the test's own: the root cgroup,
-// or different cgroups per controller) is refused at start, with the key
+// TestServicePlacementNeedsAnOwnCgroup: cgroup_placement: service (or serve's
+// --cgroup-placement service) in a process no manager delegated a cgroup to
+// (the test's own: the root cgroup, or different cgroups per controller) is
+// refused before anything starts, by --check too, with the key or flag
 // named, instead of making cgroups in someone else's subtree.
 func TestServicePlacementNeedsAnOwnCgroup(t *testing.T) {
 	e := newEnv(t)
@@ -190,8 +216,21 @@ func TestServicePlacementNeedsAnOwnCgroup(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(e.daemonConfig(freePort(t), "cgroup_placement: service")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, code := runFor(t, 30*time.Second, "supervisor", "serve", "--config", cfg, "--run-dir", e.runDir)
-	if code == 0 || !strings.Contains(out, "cgroup_placement service") {
-		t.Fatalf("serve with cgroup_placement: service outside a delegated cgroup: exit %d\n%s", code, out)
+	rootCfg := filepath.Join(e.base, "etc", "root.yaml")
+	if err := os.WriteFile(rootCfg, []byte(e.daemonConfig(freePort(t), "cgroup_placement: root")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--check"}, nil, {"--cgroup-placement", "service"}} {
+		cfgArgs := []string{"--config", cfg}
+		key := "cgroup_placement: "
+		if len(args) == 2 { // the flag overrides a config that says root
+			cfgArgs = []string{"--config", rootCfg}
+			key = "--cgroup-placement: "
+		}
+		argv := append(append([]string{"supervisor", "serve", "--run-dir", e.runDir}, cfgArgs...), args...)
+		out, code := runFor(t, 30*time.Second, argv...)
+		if code != 2 || !strings.Contains(out, key+"service: ") {
+			t.Errorf("%v outside a delegated cgroup: exit %d, want 2 and %q named\n%s", argv, code, key, out)
+		}
 	}
 }

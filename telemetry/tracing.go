@@ -64,6 +64,24 @@ func OTLPFromEnv() bool {
 	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
+// CheckOTLPEnv refuses the standard variables NewTracerProvider cannot
+// follow: a protocol other than http/protobuf, or resource attributes that
+// do not parse. `serve --check` calls it too.
+func CheckOTLPEnv() error {
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if p := os.Getenv(v); p != "" {
+			if p != "http/protobuf" {
+				return fmt.Errorf("otlp: %s=%s: only http/protobuf is built in", v, p)
+			}
+			break
+		}
+	}
+	if _, err := resource.New(context.Background(), resource.WithFromEnv()); err != nil {
+		return fmt.Errorf("otlp: OTEL_RESOURCE_ATTRIBUTES or OTEL_SERVICE_NAME: %w", err)
+	}
+	return nil
+}
+
 // NewTracerProvider is the daemon's tracer provider: spans are exported
 // over OTLP/HTTP (protobuf) in batches. endpoint is host:port (plain HTTP,
 // path /v1/traces) or a URL (a URL without a path gets /v1/traces); ""
@@ -74,13 +92,8 @@ func OTLPFromEnv() bool {
 // OTEL_TRACES_SAMPLER applies (default: follow the caller's sampled flag,
 // sample root spans). The caller shuts it down (which flushes).
 func NewTracerProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProvider, error) {
-	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
-		if p := os.Getenv(v); p != "" {
-			if p != "http/protobuf" {
-				return nil, fmt.Errorf("otlp: %s=%s: only http/protobuf is built in", v, p)
-			}
-			break
-		}
+	if err := CheckOTLPEnv(); err != nil {
+		return nil, err
 	}
 	var opts []otlptracehttp.Option
 	u, perr := url.Parse(endpoint)

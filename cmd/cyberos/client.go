@@ -336,7 +336,11 @@ func tailEvents(out io.Writer, c *adminClient, skill string, asJSON bool) error 
 		case daemon.EventToolCall:
 			fmt.Fprintf(out, "%s  %s\n", ev.SkillID, humanCall(*ev.Call))
 		case daemon.EventInvocationStarted:
-			fmt.Fprintf(out, "%s  %s  started   %s (tenant %s)\n", ev.SkillID, ev.TS, ev.InvocationID, ev.TenantID)
+			tenant := "no tenant"
+			if ev.TenantID != "" {
+				tenant = "tenant " + ev.TenantID
+			}
+			fmt.Fprintf(out, "%s  %s  started   %s (%s)\n", ev.SkillID, ev.TS, ev.InvocationID, tenant)
 		case daemon.EventInvocationEnded:
 			fmt.Fprintf(out, "%s  %s  ended     %s %s\n", ev.SkillID, ev.TS, ev.InvocationID, ev.Outcome)
 		}

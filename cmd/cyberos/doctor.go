@@ -4,21 +4,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
 func newDoctorCmd() *cobra.Command {
 	var asJSON bool
+	var socket string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Say what this kernel and build can enforce",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			findings := append(sandbox.Doctor(), egressFinding())
+			findings := append(sandbox.Doctor(), egressFinding(), daemonPlacement(socket))
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(findings)
@@ -34,6 +37,7 @@ func newDoctorCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the findings as JSON")
+	cmd.Flags().StringVar(&socket, "socket", defaultAdminSocket(), "a running daemon's admin socket, asked where it puts the sandboxes' cgroups (default $"+socketEnv+")")
 	return cmd
 }
 
@@ -46,6 +50,30 @@ func egressFinding() sandbox.Finding {
 		f.OK, f.Detail = false, fmt.Sprintf("%s; the host's addresses cannot be read (%v): every Http connection is refused", tools.EgressDetail, err)
 	} else if _, err := tools.KernelRoute(netip.MustParseAddr("127.0.0.1")); err != nil {
 		f.OK, f.Detail = false, fmt.Sprintf("%s; the route lookup fails (%v): every Http connection is refused", tools.EgressDetail, err)
+	}
+	return f
+}
+
+// daemonPlacement asks the daemon on socket, if one answers, where it
+// makes its sandboxes' cgroups: the placement doctor finds for itself is
+// its own process's, which a daemon under the systemd unit does not share.
+func daemonPlacement(socket string) sandbox.Finding {
+	f := sandbox.Finding{Control: "daemon cgroups", OK: true}
+	c := newAdminClient(socket)
+	c.http.Timeout = 2 * time.Second
+	var st daemon.Status
+	resp, err := c.do("GET", "/v1/status", nil)
+	if err == nil {
+		defer resp.Body.Close()
+		err = json.NewDecoder(resp.Body).Decode(&st)
+	}
+	switch {
+	case err != nil:
+		f.Detail = "no daemon answers on " + socket + ": the cgroup placement above is this process's own"
+	case st.SandboxCgroups == "":
+		f.Detail = "the daemon on " + socket + " does not say (an older version)"
+	default:
+		f.Detail = "the daemon on " + socket + " makes sandboxes " + st.SandboxCgroups
 	}
 	return f
 }

@@ -15,16 +15,20 @@ import (
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/telemetry"
 )
 
 // preflight makes every check `serve` makes before it changes anything on
 // the host, so `serve --check` and `serve` refuse the same configs: the
 // sandbox prerequisites, every path the config names (kind, and that serve
-// can create what is missing), the admin socket, the signing key and the
-// default seccomp profile. The error joins one line per problem, each naming
-// its config key. Warnings are what serve logs and runs without: skills
-// that are not usable, an admin socket a running daemon holds.
-func preflight(cfg daemon.Config, configPath string, sb sandbox.Options) (warnings []string, err error) {
+// can create what is missing), the admin socket, the signing key, the
+// default seccomp profile, the cgroup placement (for this process), the
+// metrics address and the OpenTelemetry variables. The error joins one line
+// per problem, each naming its config key (placementKey names where
+// sb.CgroupPlacement came from: the key or serve's flag). Warnings are what
+// serve logs and runs without: skills that are not usable, an admin socket
+// or metrics address a running daemon holds.
+func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placementKey string) (warnings []string, err error) {
 	var problems []string // "key: what is wrong"
 	bad := func(key, format string, a ...any) { problems = append(problems, key+": "+fmt.Sprintf(format, a...)) }
 	sandboxErr := sandbox.Preflight(sb)
@@ -71,6 +75,23 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options) (warnin
 		}
 	} else if why := mustBeDir(filepath.Dir(key)); why != "" {
 		bad("audit.signing_key", "%s does not exist and its directory (where serve makes it) %s %s", key, filepath.Dir(key), why)
+	}
+	if err := checkPlacement(sb); err != nil {
+		bad(placementKey, "%v", err)
+	}
+	if cfg.MetricsListen != "" {
+		if l, err := net.Listen("tcp", cfg.MetricsListen); errors.Is(err, syscall.EADDRINUSE) {
+			warnings = append(warnings, fmt.Sprintf("metrics_listen: %s is in use (by a running daemon?): serve will refuse to start until it is free", cfg.MetricsListen))
+		} else if err != nil {
+			bad("metrics_listen", "%s cannot be listened on: %v", cfg.MetricsListen, err)
+		} else {
+			l.Close()
+		}
+	}
+	if cfg.OTLPEndpoint != "" || telemetry.OTLPFromEnv() {
+		if err := telemetry.CheckOTLPEnv(); err != nil {
+			problems = append(problems, err.Error())
+		}
 	}
 	if cfg.Fleet.Enabled() {
 		if dsn, err := cfg.Fleet.DSN(); err != nil {

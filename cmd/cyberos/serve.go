@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -25,7 +26,7 @@ import (
 
 func newSupervisorCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "supervisor", Short: "The root daemon"}
-	var configPath, runDir, logLevel, logFormat string
+	var configPath, runDir, logLevel, logFormat, placement string
 	var check bool
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -48,9 +49,21 @@ func newSupervisorCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
+			placementKey := "cgroup_placement"
+			if cmd.Flags().Changed("cgroup-placement") {
+				switch p := sandbox.Placement(placement); p {
+				case sandbox.PlacementAuto, sandbox.PlacementService, sandbox.PlacementRoot:
+					cfg.CgroupPlacement, placementKey = placement, "--cgroup-placement"
+				default:
+					return &exitError{exitUsage, fmt.Errorf("--cgroup-placement: %q: want auto, service or root", placement)}
+				}
+			}
+			if runtime.GOOS == "linux" && os.Geteuid() != 0 {
+				return &exitError{exitRefused, fmt.Errorf("supervisor serve must run as root (uid %d here): it creates namespaces, cgroups and mounts for every sandbox; `cyberos doctor` says what this host can enforce", os.Geteuid())}
+			}
 			sb := sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges(),
 				CgroupPlacement: sandbox.Placement(cfg.CgroupPlacement)}
-			warnings, err := preflight(cfg, configPath, sb)
+			warnings, err := preflight(cfg, configPath, sb, placementKey)
 			if check {
 				for _, w := range warnings {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
@@ -72,6 +85,7 @@ func newSupervisorCmd() *cobra.Command {
 	fl.StringVar(&runDir, "run-dir", "/run/cyberos", "runtime state: containers, rootfs skeleton, locks")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&logFormat, "log-format", "text", "text (key=value) or json (one object per line)")
+	fl.StringVar(&placement, "cgroup-placement", "", "overrides the config's cgroup_placement (auto, service or root); the systemd unit, which delegates the daemon its cgroup, says service")
 	_ = fl.MarkHidden("run-dir")
 	cmd.AddCommand(serve)
 	return cmd

@@ -337,8 +337,12 @@ func (c *Config) Validate() error {
 		return bad("admin_socket", "longer than a unix socket path may be (103 bytes)")
 	}
 	if c.MetricsListen != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+		_, port, err := net.SplitHostPort(c.MetricsListen)
+		if err != nil {
 			return bad("metrics_listen", "must be host:port or empty, got %q", c.MetricsListen)
+		}
+		if _, err := net.LookupPort("tcp", port); err != nil {
+			return bad("metrics_listen", "%q: the port must be a number from 0 to 65535 or a service name", c.MetricsListen)
 		}
 	}
 	if c.OTLPEndpoint != "" {

@@ -563,7 +563,11 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) handleStatus(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, d.hub.status())
+	st := d.hub.status()
+	if r, ok := d.sup.Runner.(interface{ CgroupWhere() string }); ok {
+		st.SandboxCgroups = r.CgroupWhere()
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 // invocationIDPattern is what an invocation id in a path must match;

@@ -32,6 +32,9 @@ type Status struct {
 	ProtocolAbuseToday int64        `json:"protocol_abuse_today"`
 	Day                string       `json:"day"` // the UTC day counted, YYYY-MM-DD
 	Invocations        []ActiveView `json:"invocations"`
+	// SandboxCgroups says where this daemon makes its sandboxes' cgroups,
+	// and why (`cyberos doctor` shows it).
+	SandboxCgroups string `json:"sandbox_cgroups,omitempty"`
 }
 
 // ActiveView is one running invocation in Status.
