@@ -147,21 +147,25 @@ Exit status: 0 same decisions, 1 different, 2 a profile cannot be loaded.`,
 }
 
 func newSeccompExplainCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, allRules bool
 	cmd := &cobra.Command{
 		Use:   "explain FILE SYSCALL [ARG...]",
 		Short: "Say which rule of a profile decides a syscall, and how",
 		Long: `Say which rule decides SYSCALL: an unconditional rule, conditional rules
 (with their conditions; the default action when none matches), the default
 action, or runc's ENOSYS answer for syscalls newer than any the profile
-names. With ARGs (numbers, 0x… hex allowed, or names such as TIOCSTI or
-CLONE_NEWUSER|SIGCHLD; at most 6), also run the compiled filter on exactly
-that call and print its verdict.`,
+names. Masked tests of one argument that leave out a few values (the
+default profile's ioctl rules) print as one line saying which; --rules
+lists each rule. With ARGs (numbers, 0x… hex allowed, or names such as
+TIOCSTI or CLONE_NEWUSER|SIGCHLD; at most 6), also run the compiled filter
+on exactly that call and print its verdict. A name is refused at an
+argument that does not take it: TIOCSTI is ioctl's argument 1, so
+"ioctl 0 TIOCSTI".`,
 		Args: cobra.RangeArgs(2, 8),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			var args []uint64
-			for _, s := range a[2:] {
-				v, err := seccomp.ArgValue(s)
+			for i, s := range a[2:] {
+				v, err := seccomp.ArgValue(a[1], i, s)
 				if err != nil {
 					return &exitError{exitUsage, err}
 				}
@@ -175,21 +179,37 @@ that call and print its verdict.`,
 			if asJSON {
 				return json.NewEncoder(out).Encode(ex)
 			}
-			printExplanation(out, ex)
+			printExplanation(out, ex, allRules)
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the explanation as JSON (rules and summary both)")
+	cmd.Flags().BoolVar(&allRules, "rules", false, "list every rule, also where one summary line says what they decide")
 	return cmd
 }
 
-func printExplanation(w io.Writer, ex seccomp.Explanation) {
+// printExplanation writes ex for an operator. Rules that ex.Summary sums up
+// print as that one line, unless allRules.
+func printExplanation(w io.Writer, ex seccomp.Explanation, allRules bool) {
 	num := fmt.Sprintf("number %d", ex.Number)
 	if ex.Number < 0 {
 		num = "not a system call of this architecture"
 	}
 	fmt.Fprintf(w, "%s (%s) in %s\n", ex.Syscall, num, ex.File)
+	summarize := ex.Summary != "" && !allRules
+	var summed []string // the rules the summary stands for, which are those in effect
 	for _, r := range ex.Rules {
+		if summarize && r.Ignored == "" {
+			summed = append(summed, r.Rule)
+		}
+	}
+	for _, r := range ex.Rules {
+		if summarize && r.Ignored == "" {
+			if r.Rule == summed[0] {
+				fmt.Fprintf(w, "  %s to %s (%d rules; --rules lists them): %s\n", summed[0], summed[len(summed)-1], len(summed), ex.Summary)
+			}
+			continue
+		}
 		line := fmt.Sprintf("  %s: %s", r.Rule, r.Action)
 		if len(r.Conditions) > 0 {
 			line += " when " + strings.Join(r.Conditions, " && ")
@@ -205,6 +225,10 @@ func printExplanation(w io.Writer, ex seccomp.Explanation) {
 	case "unconditional":
 		fmt.Fprintln(w, "decided by the unconditional rule above, whatever the arguments")
 	case "conditional":
+		if summarize {
+			fmt.Fprintf(w, "decided by those rules: the values they except get the default action %s\n", ex.Default)
+			break
+		}
 		if ex.Summary != "" {
 			fmt.Fprintf(w, "in short: %s; those: default action %s\n", ex.Summary, ex.Default)
 		}

@@ -87,15 +87,15 @@ func uncovered(cubes []maskedCube, fixedMask, fixedVal uint32, bit int, out []ui
 }
 
 // maskedSummary words summarizeMasked's result for explain and diff, with
-// the names explain knows for the values.
-func maskedSummary(action string, index uint, except []uint32) string {
+// the names explain knows for the values at that argument of syscall.
+func maskedSummary(action, syscall string, index uint, except []uint32) string {
 	if len(except) == 0 {
 		return fmt.Sprintf("%s for every value of arg%d's low 32 bits", action, index)
 	}
 	named := make([]string, len(except))
 	for i, v := range except {
 		named[i] = fmt.Sprintf("%#x", v)
-		if n := argName(uint64(v)); n != "" {
+		if n := argName(syscall, index, uint64(v)); n != "" {
 			named[i] = fmt.Sprintf("%s (%#x)", n, v)
 		}
 	}

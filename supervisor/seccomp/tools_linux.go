@@ -86,31 +86,65 @@ var namespaceFlags = []struct {
 	{"CLONE_NEWCGROUP", unix.CLONE_NEWCGROUP}, {"CLONE_NEWTIME", unix.CLONE_NEWTIME},
 }
 
+// argKind is what a symbolic argument value is, and the argument that takes
+// it: a syscall name to that argument's index. explain refuses a name at any
+// other argument, so `ioctl TIOCSTI` is not read as ioctl(fd 0x5412).
+type argKind struct {
+	what string
+	at   map[string]int
+}
+
+var (
+	ioctlRequest    = &argKind{"an ioctl request", map[string]int{"ioctl": 1}}
+	personalityFlag = &argKind{"a personality", map[string]int{"personality": 0}}
+	cloneOnlyFlag   = &argKind{"a clone flag", map[string]int{"clone": 0}}
+	cloneFlag       = &argKind{"a clone flag", map[string]int{"clone": 0, "unshare": 0}}
+	nsFlag          = &argKind{"a namespace flag", map[string]int{"clone": 0, "unshare": 0, "setns": 1}}
+	// CLONE_NEWTIME (0x80) lies in clone's exit-signal byte, so clone cannot
+	// take it (clone3 can, in memory seccomp does not see).
+	nsTimeFlag = &argKind{"a namespace flag", map[string]int{"unshare": 0, "setns": 1}}
+	// clone takes the exit signal in the low byte of its flags.
+	signalNumber = &argKind{"a signal", map[string]int{"clone": 0, "kill": 1, "tkill": 1, "tgkill": 2, "rt_sigaction": 0,
+		"rt_sigqueueinfo": 1, "rt_tgsigqueueinfo": 2, "pidfd_send_signal": 1}}
+)
+
+// argSym is one symbolic value explain takes.
+type argSym struct {
+	value uint64
+	kind  *argKind
+}
+
 // argNames are the symbolic argument values explain takes (and prints
 // beside the number): namespace flags, the clone flags libc uses, and the
 // ioctl requests and personalities lint cares about.
-var argNames = func() map[string]uint64 {
-	m := map[string]uint64{
-		"TIOCSTI": unix.TIOCSTI, "TIOCLINUX": unix.TIOCLINUX, "TIOCGWINSZ": unix.TIOCGWINSZ, "FIONREAD": unix.TIOCINQ,
-		"TCGETS": unix.TCGETS, "SIGCHLD": uint64(unix.SIGCHLD),
-		"CLONE_VM": unix.CLONE_VM, "CLONE_FS": unix.CLONE_FS, "CLONE_FILES": unix.CLONE_FILES, "CLONE_SIGHAND": unix.CLONE_SIGHAND,
-		"CLONE_THREAD": unix.CLONE_THREAD, "CLONE_VFORK": unix.CLONE_VFORK, "CLONE_SETTLS": unix.CLONE_SETTLS,
-		"CLONE_PARENT_SETTID": unix.CLONE_PARENT_SETTID, "CLONE_CHILD_CLEARTID": unix.CLONE_CHILD_CLEARTID,
-		"CLONE_CHILD_SETTID": unix.CLONE_CHILD_SETTID, "CLONE_SYSVSEM": unix.CLONE_SYSVSEM,
-		"ADDR_NO_RANDOMIZE": perAddrNoRandomize, "READ_IMPLIES_EXEC": perReadImpliesExec,
+var argNames = func() map[string]argSym {
+	m := map[string]argSym{
+		"TIOCSTI": {unix.TIOCSTI, ioctlRequest}, "TIOCLINUX": {unix.TIOCLINUX, ioctlRequest},
+		"TIOCGWINSZ": {unix.TIOCGWINSZ, ioctlRequest}, "FIONREAD": {unix.TIOCINQ, ioctlRequest}, "TCGETS": {unix.TCGETS, ioctlRequest},
+		"SIGCHLD":  {uint64(unix.SIGCHLD), signalNumber},
+		"CLONE_VM": {unix.CLONE_VM, cloneFlag}, "CLONE_FS": {unix.CLONE_FS, cloneFlag}, "CLONE_FILES": {unix.CLONE_FILES, cloneFlag},
+		"CLONE_SIGHAND": {unix.CLONE_SIGHAND, cloneFlag}, "CLONE_THREAD": {unix.CLONE_THREAD, cloneFlag},
+		"CLONE_SYSVSEM": {unix.CLONE_SYSVSEM, cloneFlag}, "CLONE_VFORK": {unix.CLONE_VFORK, cloneOnlyFlag},
+		"CLONE_SETTLS": {unix.CLONE_SETTLS, cloneOnlyFlag}, "CLONE_PARENT_SETTID": {unix.CLONE_PARENT_SETTID, cloneOnlyFlag},
+		"CLONE_CHILD_CLEARTID": {unix.CLONE_CHILD_CLEARTID, cloneOnlyFlag}, "CLONE_CHILD_SETTID": {unix.CLONE_CHILD_SETTID, cloneOnlyFlag},
+		"ADDR_NO_RANDOMIZE": {perAddrNoRandomize, personalityFlag}, "READ_IMPLIES_EXEC": {perReadImpliesExec, personalityFlag},
 	}
 	for _, f := range namespaceFlags {
-		m[f.name] = f.flag
+		kind := nsFlag
+		if f.flag == unix.CLONE_NEWTIME {
+			kind = nsTimeFlag
+		}
+		m[f.name] = argSym{f.flag, kind}
 	}
 	return m
 }()
 
-// argName is a name argNames gives v ("" when none), the first in name
-// order when several do.
-func argName(v uint64) string {
+// argName is a name argNames gives v at argument index of syscall ("" when
+// none), the first in name order when several do.
+func argName(syscall string, index uint, v uint64) string {
 	var names []string
-	for n, x := range argNames {
-		if x == v {
+	for n, s := range argNames {
+		if i, ok := s.kind.at[syscall]; ok && uint(i) == index && s.value == v {
 			names = append(names, n)
 		}
 	}
@@ -121,27 +155,54 @@ func argName(v uint64) string {
 	return names[0]
 }
 
-// ArgValue reads one syscall argument as explain takes it: a number
-// (decimal, 0x hex, 0 octal) or symbolic names joined by "|", e.g.
-// TIOCSTI or CLONE_NEWUSER|SIGCHLD.
-func ArgValue(s string) (uint64, error) {
+// ArgValue reads argument index of syscall as explain takes it: a number
+// (decimal, 0x hex, 0 octal) or symbolic names joined by "|", e.g. TIOCSTI
+// or CLONE_NEWUSER|SIGCHLD. A name is refused at an argument that does not
+// take it, with where it belongs.
+func ArgValue(syscall string, index int, s string) (uint64, error) {
 	if v, err := strconv.ParseUint(s, 0, 64); err == nil {
 		return v, nil
 	}
 	var v uint64
 	for _, part := range strings.Split(s, "|") {
-		n, ok := argNames[strings.TrimSpace(part)]
+		name := strings.TrimSpace(part)
+		sym, ok := argNames[name]
 		if !ok {
 			names := make([]string, 0, len(argNames))
 			for k := range argNames {
 				names = append(names, k)
 			}
 			sort.Strings(names)
-			return 0, fmt.Errorf("argument %q: not a number, and %q is not a name explain knows (%s)", s, part, strings.Join(names, ", "))
+			if name == s {
+				return 0, fmt.Errorf("argument %d of %s: %q is neither a number nor a name explain knows (%s)", index, syscall, s, strings.Join(names, ", "))
+			}
+			return 0, fmt.Errorf("argument %d of %s: %q: %q is not a name explain knows (%s)", index, syscall, s, name, strings.Join(names, ", "))
 		}
-		v |= n
+		want, ok := sym.kind.at[syscall]
+		switch {
+		case !ok:
+			return 0, fmt.Errorf("argument %d of %s: %s is %s, which %s does not take (it is %s)", index, syscall, name, sym.kind.what, syscall, sym.kind.places())
+		case want != index:
+			try := syscall + strings.Repeat(" 0", want) + " " + name
+			return 0, fmt.Errorf("argument %d of %s: %s is %s, which is argument %d (try: %s)", index, syscall, name, sym.kind.what, want, try)
+		}
+		v |= sym.value
 	}
 	return v, nil
+}
+
+// places lists where k is taken: "argument 1 of ioctl".
+func (k *argKind) places() string {
+	calls := make([]string, 0, len(k.at))
+	for c := range k.at {
+		calls = append(calls, c)
+	}
+	sort.Strings(calls)
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		out[i] = fmt.Sprintf("argument %d of %s", k.at[c], c)
+	}
+	return strings.Join(out, ", ")
 }
 
 // Constants x/sys/unix lacks (linux/personality.h).
@@ -509,7 +570,7 @@ func summarizeRules(rules []specs.LinuxSyscall, syscall, def string) string {
 	if !ok {
 		return ""
 	}
-	return maskedSummary(strings.TrimPrefix(action, "SCMP_ACT_"), index, except)
+	return maskedSummary(strings.TrimPrefix(action, "SCMP_ACT_"), syscall, index, except)
 }
 
 // DiffProfiles compares two profiles by what they decide: syscalls added

@@ -592,16 +592,50 @@ func TestOtherArchitecturesNames(t *testing.T) {
 // TestArgValue: explain's arguments are numbers or symbolic names, ORed
 // with "|"; an unknown name is an error that lists the known ones.
 func TestArgValue(t *testing.T) {
-	for in, want := range map[string]uint64{
-		"0x5412": 0x5412, "21522": 21522, "TIOCSTI": unix.TIOCSTI, "TIOCLINUX": unix.TIOCLINUX,
-		"CLONE_NEWUSER|SIGCHLD": unix.CLONE_NEWUSER | uint64(unix.SIGCHLD), "CLONE_NEWNS | CLONE_NEWPID": unix.CLONE_NEWNS | unix.CLONE_NEWPID,
+	for _, c := range []struct {
+		syscall string
+		index   int
+		in      string
+		want    uint64
+	}{
+		{"ioctl", 0, "0x5412", 0x5412}, {"read", 2, "21522", 21522},
+		{"ioctl", 1, "TIOCSTI", unix.TIOCSTI}, {"ioctl", 1, "TIOCLINUX", unix.TIOCLINUX},
+		{"clone", 0, "CLONE_NEWUSER|SIGCHLD", unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)},
+		{"unshare", 0, "CLONE_NEWNS | CLONE_NEWPID", unix.CLONE_NEWNS | unix.CLONE_NEWPID},
+		{"setns", 1, "CLONE_NEWNET", unix.CLONE_NEWNET}, {"unshare", 0, "CLONE_NEWTIME", unix.CLONE_NEWTIME},
+		{"kill", 1, "SIGCHLD", uint64(unix.SIGCHLD)}, {"personality", 0, "ADDR_NO_RANDOMIZE", perAddrNoRandomize},
 	} {
-		if got, err := ArgValue(in); err != nil || got != want {
-			t.Errorf("ArgValue(%q) = %#x, %v; want %#x", in, got, err, want)
+		if got, err := ArgValue(c.syscall, c.index, c.in); err != nil || got != c.want {
+			t.Errorf("ArgValue(%s, %d, %q) = %#x, %v; want %#x", c.syscall, c.index, c.in, got, err, c.want)
 		}
 	}
-	if _, err := ArgValue("TIOCSTY"); err == nil || !strings.Contains(err.Error(), "TIOCSTI") {
+	if _, err := ArgValue("ioctl", 1, "TIOCSTY"); err == nil || !strings.Contains(err.Error(), "TIOCSTI") {
 		t.Errorf("ArgValue(TIOCSTY): %v, want an error listing the known names", err)
+	}
+}
+
+// TestArgValueWrongPlace: a name at an argument that does not take it is
+// refused, saying where it belongs, rather than read as a number there
+// (ioctl TIOCSTI would otherwise be ioctl(fd 0x5412), which is allowed).
+func TestArgValueWrongPlace(t *testing.T) {
+	for _, c := range []struct {
+		syscall string
+		index   int
+		in      string
+		want    string // the whole error
+	}{
+		{"ioctl", 0, "TIOCSTI", "argument 0 of ioctl: TIOCSTI is an ioctl request, which is argument 1 (try: ioctl 0 TIOCSTI)"},
+		{"clone", 1, "CLONE_NEWUSER|SIGCHLD", "argument 1 of clone: CLONE_NEWUSER is a namespace flag, which is argument 0 (try: clone CLONE_NEWUSER)"},
+		{"setns", 0, "CLONE_NEWNET", "argument 0 of setns: CLONE_NEWNET is a namespace flag, which is argument 1 (try: setns 0 CLONE_NEWNET)"},
+		{"write", 0, "TIOCSTI", "argument 0 of write: TIOCSTI is an ioctl request, which write does not take (it is argument 1 of ioctl)"},
+		{"clone", 0, "CLONE_NEWTIME", "argument 0 of clone: CLONE_NEWTIME is a namespace flag, which clone does not take (it is argument 1 of setns, argument 0 of unshare)"},
+		{"unshare", 0, "CLONE_SETTLS", "argument 0 of unshare: CLONE_SETTLS is a clone flag, which unshare does not take (it is argument 0 of clone)"},
+		{"personality", 0, "TCGETS", "argument 0 of personality: TCGETS is an ioctl request, which personality does not take (it is argument 1 of ioctl)"},
+	} {
+		_, err := ArgValue(c.syscall, c.index, c.in)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("ArgValue(%s, %d, %q): %v\nwant %s", c.syscall, c.index, c.in, err, c.want)
+		}
 	}
 }
 

@@ -24,10 +24,10 @@ func ImportDockerProfile(data []byte) (ImportResult, error) { return ImportResul
 func RecordProfile(base string, used []string) ([]byte, error) { return nil, ErrUnsupported }
 
 // ArgValue reads a number; symbolic names are Linux's.
-func ArgValue(s string) (uint64, error) {
+func ArgValue(syscall string, index int, s string) (uint64, error) {
 	v, err := strconv.ParseUint(s, 0, 64)
 	if err != nil {
-		return 0, fmt.Errorf("argument %q: not a number", s)
+		return 0, fmt.Errorf("argument %d of %s: %q is not a number", index, syscall, s)
 	}
 	return v, nil
 }
