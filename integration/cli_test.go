@@ -21,6 +21,20 @@ func cli(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := cyberos(args...)
 	cmd.Env = append(os.Environ(), env...)
+	return outputs(t, cmd)
+}
+
+// asNobody is cli run as uid and gid 65534.
+func asNobody(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := cyberos(args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	return outputs(t, cmd)
+}
+
+// outputs runs cmd and returns its stdout, stderr and exit code.
+func outputs(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -90,29 +104,21 @@ func TestCLIGolden(t *testing.T) {
 		t.Errorf("skill run made %s for a state dir whose parent is missing", filepath.Join(e.base, "typo"))
 	}
 
-	t.Run("skill run needs root", func(t *testing.T) {
-		cmd := cyberos(run()...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		err := cmd.Run()
-		want := "cyberos: skill run must run as root (uid 65534 here): the sandbox needs namespaces, cgroups and mounts; `cyberos doctor` says what this host can enforce\n"
-		if exitCode(err) != 3 || errb.String() != want {
-			t.Errorf("as uid 65534: exit %d, stderr %q", exitCode(err), errb.String())
-		}
-	})
-
-	t.Run("serve needs root", func(t *testing.T) {
-		cmd := cyberos("supervisor", "serve", "--run-dir", e.runDir)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		err := cmd.Run()
-		want := "cyberos: supervisor serve must run as root (uid 65534 here): it creates namespaces, cgroups and mounts for every sandbox; `cyberos doctor` says what this host can enforce\n"
-		if exitCode(err) != 3 || errb.String() != want {
-			t.Errorf("as uid 65534: exit %d, stderr %q", exitCode(err), errb.String())
-		}
-	})
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"skill run needs root", run(), "cyberos: skill run must run as root (uid 65534 here): the sandbox needs namespaces, cgroups and mounts; `cyberos doctor` says what this host can enforce\n"},
+		{"serve needs root", []string{"supervisor", "serve", "--run-dir", e.runDir}, "cyberos: supervisor serve must run as root (uid 65534 here): it creates namespaces, cgroups and mounts for every sandbox; `cyberos doctor` says what this host can enforce\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, stderr, code := asNobody(t, c.args...)
+			if code != 3 || stderr != c.want {
+				t.Errorf("as uid 65534: exit %d, stderr %q\nstdout %s", code, stderr, out)
+			}
+		})
+	}
 
 	t.Run("doctor", func(t *testing.T) {
 		// As root, with a daemon answering: where that daemon makes its
@@ -138,11 +144,9 @@ func TestCLIGolden(t *testing.T) {
 		if w := "ok   daemon cgroups           no daemon answers on " + d.adminSocket + ": the cgroup placement above is this process's own"; !slices.Contains(strings.Split(out, "\n"), w) {
 			t.Errorf("doctor with no daemon: no line %q in\n%s", w, out)
 		}
-		cmd := cyberos("doctor")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		b, _ := cmd.Output()
+		b, _, _ := asNobody(t, "doctor")
 		w := "NO   user                     uid 65534, not root: skill run and supervisor serve refuse to start (they need namespaces, cgroups, mounts); the findings below are what root would get"
-		if !slices.Contains(strings.Split(string(b), "\n"), w) {
+		if !slices.Contains(strings.Split(b, "\n"), w) {
 			t.Errorf("doctor as uid 65534: no line %q in\n%s", w, b)
 		}
 	})
