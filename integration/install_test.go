@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -315,10 +316,12 @@ func logfmtKeys(line string) []string {
 	return keys
 }
 
-// TestAdminSocketBounded: 2 000 connections held open without a request
-// neither exhaust the daemon's fds nor stop /healthz (a held place goes to
-// the newcomer at the cap), and an invocation body over the limit gets 413
-// instead of a JSON error about a truncated body.
+// TestAdminSocketBounded: 2 000 connections held open (a third never
+// sending a request, a third idle after one, a third holding a body half
+// sent) neither exhaust the daemon's fds nor stop /healthz (a held place
+// goes to the newcomer at the cap; a connection waiting on its body is not
+// serving), and an invocation body over the limit gets 413 instead of a
+// JSON error about a truncated body.
 func TestAdminSocketBounded(t *testing.T) {
 	e := newEnv(t)
 	const capN = 64
@@ -331,12 +334,28 @@ func TestAdminSocketBounded(t *testing.T) {
 			c.Close()
 		}
 	}()
+	halfBody := "POST /v1/invocations HTTP/1.1\r\nHost: cyberos\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n" + `{"skill_id":"`
 	for i := range 2000 {
 		c, err := net.Dial("unix", d.adminSocket)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 		held = append(held, c)
+		switch i % 3 {
+		case 1: // idle after one request
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: cyberos\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("connection %d, its one request: %v", i, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("connection %d, its one request: %d", i, resp.StatusCode)
+			}
+		case 2: // a body begun, never finished
+			io.WriteString(c, halfBody)
+		}
 		if i%200 == 199 {
 			resp, err := d.client.Get("http://cyberos/healthz")
 			if err != nil {
@@ -346,11 +365,11 @@ func TestAdminSocketBounded(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("/healthz after %d held connections: %d", i+1, resp.StatusCode)
 			}
+			fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+			if len(fds) > len(fdsBefore)+capN+8 {
+				t.Fatalf("the daemon holds %d fds with %d connections held (%d before, cap %d)", len(fds), i+1, len(fdsBefore), capN)
+			}
 		}
-	}
-	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if len(fds) > len(fdsBefore)+capN+8 {
-		t.Errorf("the daemon holds %d fds with 2000 connections held (%d before, cap %d)", len(fds), len(fdsBefore), capN)
 	}
 	big := bytes.Repeat([]byte(" "), 3<<20)
 	copy(big, `{"skill_id":"x","args":"`)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -10,11 +11,12 @@ import (
 )
 
 // connCap bounds the admin socket's open connections. At the cap, a new
-// connection takes the place of the oldest one that has no request in
-// progress (a keep-alive connection left idle, or one that never sent its
-// request): held connections cannot crowd out a caller or /healthz. When
-// every connection is serving a request, the new one gets 503 and is
-// closed. Its ConnState method is the server's http.Server.ConnState.
+// connection takes the place of the oldest one that has no request being
+// served (a keep-alive connection left idle, one that never sent its
+// request, or one still sending its body): held connections cannot crowd
+// out a caller or /healthz. When every connection is serving a request, the
+// new one gets 503 and is closed. Its ConnState method is the server's
+// http.Server.ConnState.
 type connCap struct {
 	net.Listener
 	max int
@@ -24,8 +26,8 @@ type connCap struct {
 }
 
 type connInfo struct {
-	since  time.Time // when it last became new or idle
-	active bool      // a handler is serving a request on it
+	since  time.Time // when it last became new, idle or waiting on its body
+	active bool      // a handler is serving a request on it, not waiting on its body
 }
 
 // overCapBody is what a connection beyond the cap gets.
@@ -54,8 +56,8 @@ func (c *connCap) Accept() (net.Conn, error) {
 	}
 }
 
-// admit counts conn in, closing the longest-held connection with no
-// request in progress when at the cap; false when there is none.
+// admit counts conn in, closing the longest-held connection not being
+// served when at the cap; false when there is none.
 func (c *connCap) admit(conn net.Conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -99,16 +101,44 @@ func (c *connCap) ConnContext(ctx context.Context, conn net.Conn) context.Contex
 	return context.WithValue(ctx, capConnKey{}, conn)
 }
 
-// Track marks the connection active while next serves a request on it. A
-// connection still sending its headers is not (ReadHeaderTimeout bounds
-// it), so a slow sender cannot hold a place.
+// Track marks the connection active while next serves a request on it,
+// except while next waits for more of the request's body. A connection
+// still sending its headers or its body is not serving (the server's
+// header and request timeouts bound it), so slow or stalled senders cannot
+// hold every place.
 func (c *connCap) Track(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, _ := r.Context().Value(capConnKey{}).(net.Conn)
+		if r.Body != nil && r.Body != http.NoBody {
+			r = withBody(r, &sendingBody{ReadCloser: r.Body, c: c, conn: conn})
+		}
 		c.setActive(conn, true)
 		defer c.setActive(conn, false)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// sendingBody is a request body whose connection is evictable while a read
+// of it waits on the caller.
+type sendingBody struct {
+	io.ReadCloser
+	c    *connCap
+	conn net.Conn
+}
+
+func (b *sendingBody) Read(p []byte) (int, error) {
+	b.c.setActive(b.conn, false)
+	defer b.c.setActive(b.conn, true)
+	return b.ReadCloser.Read(p)
+}
+
+// withBody is a shallow copy of r reading body. The server's own request
+// keeps its body: net/http looks at it after the handler to decide how
+// much of what is left to read.
+func withBody(r *http.Request, body io.ReadCloser) *http.Request {
+	r2 := *r
+	r2.Body = body
+	return &r2
 }
 
 func (c *connCap) setActive(conn net.Conn, active bool) {

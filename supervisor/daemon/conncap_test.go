@@ -6,30 +6,29 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // capServer serves /healthz and /hold (which blocks until release is
-// closed) on a unix socket, its connections capped at max.
+// closed) on a unix socket as the admin socket is served, its connections
+// capped at max.
 func capServer(t *testing.T, max int) (path string, c *connCap, release chan struct{}) {
 	t.Helper()
-	path = filepath.Join(t.TempDir(), "admin.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c = newConnCap(ln, max)
 	release = make(chan struct{})
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("/hold", func(w http.ResponseWriter, _ *http.Request) { <-release; io.WriteString(w, "done") })
-	srv := &http.Server{Handler: c.Track(mux), ConnState: c.ConnState, ConnContext: c.ConnContext, ReadHeaderTimeout: time.Minute}
-	go srv.Serve(c)
-	t.Cleanup(func() { srv.Close() })
+	path, c = capServeMux(t, max, mux)
 	return path, c, release
+}
+
+// capServeMux serves mux and /healthz as capServer does.
+func capServeMux(t *testing.T, max int, mux *http.ServeMux) (string, *connCap) {
+	t.Helper()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	return serveAdmin(t, max, adminTimeouts{header: time.Minute, request: time.Minute, idle: time.Minute}, mux)
 }
 
 func get(path, url string) (int, string, error) {
@@ -76,6 +75,56 @@ func TestConnCapEvictsHeldConnections(t *testing.T) {
 		if n := c.open(); n > 4 {
 			t.Fatalf("%d connections counted in, cap 4", n)
 		}
+	}
+}
+
+// TestConnCapEvictsStalledBodies: connections whose handler waits for a
+// body that never comes are not serving: they cannot crowd out /healthz
+// either, and a body that does come is still read.
+func TestConnCapEvictsStalledBodies(t *testing.T) {
+	var reading atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/read", func(w http.ResponseWriter, r *http.Request) {
+		reading.Add(1)
+		io.Copy(io.Discard, r.Body)
+	})
+	path, c := capServeMux(t, 4, mux)
+	var held []net.Conn
+	defer func() {
+		for _, h := range held {
+			h.Close()
+		}
+	}()
+	for i := range 50 {
+		conn, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, conn)
+		io.WriteString(conn, "POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nabc")
+		// Its handler waits on the body before the next one comes (else it
+		// would be evicted as a connection still sending its headers).
+		for start := time.Now(); reading.Load() <= int64(i); time.Sleep(time.Millisecond) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("stalled body %d never reached its handler: refused by the cap?", i+1)
+			}
+		}
+		if i%10 == 9 {
+			code, body, err := get(path, "/healthz")
+			if err != nil || code != 200 || body != "ok" {
+				t.Fatalf("/healthz after %d stalled bodies: %d %q %v", i+1, code, body, err)
+			}
+		}
+		if n := c.open(); n > 4 {
+			t.Fatalf("%d connections counted in, cap 4", n)
+		}
+	}
+	last := held[len(held)-1]
+	io.WriteString(last, strings.Repeat("x", 1000000-3))
+	last.SetDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(last), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the last body, sent in full: %v %v", resp, err)
 	}
 }
 

@@ -95,15 +95,19 @@ type Options struct {
 	Fleet RowSource
 }
 
-// The admin socket's bounds besides Config.AdminMaxConnections: how long
-// a request's headers and an invocation's body may take to arrive, how long
-// a keep-alive connection may sit idle, and the largest invocation body.
-const (
-	adminHeaderTimeout = 10 * time.Second
-	adminBodyTimeout   = 30 * time.Second
-	adminIdleTimeout   = 2 * time.Minute
-	MaxInvokeBody      = 2 << 20
-)
+// MaxInvokeBody is the largest invocation body (413 beyond).
+const MaxInvokeBody = 2 << 20
+
+// adminTimeouts are the admin socket's bounds besides
+// Config.AdminMaxConnections: how long a request's headers, and the whole
+// request with its body, may take to arrive, and how long a keep-alive
+// connection may sit idle. Past one, the connection is closed.
+type adminTimeouts struct{ header, request, idle time.Duration }
+
+// defaultAdminTimeouts are the timeouts New uses. They are not config keys:
+// the callers are local, their requests small (MaxInvokeBody), and no
+// operator has a reason to wait longer; tests shorten them (adminServer).
+var defaultAdminTimeouts = adminTimeouts{header: 10 * time.Second, request: 30 * time.Second, idle: 2 * time.Minute}
 
 // New prepares a daemon: today's counters from the audit rows, the admin
 // socket (mode 0660, root:admin_group) and the metrics listener. Serve runs it.
@@ -145,26 +149,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	capped := newConnCap(ln, cfg.AdminConnections())
-	d.adminLn = capped
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
-	mux.HandleFunc("GET /v1/status", d.handleStatus)
-	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
-	mux.HandleFunc("GET /v1/events", d.handleEvents)
-	mux.HandleFunc("GET /v1/skills", d.handleSkills)
-	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
-	mux.HandleFunc("GET /healthz", healthz)
-	d.admin = &http.Server{
-		Handler:           capped.Track(d.authorize(mux)),
-		ReadHeaderTimeout: adminHeaderTimeout,
-		IdleTimeout:       adminIdleTimeout,
-		ConnState:         capped.ConnState,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return capped.ConnContext(context.WithValue(ctx, peerKey{}, peerOf(c)), c)
-		},
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	d.admin, d.adminLn = adminServer(ln, cfg.AdminConnections(), defaultAdminTimeouts, d.routes(), log)
 	if cfg.MetricsListen != "" {
 		if d.metrLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
 			d.adminLn.Close()
@@ -177,6 +162,45 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		d.metrSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return d, nil
+}
+
+// routes is the admin API, behind the peer check.
+func (d *Daemon) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
+	mux.HandleFunc("GET /v1/status", d.handleStatus)
+	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
+	mux.HandleFunc("GET /v1/events", d.handleEvents)
+	mux.HandleFunc("GET /v1/skills", d.handleSkills)
+	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
+	mux.HandleFunc("GET /healthz", healthz)
+	return d.authorize(mux)
+}
+
+// adminServer serves h on ln as the admin socket: at most max connections
+// (connCap), and every wait on a caller bounded by t. It returns the server
+// and the capped listener to serve it on.
+func adminServer(ln net.Listener, max int, t adminTimeouts, h http.Handler, log *slog.Logger) (*http.Server, *connCap) {
+	capped := newConnCap(ln, max)
+	return &http.Server{
+		Handler:           capped.Track(h),
+		ReadHeaderTimeout: t.header,
+		// Bounds reading the request only: net/http lifts the deadline
+		// once the body is in (or at once without one), so a long
+		// invocation or a tail stream keeps its connection and context
+		// (TestAdminRequestTimeoutSparesTheAnswer).
+		// Left in place when a body is not in, it also bounds net/http's
+		// reading of what the handler left of it before it answers (which
+		// without a deadline waits for ever on a small body held open);
+		// past it, the answer says Connection: close.
+		ReadTimeout: t.request,
+		IdleTimeout: t.idle,
+		ConnState:   capped.ConnState,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return capped.ConnContext(context.WithValue(ctx, peerKey{}, peerOf(c)), c)
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}, capped
 }
 
 // healthz answers 200 while the daemon serves.
@@ -419,14 +443,11 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req InvokeRequest
-	// A body held open or too large must not hold the connection: it is
-	// read within adminBodyTimeout, up to MaxInvokeBody bytes.
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(adminBodyTimeout))
+	// The body is read up to MaxInvokeBody bytes, within the admin
+	// socket's request timeout (adminServer).
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxInvokeBody))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&req)
-	_ = rc.SetReadDeadline(time.Time{})
 	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
 		apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
 		return
