@@ -111,6 +111,8 @@ cp -r examples "$opt/examples"
 CGO_ENABLED=0 go build -o "$opt/examples/notes-go/main" ./examples/notes-go/skill.go
 mkdir -p "$opt/integration"
 cp -r integration/testdata "$opt/integration/testdata"
+# The shipped unit: a placement test runs its ExecStart's flags.
+cp -r packaging "$opt/packaging"
 install -m 0755 scripts/vm/guest/init "$stage/init"
 # overlayfs, a module in Debian's kernel, loaded on demand on a real host:
 # without it libcontainer copies the whole binary into a memfd at every
