@@ -23,8 +23,9 @@ help: ## list the targets
 deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl, postgresql for the fleet tests; golangci-lint into .cache/bin); idempotent
 	@bash scripts/install-deps.sh
 
-build: deps ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
+build: deps ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-spawn (the same, the sandbox creation helper), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
 	CGO_ENABLED=1 $(GO) build $(STATIC) -o $(BIN) ./cmd/cyberos
+	CGO_ENABLED=1 $(GO) build $(STATIC) -o bin/cyberos-spawn ./cmd/cyberos-spawn
 	$(CC) -static -O2 -Wall -Wextra -Werror -o bin/cyberos-init sandbox-init/cyberos-init.c
 	CGO_ENABLED=0 $(GO) build -o bin/cyberos-tool ./cmd/cyberos-tool
 	CGO_ENABLED=0 $(GO) build -o examples/notes-go/main examples/notes-go/skill.go
@@ -87,7 +88,7 @@ SYSTEMD := $(shell [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ] && echo yes
 install: build ## install binaries, systemd unit, example config, seccomp profiles, skills_dir (PREFIX=/usr/local, DESTDIR=)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/cyberos/seccomp-profiles $(DESTDIR)$(PREFIX)/share/doc/cyberos
 	install -d -m 0755 $(DESTDIR)$(SKILLSDIR)
-	install -m 0755 bin/cyberos bin/cyberos-init bin/cyberos-tool $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 bin/cyberos bin/cyberos-spawn bin/cyberos-init bin/cyberos-tool $(DESTDIR)$(PREFIX)/bin/
 	sed 's|/usr/local/|$(PREFIX)/|g' packaging/cyberos-supervisor.service > $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
 	install -m 0644 packaging/config.example.yaml $(DESTDIR)$(PREFIX)/share/doc/cyberos/config.example.yaml
@@ -104,7 +105,7 @@ uninstall: ## stop the service and remove what install installed; keeps /etc/cyb
 ifeq ($(SYSTEMD),yes)
 	-systemctl disable --now cyberos-supervisor.service
 endif
-	rm -f $(DESTDIR)$(PREFIX)/bin/cyberos $(DESTDIR)$(PREFIX)/bin/cyberos-init $(DESTDIR)$(PREFIX)/bin/cyberos-tool
+	rm -f $(DESTDIR)$(PREFIX)/bin/cyberos $(DESTDIR)$(PREFIX)/bin/cyberos-spawn $(DESTDIR)$(PREFIX)/bin/cyberos-init $(DESTDIR)$(PREFIX)/bin/cyberos-tool
 	rm -f $(DESTDIR)$(UNITDIR)/cyberos-supervisor.service
 	rm -rf $(DESTDIR)$(PREFIX)/share/doc/cyberos
 ifeq ($(SYSTEMD),yes)

@@ -6,8 +6,8 @@ import (
 	"github.com/cyberos/supervisor/internal/testutil"
 )
 
-// TestBinarySealedByOverlay: libcontainer re-executes bin/cyberos as every
-// sandbox's first process and seals it first; on this host (and in the VM
+// TestBinarySealedByOverlay: libcontainer re-executes bin/cyberos-spawn as
+// every sandbox's first process and seals it first; on this host (and in the VM
 // suite, whose guest loads the module as a host does on demand) that must be
 // the overlayfs seal, not a copy of the whole binary into memory per start,
 // so the starts measured and tested here are the ones production makes.

@@ -17,8 +17,8 @@ import (
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
-// prebuiltEnv names a directory holding cyberos, cyberos-init, cyberos-tool
-// and probes/<name>, built beforehand; TestMain then builds nothing.
+// prebuiltEnv names a directory holding cyberos, cyberos-spawn, cyberos-init,
+// cyberos-tool and probes/<name>, built beforehand; TestMain then builds nothing.
 const prebuiltEnv = "CYBEROS_IT_PREBUILT"
 
 // Built once by TestMain: the real cyberos binary and the probe programs.
@@ -51,7 +51,7 @@ func run(m *testing.M) int {
 		// the binaries and probes built on the host.
 		cyberosBin = filepath.Join(dir, "cyberos")
 		probeDir = filepath.Join(dir, "probes")
-		for _, p := range []string{cyberosBin, filepath.Join(dir, "cyberos-init"), filepath.Join(dir, "cyberos-tool"), probeDir} {
+		for _, p := range []string{cyberosBin, filepath.Join(dir, "cyberos-spawn"), filepath.Join(dir, "cyberos-init"), filepath.Join(dir, "cyberos-tool"), probeDir} {
 			if _, err := os.Stat(p); err != nil {
 				fmt.Fprintf(os.Stderr, "%s=%s: %v\n", prebuiltEnv, dir, err)
 				return 1
@@ -63,6 +63,7 @@ func run(m *testing.M) int {
 	for _, build := range []*exec.Cmd{
 		// As `make build` builds it: static (see the Makefile's STATIC).
 		exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", cyberosBin, "./cmd/cyberos"),
+		exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", filepath.Join(tmp, "cyberos-spawn"), "./cmd/cyberos-spawn"),
 		exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(tmp, "cyberos-init"), "sandbox-init/cyberos-init.c"),
 		exec.Command("go", "build", "-o", filepath.Join(tmp, "cyberos-tool"), "./cmd/cyberos-tool"),
 	} {

@@ -23,8 +23,7 @@ import (
 // list.
 
 // Compiled on first use: a {0,63} repetition is a large program, and every
-// sandbox's first process (a re-execution of the daemon's binary) would
-// build it at start for nothing.
+// start of a binary that links this package would build it for nothing.
 var (
 	nameRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 	profileRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`) })

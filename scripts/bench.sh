@@ -17,9 +17,9 @@ for pkg in bubblewrap runc; do
     echo "($pkg not installed: left out of the comparison)"
 done
 n=${BENCH_N:-50}
-# The in-process benchmarks re-execute their own test binary as each
-# sandbox's first process, as the daemon does bin/cyberos: link them as
-# `make build` links it (the Makefile's STATIC).
+# The in-process benchmarks build cyberos-spawn as `make build` does, and
+# libcontainer re-executes it as each sandbox's first process, as in the
+# daemon; their test binaries are linked the same way (the Makefile's STATIC).
 static=(-tags "seccomp netgo osusergo" -ldflags '-extldflags "-static"')
 echo "== in-process runner, as the daemon runs it: Check→Start→Wait→Close→Release of a /bin/true skill, full default policy, $n rounds interleaved with the references"
 go test "${static[@]}" -run '^$' -bench 'BenchmarkColdStart$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |

@@ -15,11 +15,12 @@ import (
 	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
-// TestMain lets libcontainer re-execute this test binary as the container
-// init, for the benchmark below that runs real sandboxes.
+// TestMain removes the creation helper the benchmark below built for its
+// real sandboxes.
 func TestMain(m *testing.M) {
-	sandbox.Reexec()
-	os.Exit(m.Run())
+	code := m.Run()
+	testutil.RemoveSpawnBinary()
+	os.Exit(code)
 }
 
 // noopAuditor accepts every row and stores nothing: the reference the
@@ -51,10 +52,11 @@ func BenchmarkRunAuditVsNoop(b *testing.B) {
 	os.MkdirAll(skill, 0o755)
 	os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: bench\ndescription: d\n---\n"), 0o644)
 	os.WriteFile(filepath.Join(skill, "main"), []byte("#!/bin/sh\necho '{}'\n"), 0o755)
-	runner, err := sandbox.NewLinuxRunner(sandbox.Options{RunDir: filepath.Join(base, "run"), InitBinary: initBin, ToolBinary: initBin})
+	runner, err := sandbox.NewLinuxRunner(sandbox.Options{RunDir: filepath.Join(base, "run"), InitBinary: initBin, ToolBinary: initBin, SpawnBinary: testutil.SpawnBinary(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer runner.Close()
 	state := filepath.Join(base, "state")
 	store, err := audit.Open(state)
 	if err != nil {

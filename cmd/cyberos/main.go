@@ -1,5 +1,5 @@
-// Command cyberos is the one binary of the skill supervisor: the CLI, the
-// daemon, and (re-executed as "cyberos init") the container init.
+// Command cyberos is the skill supervisor's CLI and daemon. Its sandboxes are
+// made by cyberos-spawn, the creation helper beside it.
 package main
 
 import (
@@ -14,8 +14,8 @@ import (
 )
 
 func init() {
-	// The sandbox re-executes this binary ("cyberos init" for libcontainer,
-	// the rlimit shim on macOS); that must happen before anything else runs.
+	// On macOS the sandbox re-executes this binary as the rlimit shim; that
+	// must happen before anything else runs.
 	sandbox.Reexec()
 }
 

@@ -88,6 +88,7 @@ opt=$stage/opt/cyberos
 static=(-tags "seccomp netgo osusergo" -ldflags '-extldflags "-static"')
 log "building static binaries"
 CGO_ENABLED=1 go build "${static[@]}" -o "$opt/bin/cyberos" ./cmd/cyberos
+CGO_ENABLED=1 go build "${static[@]}" -o "$opt/bin/cyberos-spawn" ./cmd/cyberos-spawn
 ${CC:-gcc} -static -O2 -Wall -Wextra -Werror -o "$opt/bin/cyberos-init" sandbox-init/cyberos-init.c
 CGO_ENABLED=0 go build -o "$opt/bin/cyberos-tool" ./cmd/cyberos-tool
 for p in integration/testdata/probes/*/; do
@@ -96,7 +97,7 @@ done
 for pkg in integration cgroups; do
   CGO_ENABLED=1 go test -c "${static[@]}" -o "$opt/tests/$pkg.test" "./$pkg"
 done
-for f in "$opt"/bin/cyberos "$opt"/bin/cyberos-init "$opt"/tests/*.test; do
+for f in "$opt"/bin/cyberos "$opt"/bin/cyberos-spawn "$opt"/bin/cyberos-init "$opt"/tests/*.test; do
   if readelf -l "$f" | grep -q INTERP; then
     echo "$f is dynamically linked; the guest has no matching libraries" >&2
     exit 1

@@ -9,23 +9,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// exeSealing says how libcontainer will protect this binary (CVE-2019-5736)
-// when it re-executes it as each sandbox's first process: a read-only
-// overlayfs over the binary's directory, which costs nothing, or, where that
-// cannot be mounted (no overlay module), a copy of the whole binary into a
-// sealed memfd at every start. It mounts what libcontainer's exeseal mounts
-// first, with a scratch directory beside the default run dir standing in
-// for the container's state directory, then unmounts it.
+// exeSealing says how libcontainer will protect the creation helper
+// (cyberos-spawn beside this executable, which it re-executes as each
+// sandbox's first process) against CVE-2019-5736: a read-only overlayfs over
+// the helper's directory, which costs nothing, or, where that cannot be
+// mounted (no overlay module), a copy of the whole binary into a sealed memfd
+// at every start. It mounts what libcontainer's exeseal mounts first, with a
+// scratch directory beside the default run dir standing in for the
+// container's state directory, then unmounts it.
 func exeSealing() (overlay bool, detail string) {
-	exe, err := os.Readlink("/proc/self/exe")
+	self, err := os.Executable()
 	if err != nil {
 		return false, err.Error()
 	}
-	var size int64
-	if st, err := os.Stat(exe); err == nil {
-		size = st.Size()
+	exe := filepath.Join(filepath.Dir(self), "cyberos-spawn")
+	st, err := os.Stat(exe)
+	if err != nil {
+		return false, fmt.Sprintf("the sandbox creation helper: %v (build it with `make build`)", err)
 	}
-	copyCost := fmt.Sprintf("libcontainer copies this %d MiB binary into memory at every sandbox start instead (slower starts, memory per start being made); load the overlay module", size>>20)
+	copyCost := fmt.Sprintf("libcontainer copies the %d MiB %s into memory at every sandbox start instead (slower starts, memory per start being made); load the overlay module", st.Size()>>20, filepath.Base(exe))
 	tmp, err := os.MkdirTemp(filepath.Dir(DefaultRunDir), ".cyberos-doctor-")
 	if err != nil {
 		return false, err.Error()

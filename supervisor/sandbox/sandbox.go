@@ -67,6 +67,11 @@ type Options struct {
 	// ToolBinary is the static cyberos-tool client, bind-mounted read-only
 	// at ToolBinPath. Default: cyberos-tool beside the running executable.
 	ToolBinary string
+	// SpawnBinary is the static cyberos-spawn, the creation helper that
+	// makes the Linux sandboxes and that libcontainer re-executes as each
+	// one's first process. Default: cyberos-spawn beside the running
+	// executable.
+	SpawnBinary string
 	// RunDir holds libcontainer state, the shared read-only rootfs skeleton
 	// and per-invocation lock files. Default /run/cyberos.
 	RunDir string

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,25 +20,15 @@ import (
 	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
-	_ "github.com/opencontainers/cgroups/devices" // device rules in the cgroup manager
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
-	_ "github.com/opencontainers/runc/libcontainer/nsenter" // joins namespaces before the Go runtime starts in "init"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/supervisor/sandbox/spawn"
 	"github.com/cyberos/supervisor/supervisor/seccomp"
 )
-
-// init pins the main goroutine to the main thread. libcontainer changes
-// namespaces on the thread it runs on; without this the supervisor's main
-// thread was seen left inside the first container's mount namespace (its
-// /proc/self/mountinfo became the container's, 3 of 3 runs; DESIGN.md).
-// Proven by TestSupervisorStaysInHostMountNS in integration/.
-func init() {
-	runtime.LockOSThread()
-}
 
 // DefaultCgroupParent is the cgroup under which every invocation of the
 // default run dir gets its own leaf, named by the invocation id. A runner
@@ -158,6 +147,10 @@ type LinuxRunner struct {
 	// leases are the id ranges reserved for sandboxes not started yet.
 	leaseMu sync.Mutex
 	leases  map[string]*idLease
+	// helper is the creation helper (cyberos-spawn) that makes this
+	// runner's containers; started again if it died.
+	helperMu sync.Mutex
+	helper   *spawn.Client
 }
 
 var _ Runner = (*LinuxRunner)(nil)
@@ -205,9 +198,40 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 	}
 	r.landlockABI, r.landlockErr = kernelLandlockABI()
 	if _, err := r.CleanLeftovers(); err != nil {
+		r.Close()
 		return nil, err
 	}
 	return r, nil
+}
+
+// spawner returns the runner's creation helper, starting it the first time
+// and again when the last one died (its sandboxes keep running, and the
+// new helper loads them from their state to end them).
+func (r *LinuxRunner) spawner() (*spawn.Client, error) {
+	r.helperMu.Lock()
+	defer r.helperMu.Unlock()
+	if r.helper != nil && r.helper.Alive() {
+		return r.helper, nil
+	}
+	c, err := spawn.Start(r.cfg.SpawnBinary)
+	if err != nil {
+		return nil, err
+	}
+	r.helper = c
+	return c, nil
+}
+
+// Close ends the runner's creation helper. Sandboxes still running are
+// left to their Close; the runner must not start any more.
+func (r *LinuxRunner) Close() error {
+	r.helperMu.Lock()
+	defer r.helperMu.Unlock()
+	if r.helper == nil {
+		return nil
+	}
+	err := r.helper.Close()
+	r.helper = nil
+	return err
 }
 
 // Preflight runs the checks New makes before it touches the host: seccomp
@@ -226,10 +250,10 @@ func preflight(cfg Options) (Options, error) {
 	if cfg.RunDir == "" {
 		cfg.RunDir = DefaultRunDir
 	}
-	if cfg.InitBinary == "" || cfg.ToolBinary == "" {
+	if cfg.InitBinary == "" || cfg.ToolBinary == "" || cfg.SpawnBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return cfg, fmt.Errorf("sandbox: locate cyberos-init and cyberos-tool: %w", err)
+			return cfg, fmt.Errorf("sandbox: locate cyberos-init, cyberos-tool and cyberos-spawn: %w", err)
 		}
 		if cfg.InitBinary == "" {
 			cfg.InitBinary = filepath.Join(filepath.Dir(exe), "cyberos-init")
@@ -237,10 +261,13 @@ func preflight(cfg Options) (Options, error) {
 		if cfg.ToolBinary == "" {
 			cfg.ToolBinary = filepath.Join(filepath.Dir(exe), "cyberos-tool")
 		}
+		if cfg.SpawnBinary == "" {
+			cfg.SpawnBinary = filepath.Join(filepath.Dir(exe), "cyberos-spawn")
+		}
 	}
-	for _, b := range []struct{ what, path string }{{"init", cfg.InitBinary}, {"tool client", cfg.ToolBinary}} {
+	for _, b := range []struct{ what, path string }{{"sandbox init", cfg.InitBinary}, {"sandbox tool client", cfg.ToolBinary}, {"sandbox creation helper", cfg.SpawnBinary}} {
 		if fi, err := os.Stat(b.path); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o001 == 0 {
-			return cfg, fmt.Errorf("sandbox: the sandbox %s %s is missing or not executable by the sandbox user (build it with `make build`)", b.what, b.path)
+			return cfg, fmt.Errorf("sandbox: the %s %s is missing or not executable by the sandbox user (build it with `make build`)", b.what, b.path)
 		}
 	}
 	if cfg.HostIDBase == 0 {
@@ -304,8 +331,13 @@ func (r *LinuxRunner) CleanLeftovers() ([]string, error) {
 		if !ok {
 			continue // a live supervisor owns it
 		}
-		if c, err := libcontainer.Load(r.stateRoot(), id); err == nil {
-			_ = c.Signal(unix.SIGKILL)
+		helper, err := r.spawner()
+		if err != nil {
+			lock.Close()
+			return cleaned, fmt.Errorf("sandbox leftovers: %w", err)
+		}
+		c := helper.Container(r.stateRoot(), id)
+		if err := c.Signal(unix.SIGKILL); !errors.Is(err, spawn.ErrHelperGone) {
 			if err := c.Destroy(); err != nil {
 				_ = cgroups.KillAll(r.cgroupParent + "/" + id)
 				_ = c.Destroy()
@@ -584,11 +616,10 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 		cfg.Seccomp = seccomp.RecordingConfig(sc, p.notify.path)
 		p.cont.Seccomp += recordingNote
 	}
-	c, err := libcontainer.Create(r.stateRoot(), spec.ID, cfg)
+	helper, err := r.spawner()
 	if err != nil {
 		return nil, p.abort(fmt.Errorf("sandbox create: %w", err))
 	}
-	p.c = c
 	// cyberos-init reports the skill's wait status on fd 3 (its ExtraFiles[0]).
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
@@ -605,7 +636,7 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	}
 	defer child.close()
 	uid := r.skillUID()
-	proc := &libcontainer.Process{
+	init := &spawn.Proc{
 		Args:       append(withControl(withInitRlimits(ll.initArgs(false), p.initRlimits)), filepath.Join(SkillMount, spec.Entrypoint)),
 		ExtraFiles: []*os.File{statusW, child.control}, // fds 3 and controlFD
 		Env:        []string{"PATH=/usr/bin:/bin"},
@@ -615,10 +646,12 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 		Stdin:      child.stdin,
 		Stdout:     child.stdout,
 		Stderr:     child.stderr,
-		Init:       true,
+		Hold:       holdInit,
 	}
-	if err := runInit(c, proc); err != nil {
-		return nil, p.abort(fmt.Errorf("sandbox start: %w", err))
+	c, proc, err := helper.Create(r.stateRoot(), spec.ID, cfg, init)
+	p.created = c != nil
+	if err != nil {
+		return nil, p.abort(err)
 	}
 	// The sandbox's processes keep its user namespace alive now.
 	holder.stop()
@@ -684,10 +717,14 @@ func controlMessage(a Activation) ([]byte, error) {
 // Alive reports whether the sandbox's init is still waiting for its
 // invocation: a warm sandbox whose init died is never activated.
 func (p *linuxProcess) Alive() bool {
-	if p.control == nil || p.c == nil {
+	if p.control == nil || !p.created {
 		return false
 	}
-	st, err := p.c.Status()
+	c, err := p.container()
+	if err != nil {
+		return false
+	}
+	st, err := c.Status()
 	return err == nil && st == libcontainer.Running
 }
 
@@ -788,24 +825,9 @@ func (p *linuxProcess) activate(a Activation, since time.Time) error {
 // invocation was sent to it.
 var errInitGone = errors.New("sandbox: its init is gone; it cannot be activated")
 
-// runInit starts a sandbox's init; a test replaces it to stop the init
-// before its exec.
-var runInit = runContainer
-
-// runContainer is c.Run(proc), with a panic inside libcontainer turned into
-// an error: a start that takes libcontainer over a minute (seen with 100
-// starts at once in a VM under software emulation and memory pressure) hits
-// a race in runc v1.5.3's mount-source helper (process_linux.go: the request
-// channel is closed by a 1-minute context while a request is being sent:
-// "send on closed channel"). The start failed; it is not a supervisor bug.
-func runContainer(c *libcontainer.Container, proc *libcontainer.Process) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("libcontainer panicked: %v", v)
-		}
-	}()
-	return c.Run(proc)
-}
+// holdInit makes prewarm leave the init before its exec (spawn's
+// procSpec.Hold); a test sets it.
+var holdInit bool
 
 // config maps a Spec onto a libcontainer config. Every security control is
 // set here, in one place: namespaces, id maps, mounts, masked paths, no
@@ -935,10 +957,11 @@ func (r *LinuxRunner) config(spec Spec, lease *idLease) (*configs.Config, Contai
 type linuxProcess struct {
 	runner *LinuxRunner
 	id     string
-	c      *libcontainer.Container
-	proc   *libcontainer.Process
-	lock   *os.File
-	lease  *idLease // the sandbox's host id range, held until cleanup
+	// created: the helper made the container, which cleanup destroys.
+	created bool
+	proc    *spawn.Process // the init
+	lock    *os.File
+	lease   *idLease // the sandbox's host id range, held until cleanup
 	// initRlimits are cyberos-init's --rlimit arguments (moveRlimitsToInit).
 	initRlimits []string
 	status      *os.File // read end of cyberos-init's status pipe
@@ -961,14 +984,31 @@ type linuxProcess struct {
 
 func (p *linuxProcess) cgroupPath() string { return p.runner.cgroupParent + "/" + p.id }
 
-func (p *linuxProcess) Terminate() error { return p.proc.Signal(unix.SIGTERM) }
+func (p *linuxProcess) Terminate() error {
+	if p.proc == nil {
+		return errors.New("sandbox: not started")
+	}
+	return p.proc.Signal(unix.SIGTERM)
+}
 
 // KillAll kills init (which makes the kernel kill every process of the pid
 // namespace) and then every process still in the cgroup, so nothing that
 // forked, re-parented or ignores signals survives.
 func (p *linuxProcess) KillAll() error {
-	_ = p.c.Signal(unix.SIGKILL)
+	if c, err := p.container(); err == nil {
+		_ = c.Signal(unix.SIGKILL)
+	}
 	return cgroups.KillAll(p.cgroupPath())
+}
+
+// container is the sandbox's container through the runner's live helper: a
+// helper started after the one that made it died loads it from its state.
+func (p *linuxProcess) container() (*spawn.Container, error) {
+	h, err := p.runner.spawner()
+	if err != nil {
+		return nil, err
+	}
+	return h.Container(p.runner.stateRoot(), p.id), nil
 }
 
 // Wait waits for the sandbox's init and reports how the skill ended, as
@@ -981,17 +1021,15 @@ func (p *linuxProcess) KillAll() error {
 // then immediate.
 func (p *linuxProcess) Wait() (Exit, error) {
 	report, reported := readInitStatus(p.status)
-	ps, err := p.proc.Wait()
+	ws, err := p.proc.Wait()
 	p.drainOutput()
-	if ps == nil {
-		return Exit{}, fmt.Errorf("sandbox wait: %w", err)
-	}
-	if reported {
+	if reported && (err == nil || errors.Is(err, spawn.ErrHelperGone)) {
+		// Init reported and exited; the helper that could have reaped it
+		// is gone (the kernel's reaper does that now).
 		return report, nil
 	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	if !ok {
-		return Exit{Code: ps.ExitCode()}, nil
+	if err != nil {
+		return Exit{}, fmt.Errorf("sandbox wait: %w", err)
 	}
 	if ws.Signaled() {
 		return Exit{Code: -1, Signal: ws.Signal()}, nil
@@ -1076,18 +1114,22 @@ func (p *linuxProcess) abort(err error) error {
 
 func (p *linuxProcess) cleanup() error {
 	var errs []error
-	if p.c != nil {
-		if st, _ := p.c.Status(); st != libcontainer.Stopped {
-			_ = p.KillAll()
-			if p.proc != nil {
-				_, _ = p.proc.Wait()
+	if p.created {
+		c, err := p.container()
+		if err == nil {
+			if st, err := c.Status(); err != nil || st != libcontainer.Stopped {
+				_ = p.KillAll()
+				if p.proc != nil {
+					_, _ = p.proc.Wait()
+				}
+			}
+			if err = c.Destroy(); err != nil {
+				_ = cgroups.KillAll(p.cgroupPath())
+				err = c.Destroy()
 			}
 		}
-		if err := p.c.Destroy(); err != nil {
-			_ = cgroups.KillAll(p.cgroupPath())
-			if err2 := p.c.Destroy(); err2 != nil {
-				errs = append(errs, fmt.Errorf("destroy %s: %w", p.id, err2))
-			}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("destroy %s: %w", p.id, err))
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(p.runner.stateRoot(), p.id))
@@ -1130,14 +1172,20 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 		outW.Close()
 		return ExecExit{}, err
 	}
+	stdin, err := stdinFile(r.Stdin)
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return ExecExit{}, err
+	}
+	defer stdin.Close()
 	// Through cyberos-init --exec, which applies the skill's Landlock rules
 	// and execs r.Argv in place.
-	proc := &libcontainer.Process{
+	spec := &spawn.Proc{
 		Args: append(withInitRlimits(p.landlock.initArgs(true), p.initRlimits), r.Argv...), Env: r.Env, UID: uid, GID: uid, Cwd: "/tmp",
-		Stdin: r.Stdin, Stdout: outW, Stderr: errW, Init: false,
-	}
-	if proc.Stdin == nil {
-		proc.Stdin = strings.NewReader("")
+		Stdin: stdin, Stdout: outW, Stderr: errW,
 	}
 	copyDone := make(chan struct{}, 2)
 	copyOut := func(dst io.Writer, src *os.File) {
@@ -1147,7 +1195,12 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 		_, _ = io.Copy(dst, src)
 		copyDone <- struct{}{}
 	}
-	if err := runContainer(p.c, proc); err != nil {
+	c, err := p.container()
+	var proc *spawn.Process
+	if err == nil {
+		proc, err = c.Run(spec)
+	}
+	if err != nil {
 		outR.Close()
 		outW.Close()
 		errR.Close()
@@ -1171,7 +1224,7 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 			_ = proc.Signal(unix.SIGKILL)
 		}
 	}()
-	ps, werr := proc.Wait()
+	ws, werr := proc.Wait()
 	close(waited)
 	// Drain what the process wrote; a background child that keeps the
 	// pipes open is cut off.
@@ -1188,15 +1241,39 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 	outR.Close()
 	errR.Close()
 	ex := ExecExit{TimedOut: timedOut}
-	if ps == nil {
+	if werr != nil {
 		return ex, fmt.Errorf("sandbox exec wait: %w", werr)
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws.Signaled() {
 		ex.Code, ex.Signal = -1, ws.Signal()
 	} else {
-		ex.Code = ps.ExitCode()
+		ex.Code = ws.ExitStatus()
 	}
 	return ex, nil
+}
+
+// stdinFile is in as a file for the helper to pass on: a file as it is
+// (duplicated, so the caller keeps its own), anything else through a pipe
+// fed from here, and nil as an empty one.
+func stdinFile(in io.Reader) (*os.File, error) {
+	if f, ok := in.(*os.File); ok {
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		return os.NewFile(uintptr(fd), f.Name()), nil
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		if in != nil {
+			_, _ = io.Copy(pw, in) // EPIPE once the process is gone
+		}
+		pw.Close()
+	}()
+	return pr, nil
 }
 
 // Owns reads the pid's cgroup membership: every process of the sandbox,
@@ -1221,48 +1298,6 @@ const execDrain = 200 * time.Millisecond
 func (p *linuxProcess) Containment() Containment    { return p.cont }
 func (p *linuxProcess) StartLatency() time.Duration { return p.latency }
 
-// Reexec runs libcontainer's container init when this binary was
-// re-executed as "<self> init" inside the new namespaces; it never returns
-// then. Otherwise it returns at once.
-func Reexec() {
-	if len(os.Args) > 1 && os.Args[1] == "init" {
-		if os.Getenv("_LIBCONTAINER_INITTYPE") == "standard" {
-			go exitIfControlHangsUp()
-		}
-		libcontainer.Init()
-	}
-}
-
-// controlFD is the init's end of the control pipe: Start's ExtraFiles[1],
-// cyberos-init's CONTROL_FD.
-const controlFD = 4
-
-// exitIfControlHangsUp ends a container init whose supervisor is gone
-// before the init execs cyberos-init. Libcontainer's init waits for the
-// supervisor to open the container's exec fifo, and would wait forever if
-// the supervisor died in between; the control pipe's write end is the
-// supervisor's, so a hang-up with no message on it means it died (or
-// dropped the sandbox). A message means the sandbox was activated: stop
-// watching, cyberos-init reads it.
-func exitIfControlHangsUp() {
-	var st unix.Stat_t
-	if unix.Fstat(controlFD, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		return
-	}
-	if fl, err := unix.FcntlInt(controlFD, unix.F_GETFL, 0); err != nil || fl&unix.O_ACCMODE != unix.O_RDONLY {
-		return
-	}
-	fds := []unix.PollFd{{Fd: controlFD, Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || fds[0].Revents&(unix.POLLIN|unix.POLLNVAL) != 0 {
-			return
-		}
-		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
-			os.Exit(1)
-		}
-	}
-}
+// Reexec does nothing on Linux: libcontainer re-executes the creation
+// helper (cyberos-spawn) as each container's init, never this binary.
+func Reexec() {}

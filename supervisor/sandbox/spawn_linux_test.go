@@ -1,0 +1,120 @@
+package sandbox
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/internal/testutil"
+)
+
+// The creation helper's socket to the runner is root's control of every
+// sandbox: no sandbox process may hold it. The helper marks its end
+// close-on-exec before anything else, so libcontainer's init, which the
+// helper forks and execs, never inherits it.
+func TestHelperSocketStaysOutOfTheSandbox(t *testing.T) {
+	w := newWorld(t)
+	warm := w.prewarm(t, "sockleak")
+	p := warm.(*linuxProcess)
+	defer p.Close()
+	helper := w.helperPid(t)
+	// The helper's sockets: the runner's, and any libcontainer has open.
+	socks := map[string]bool{}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", helper))
+	for _, fd := range fds {
+		l, err := os.Readlink(fd)
+		if err != nil || !strings.HasPrefix(l, "socket:") {
+			continue
+		}
+		socks[l] = true
+		info, err := os.ReadFile(strings.Replace(fd, "/fd/", "/fdinfo/", 1))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		var flags int
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				_, _ = fmt.Sscanf(strings.TrimSpace(v), "%o", &flags)
+			}
+		}
+		if flags&unix.O_CLOEXEC == 0 {
+			t.Errorf("the helper's socket %s (%s) is not close-on-exec (flags %o)", fd, l, flags)
+		}
+	}
+	if len(socks) == 0 {
+		t.Fatal("the helper has no socket open")
+	}
+	// Every process of the sandbox: its cgroup's members.
+	procs, err := os.ReadFile(filepath.Join(cgroupDir(t, p), "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := strings.Fields(string(procs))
+	if len(pids) == 0 {
+		t.Fatal("no process in the sandbox's cgroup")
+	}
+	for _, pid := range pids {
+		fds, _ := filepath.Glob("/proc/" + pid + "/fd/*")
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fd); socks[l] {
+				t.Errorf("sandbox process %s holds the helper's socket as %s", pid, fd)
+			}
+		}
+	}
+}
+
+// cgroupDir is the sandbox's pids cgroup (v1) or its one cgroup (v2).
+func cgroupDir(tb testing.TB, p *linuxProcess) string {
+	tb.Helper()
+	for _, d := range []string{"/sys/fs/cgroup/pids" + p.cgroupPath(), "/sys/fs/cgroup" + p.cgroupPath()} {
+		if isDir(d) {
+			return d
+		}
+	}
+	tb.Fatalf("no cgroup directory for %s", p.cgroupPath())
+	return ""
+}
+
+// A helper that dies (killed, a crash) costs its sandboxes' waits, not the
+// runner: the next call starts a new helper, which ends the old helper's
+// sandboxes from their state, so Close leaves nothing behind.
+func TestHelperDeathIsSurvived(t *testing.T) {
+	w := newWorld(t)
+	warm := w.prewarm(t, "orphan")
+	p := warm.(*linuxProcess)
+	initPid := p.proc.Pid()
+	old := w.helperPid(t)
+	if err := unix.Kill(old, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, func() bool { return !w.runner.helper.Alive() })
+	if err := warm.Close(); err != nil {
+		t.Fatalf("Close of a sandbox whose helper died: %v", err)
+	}
+	if isDir("/sys/fs/cgroup/pids"+p.cgroupPath()) || isDir("/sys/fs/cgroup"+p.cgroupPath()) {
+		t.Errorf("cgroup %s left after Close", p.cgroupPath())
+	}
+	testutil.WaitFor(t, 5*time.Second, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", initPid))
+		return err != nil
+	})
+	if now := w.helperPid(t); now == old {
+		t.Fatalf("the helper %d was not replaced", old)
+	}
+	w.runOnce(t, "after-helper-death")
+	// A sandbox running when its helper dies reports how its skill ended.
+	q, err := w.runner.Start(w.spec("running", io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(w.helperPid(t), unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitClose(t, q)
+}
