@@ -160,8 +160,8 @@ func New(opts Options) (Runner, error) { return NewLinuxRunner(opts) }
 
 // NewLinuxRunner checks that this binary and kernel can sandbox (seccomp
 // compiled in, run dir usable) and cleans what crashed runs left behind.
-func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
-	cfg, err := preflight(cfg)
+func NewLinuxRunner(cfg Options) (_ *LinuxRunner, err error) {
+	cfg, err = preflight(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +171,17 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 		return nil, err
 	}
 	r := &LinuxRunner{cfg: cfg, cgroupMode: h.Mode, cgroupParent: parent, cgroupWhere: where, leases: map[string]*idLease{}}
+	// The creation helper starts now, in the cgroup placeCgroups chose:
+	// its Go start overlaps the rest of the caller's setup (for `skill
+	// run`, the audit store's open) instead of delaying the first sandbox.
+	if _, err := r.spawner(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			r.Close()
+		}
+	}()
 	// The container root user must be able to traverse to the rootfs, so
 	// the run dir and the skeleton are 0711/0755, state and locks 0700.
 	for _, d := range []struct {
@@ -198,7 +209,6 @@ func NewLinuxRunner(cfg Options) (*LinuxRunner, error) {
 	}
 	r.landlockABI, r.landlockErr = kernelLandlockABI()
 	if _, err := r.CleanLeftovers(); err != nil {
-		r.Close()
 		return nil, err
 	}
 	return r, nil
