@@ -29,6 +29,10 @@ echo "== the same cold start per seccomp profile: default, strict, Docker's defa
 go test "${static[@]}" -run '^$' -bench 'BenchmarkColdStartProfiles$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
   grep -E 'BenchmarkColdStartProfiles' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 echo
+echo "== one more process in a running sandbox, as the Bash tool starts each command (/bin/true), $n rounds"
+go test "${static[@]}" -run '^$' -bench 'BenchmarkExec$' -benchtime "${n}x" -count 1 ./supervisor/sandbox/ |
+  grep -E '^BenchmarkExec' | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
+echo
 echo "== whole CLI: \`cyberos skill run\` of the same skill (process start, policy, sandbox, cleanup), 20 runs"
 tmp=$(mktemp -d); chmod 711 "$tmp"; trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/skill"; cp /bin/true "$tmp/skill/main"; chmod 755 "$tmp/skill" "$tmp/skill/main"

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -117,4 +118,31 @@ func TestHelperDeathIsSurvived(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitClose(t, q)
+}
+
+// BenchmarkExec: one more process in a running sandbox, as the Bash tool
+// starts each command (libcontainer joins the sandbox's namespaces and
+// cgroup, applies its seccomp filter, and re-executes the creation helper
+// to do so; cyberos-init --exec applies Landlock and execs /bin/true).
+// Reports the median and p95 of Exec's whole call.
+// go test -tags seccomp -run '^$' -bench 'BenchmarkExec$' -benchtime 50x ./supervisor/sandbox/
+func BenchmarkExec(b *testing.B) {
+	w := newWorld(b)
+	warm := w.prewarm(b, "exec-bench")
+	defer warm.Close()
+	p := warm.(*linuxProcess)
+	var lat []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		ex, err := p.Exec(context.Background(), ExecSpec{Argv: []string{"/bin/true"}, Stdout: io.Discard, Stderr: io.Discard, Timeout: 10 * time.Second})
+		lat = append(lat, time.Since(t0))
+		if err != nil || ex.Code != 0 {
+			b.Fatalf("exec /bin/true: %+v %v", ex, err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(median(lat)), "exec-median-ms")
+	b.ReportMetric(ms(p95(lat)), "exec-p95-ms")
+	b.ReportMetric(0, "ns/op")
 }
