@@ -573,6 +573,9 @@ func TestActivateRemakesADeadWarmSandbox(t *testing.T) {
 	p := warm.(*linuxProcess)
 	defer p.Close()
 	rangeStart := p.lease.start
+	if !warm.Alive() {
+		t.Fatal("a warm sandbox whose init waits is not Alive")
+	}
 	if err := unix.Kill(p.proc.Pid(), unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -725,17 +725,25 @@ func controlMessage(a Activation) ([]byte, error) {
 }
 
 // Alive reports whether the sandbox's init is still waiting for its
-// invocation: a warm sandbox whose init died is never activated.
+// invocation: a warm sandbox whose init died is never activated. The init
+// holds the control pipe's only read end until it reads its invocation, so
+// once it died the pipe has no reader, which poll reports as POLLERR on our
+// write end: no call to the helper, on the warm path of every invocation.
 func (p *linuxProcess) Alive() bool {
 	if p.control == nil || !p.created {
 		return false
 	}
-	c, err := p.container()
+	rc, err := p.control.SyscallConn()
 	if err != nil {
 		return false
 	}
-	st, err := c.Status()
-	return err == nil && st == libcontainer.Running
+	alive := false
+	err = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, err := unix.Poll(fds, 0)
+		alive = err == nil && n == 1 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) == 0
+	})
+	return err == nil && alive
 }
 
 // ID is the sandbox's container id (the leaf of its cgroup path).

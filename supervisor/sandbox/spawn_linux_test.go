@@ -146,3 +146,36 @@ func BenchmarkExec(b *testing.B) {
 	b.ReportMetric(ms(p95(lat)), "exec-p95-ms")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkAlive: the warm pool's check that a claimed sandbox's init
+// still waits (a poll of the control pipe), against asking the helper for
+// the container's status (what it did before), in the same run. Each
+// warm invocation makes the check twice (claim, Activate).
+// go test -tags seccomp -run '^$' -bench 'BenchmarkAlive$' -benchtime 2000x ./supervisor/sandbox/
+func BenchmarkAlive(b *testing.B) {
+	w := newWorld(b)
+	warm := w.prewarm(b, "alive-bench")
+	defer warm.Close()
+	p := warm.(*linuxProcess)
+	c, err := p.container()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var poll, status []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		alive := p.Alive()
+		t1 := time.Now()
+		_, err := c.Status()
+		t2 := time.Now()
+		if !alive || err != nil {
+			b.Fatalf("alive %v, status %v", alive, err)
+		}
+		poll, status = append(poll, t1.Sub(t0)), append(status, t2.Sub(t1))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(median(poll).Nanoseconds())/1000, "alive-poll-median-us")
+	b.ReportMetric(float64(median(status).Nanoseconds())/1000, "helper-status-median-us")
+	b.ReportMetric(0, "ns/op")
+}
