@@ -597,12 +597,7 @@ func TestActivateRemakesADeadWarmSandbox(t *testing.T) {
 	if err := warm.Close(); err != nil {
 		t.Errorf("the dead warm sandbox's Close after the remake: %v", err)
 	}
-	// v1: a directory per controller; v2: one.
-	left, _ := filepath.Glob("/sys/fs/cgroup/*" + CgroupParentFor(w.runDir) + "/" + p.id)
-	if v2 := "/sys/fs/cgroup" + CgroupParentFor(w.runDir) + "/" + p.id; isDir(v2) {
-		left = append(left, v2)
-	}
-	if len(left) > 0 {
+	if left := cgroupDirs(p); len(left) > 0 {
 		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
 	}
 	// The range is free again: the next reservation gets it.
@@ -611,6 +606,16 @@ func TestActivateRemakesADeadWarmSandbox(t *testing.T) {
 	if err != nil || id.RangeStart != int(rangeStart) {
 		t.Errorf("after Close, Reserve got %+v %v, want range %d", id, err, rangeStart)
 	}
+}
+
+// cgroupDirs are the sandbox's cgroup directories that exist: v1, one per
+// controller; v2, one.
+func cgroupDirs(p *linuxProcess) []string {
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + p.cgroupPath())
+	if v2 := "/sys/fs/cgroup" + p.cgroupPath(); isDir(v2) {
+		dirs = append(dirs, v2)
+	}
+	return dirs
 }
 
 func isDir(path string) bool {

@@ -648,7 +648,7 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	uid := r.skillUID()
 	init := &spawn.Proc{
 		Args:       append(withControl(withInitRlimits(ll.initArgs(false), p.initRlimits)), filepath.Join(SkillMount, spec.Entrypoint)),
-		ExtraFiles: []*os.File{statusW, child.control}, // fds 3 and controlFD
+		ExtraFiles: []*os.File{statusW, child.control}, // fds 3 and 4 (cyberos-init's CONTROL_FD)
 		Env:        []string{"PATH=/usr/bin:/bin"},
 		UID:        uid,
 		GID:        uid,

@@ -98,8 +98,8 @@ func TestHelperDeathIsSurvived(t *testing.T) {
 	if err := warm.Close(); err != nil {
 		t.Fatalf("Close of a sandbox whose helper died: %v", err)
 	}
-	if isDir("/sys/fs/cgroup/pids"+p.cgroupPath()) || isDir("/sys/fs/cgroup"+p.cgroupPath()) {
-		t.Errorf("cgroup %s left after Close", p.cgroupPath())
+	if left := cgroupDirs(p); len(left) > 0 {
+		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
 	}
 	testutil.WaitFor(t, 5*time.Second, func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", initPid))
