@@ -1039,7 +1039,7 @@ func (p *linuxProcess) container() (*spawn.Container, error) {
 // then immediate.
 func (p *linuxProcess) Wait() (Exit, error) {
 	report, reported := readInitStatus(p.status)
-	ws, err := p.proc.Wait()
+	ws, err := p.proc.Reap() // the status pipe's EOF: init has exited
 	p.drainOutput()
 	if reported && (err == nil || errors.Is(err, spawn.ErrHelperGone)) {
 		// Init reported and exited; the helper that could have reaped it
@@ -1138,7 +1138,7 @@ func (p *linuxProcess) cleanup() error {
 			if st, err := c.Status(); err != nil || st != libcontainer.Stopped {
 				_ = p.KillAll()
 				if p.proc != nil {
-					_, _ = p.proc.Wait()
+					_, _ = p.proc.Reap()
 				}
 			}
 			if err = c.Destroy(); err != nil {

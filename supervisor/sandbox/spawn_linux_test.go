@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cyberos/supervisor/internal/testutil"
+	"github.com/cyberos/supervisor/supervisor/sandbox/spawn"
 )
 
 // The creation helper's socket to the runner is root's control of every
@@ -118,6 +119,55 @@ func TestHelperDeathIsSurvived(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitClose(t, q)
+}
+
+// A wedged helper (here stopped; in the wild, stuck inside libcontainer)
+// must not hang the runner: a call it does not answer within
+// spawn.CallBound kills it, the deadline's KillAll still ends the sandbox
+// through its cgroup, and the next call starts a new helper, which destroys
+// the sandbox from its state.
+func TestWedgedHelperIsReplaced(t *testing.T) {
+	w := newWorld(t)
+	bound := spawn.CallBound
+	spawn.CallBound = 2 * time.Second
+	t.Cleanup(func() { spawn.CallBound = bound })
+	warm := w.prewarm(t, "wedged")
+	p := warm.(*linuxProcess)
+	initPid := p.proc.Pid()
+	old := w.helperPid(t)
+	if err := unix.Kill(old, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- p.KillAll() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("KillAll with a wedged helper: %v", err)
+		}
+	case <-time.After(spawn.CallBound + 20*time.Second):
+		_ = unix.Kill(old, unix.SIGKILL)
+		t.Fatalf("KillAll still waits on the stopped helper after %v", time.Since(t0))
+	}
+	testutil.WaitFor(t, 10*time.Second, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", initPid))
+		return err != nil
+	})
+	testutil.WaitFor(t, 10*time.Second, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", old))
+		return err != nil
+	})
+	if err := warm.Close(); err != nil {
+		t.Fatalf("Close after the wedged helper was killed: %v", err)
+	}
+	if left := cgroupDirs(p); len(left) > 0 {
+		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
+	}
+	if now := w.helperPid(t); now == old {
+		t.Fatalf("the wedged helper %d was not replaced", old)
+	}
+	w.runOnce(t, "after-wedged-helper")
 }
 
 // BenchmarkExec: one more process in a running sandbox, as the Bash tool

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -18,6 +19,16 @@ import (
 // started keeps running, and a new helper cleans it up.
 var ErrHelperGone = errors.New("the sandbox creation helper is gone")
 
+// CallBound bounds how long the helper may take to answer any request but
+// Wait (which lasts as long as its process; Reap is bounded): libcontainer's own steps time
+// out within a minute, so a helper silent for longer is wedged (stopped, or
+// stuck inside libcontainer). The client then kills it, every call still
+// waiting fails with ErrHelperGone, and the runner's next call starts a new
+// helper, which loads the old one's containers from their state. Without
+// the bound, one wedged helper would hang every invocation's deadline kill.
+// A variable for tests.
+var CallBound = 2 * time.Minute
+
 // Client is the runner's end of one helper process.
 type Client struct {
 	conn *net.UnixConn
@@ -26,7 +37,8 @@ type Client struct {
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]chan reply
-	err     error // set once the connection broke
+	err     error  // set once the connection broke
+	killed  string // why the client killed the helper, if it did
 	done    chan struct{}
 }
 
@@ -88,6 +100,9 @@ func (c *Client) read() {
 		err = errors.New("EOF")
 	}
 	c.mu.Lock()
+	if c.killed != "" {
+		err = errors.New(c.killed)
+	}
 	c.err = fmt.Errorf("%w (%v)", ErrHelperGone, err)
 	for id, ch := range c.pending {
 		ch <- reply{ID: id, gone: c.err}
@@ -96,6 +111,16 @@ func (c *Client) read() {
 	c.mu.Unlock()
 	_ = c.cmd.Wait()
 	close(c.done)
+}
+
+// kill ends a wedged helper; read then fails every waiting call.
+func (c *Client) kill(why string) {
+	c.mu.Lock()
+	if c.killed == "" {
+		c.killed = why
+	}
+	c.mu.Unlock()
+	_ = c.cmd.Process.Kill()
 }
 
 // Pid is the helper's pid.
@@ -116,8 +141,13 @@ func (c *Client) Close() error {
 	return err
 }
 
-// call sends req with files and waits for its reply.
+// call sends req with files and waits for its reply, at most CallBound
+// unless unbounded.
 func (c *Client) call(req request, files []*os.File) (reply, error) {
+	return c.callBounded(req, files, true)
+}
+
+func (c *Client) callBounded(req request, files []*os.File, bounded bool) (reply, error) {
 	ch := make(chan reply, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -150,7 +180,19 @@ func (c *Client) call(req request, files []*os.File) (reply, error) {
 		c.mu.Unlock()
 		return reply{}, fmt.Errorf("sandbox helper %s: %w", req.Op, err)
 	}
-	r := <-ch
+	var r reply
+	if !bounded {
+		r = <-ch
+	} else {
+		bound := time.NewTimer(CallBound)
+		select {
+		case r = <-ch:
+		case <-bound.C:
+			c.kill(fmt.Sprintf("killed: no answer to %s in %v", req.Op, CallBound))
+			r = <-ch // failed by read once the helper's end closed
+		}
+		bound.Stop()
+	}
 	if r.gone != nil {
 		return r, r.gone
 	}
@@ -275,8 +317,15 @@ func (p *Process) Signal(sig unix.Signal) error {
 
 // Wait waits for the process to end and returns its wait status; err is
 // set only when there is none.
-func (p *Process) Wait() (unix.WaitStatus, error) {
-	r, err := p.c.call(request{Op: opWait, Handle: p.h}, nil)
+func (p *Process) Wait() (unix.WaitStatus, error) { return p.wait(false) }
+
+// Reap is Wait for a process that has ended (or was killed): its wait
+// status is due at once, so the call is bounded by CallBound like every
+// other.
+func (p *Process) Reap() (unix.WaitStatus, error) { return p.wait(true) }
+
+func (p *Process) wait(bounded bool) (unix.WaitStatus, error) {
+	r, err := p.c.callBounded(request{Op: opWait, Handle: p.h}, nil, bounded)
 	if !r.Waited {
 		if err == nil {
 			err = errors.New("sandbox helper: no wait status")
