@@ -18,8 +18,24 @@ finish() { # status
 }
 fail() {
   echo "--- FAIL: $*"
-  journalctl -u cyberos-supervisor --no-pager -n 60 2>&1 | sed 's/^/    journal: /'
+  # What every cyberos process is doing, then the Go stacks of the daemon
+  # and its creation helper (SIGQUIT: they print them to the journal).
+  quit=
+  for d in /proc/[0-9]*; do
+    read -r n 2>/dev/null <"$d/comm" || continue
+    case $n in cyberos* | runc* | sh | sleep) ;; *) continue ;; esac
+    echo "    proc: ${d#/proc/} $n state=$(sed -n 's/^State:[[:space:]]*//p' "$d/status") wchan=$(cat "$d/wchan" 2>/dev/null) $(cat "$d/cgroup" 2>/dev/null)"
+    case $n in cyberos | cyberos-spawn) quit+=" ${d#/proc/}" ;; esac
+  done
+  [ -n "$quit" ] && kill -QUIT $quit 2>/dev/null && sleep 3
+  journalctl -u cyberos-supervisor --no-pager -n 3000 2>&1 | sed 's/^/    journal: /'
   finish 1
+}
+# post SKILL BODY: an invocation through the admin socket into /tmp/SKILL.json,
+# bounded: the skills here have a one-minute budget, and a daemon that never
+# answers must fail the test with its state, not hang it until the VM's timeout.
+post() {
+  curl -s --max-time 300 --unix-socket "$admin" http://localhost/v1/invocations -d "$2" >"/tmp/$1.json"
 }
 step() { echo "== $*"; }
 
@@ -41,8 +57,7 @@ code=$(curl -s -o /tmp/healthz -w '%{http_code}' --unix-socket "$admin" http://l
 echo "/healthz: $code $(cat /tmp/healthz)"
 
 step "an invocation"
-curl -s --unix-socket "$admin" http://localhost/v1/invocations -d '{"skill_id":"hello-shell","args":{"name":"systemd"}}' >/tmp/inv.json ||
-  fail "POST /v1/invocations"
+post inv '{"skill_id":"hello-shell","args":{"name":"systemd"}}' || fail "POST /v1/invocations (curl exit $?)"
 grep -q '"outcome":"success"' /tmp/inv.json || fail "the invocation did not succeed: $(cat /tmp/inv.json)"
 echo "invocation: $(head -c 300 /tmp/inv.json)"
 unitcg=$(systemctl show -P ControlGroup "$unit")
@@ -56,7 +71,7 @@ mkdir -p /opt/cyberos/skills/sleeper
 printf -- '---\nname: sleeper\ndescription: sleeps a while\neffort_minutes: 1\n---\n' >/opt/cyberos/skills/sleeper/SKILL.md
 printf '#!/bin/sh\nsleep 5\necho "{}"\n' >/opt/cyberos/skills/sleeper/main
 chmod 0755 /opt/cyberos/skills/sleeper /opt/cyberos/skills/sleeper/main
-curl -s --unix-socket "$admin" http://localhost/v1/invocations -d '{"skill_id":"sleeper"}' >/tmp/sleeper.json &
+post sleeper '{"skill_id":"sleeper"}' &
 inv=$!
 skill=
 for _ in $(seq 100); do
@@ -69,10 +84,10 @@ done
 [ -n "$skill" ] || fail "no skill process under $unitcg/cyberos/: $(find "$cg" -type d)"
 echo "the skill's cgroup: $(cat "$skill/cgroup")"
 systemctl status "$unit" --no-pager -l | grep -q "cyberos/" || fail "systemctl status does not show the sandbox: $(systemctl status "$unit" --no-pager -l)"
-wait $inv
+wait $inv || fail "POST sleeper (curl exit $?)"
 grep -q '"outcome":"success"' /tmp/sleeper.json || fail "sleeper did not succeed: $(cat /tmp/sleeper.json)"
 cp -r /opt/cyberos/examples/notes-shell /opt/cyberos/skills/ || fail "copy notes-shell"
-curl -s --unix-socket "$admin" http://localhost/v1/invocations -d '{"skill_id":"notes-shell","args":{"title":"t","text":"under systemd"}}' >/tmp/notes.json
+post notes '{"skill_id":"notes-shell","args":{"title":"t","text":"under systemd"}}' || fail "POST notes-shell (curl exit $?)"
 grep -q '"outcome":"success"' /tmp/notes.json || fail "notes-shell (tools through the broker) did not succeed: $(cat /tmp/notes.json)"
 
 step "systemctl stop $unit leaves nothing"
