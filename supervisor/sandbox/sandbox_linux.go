@@ -978,8 +978,11 @@ type linuxProcess struct {
 	// created: the helper made the container, which cleanup destroys.
 	created bool
 	proc    *spawn.Process // the init
-	lock    *os.File
-	lease   *idLease // the sandbox's host id range, held until cleanup
+	// reaped: Wait got the init's wait status from the helper, so the
+	// pid namespace and every process in it are gone.
+	reaped bool
+	lock   *os.File
+	lease  *idLease // the sandbox's host id range, held until cleanup
 	// initRlimits are cyberos-init's --rlimit arguments (moveRlimitsToInit).
 	initRlimits []string
 	status      *os.File // read end of cyberos-init's status pipe
@@ -1040,6 +1043,7 @@ func (p *linuxProcess) container() (*spawn.Container, error) {
 func (p *linuxProcess) Wait() (Exit, error) {
 	report, reported := readInitStatus(p.status)
 	ws, err := p.proc.Reap() // the status pipe's EOF: init has exited
+	p.reaped = err == nil
 	p.drainOutput()
 	if reported && (err == nil || errors.Is(err, spawn.ErrHelperGone)) {
 		// Init reported and exited; the helper that could have reaped it
@@ -1135,10 +1139,15 @@ func (p *linuxProcess) cleanup() error {
 	if p.created {
 		c, err := p.container()
 		if err == nil {
-			if st, err := c.Status(); err != nil || st != libcontainer.Stopped {
-				_ = p.KillAll()
-				if p.proc != nil {
-					_, _ = p.proc.Reap()
+			// After Wait's reap the container is stopped: no status call,
+			// a helper round trip. Destroy fails if anything still sits in
+			// the cgroup, and the kill below runs.
+			if !p.reaped {
+				if st, err := c.Status(); err != nil || st != libcontainer.Stopped {
+					_ = p.KillAll()
+					if p.proc != nil {
+						_, _ = p.proc.Reap()
+					}
 				}
 			}
 			if err = c.Destroy(); err != nil {

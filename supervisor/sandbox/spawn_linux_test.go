@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,6 +171,51 @@ func TestWedgedHelperIsReplaced(t *testing.T) {
 		t.Fatalf("the wedged helper %d was not replaced", old)
 	}
 	w.runOnce(t, "after-wedged-helper")
+}
+
+// Close after Wait skips the status call (the init is reaped), so what
+// ends a process the pid namespace did not hold must be Destroy's failure:
+// a host process moved into the sandbox's cgroup is killed, and the
+// cgroup removed, all the same.
+func TestCloseAfterWaitKillsWhatIsLeftInTheCgroup(t *testing.T) {
+	w := newWorld(t)
+	warm := w.prewarm(t, "leftover")
+	p := warm.(*linuxProcess)
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- sleeper.Wait() }()
+	t.Cleanup(func() { _ = sleeper.Process.Kill() })
+	procs := filepath.Join(cgroupDir(t, p), "cgroup.procs")
+	if err := os.WriteFile(procs, []byte(strconv.Itoa(sleeper.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q, err := warm.Activate(Activation{Stdout: io.Discard, Stderr: io.Discard, Deadline: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := q.Wait(); err != nil || ex.Code != 0 {
+		t.Fatalf("skill ended %+v, %v", ex, err)
+	}
+	if !q.(*linuxProcess).reaped {
+		t.Fatal("Wait did not reap the init: this test needs Close's path after a reap")
+	}
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close with a host process left in the cgroup: %v", err)
+	}
+	if left := cgroupDirs(p); len(left) > 0 {
+		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
+	}
+	select {
+	case err := <-ended:
+		if ws, ok := sleeper.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("the process left in the cgroup ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process left in the sandbox's cgroup survived Close")
+	}
 }
 
 // BenchmarkExec: one more process in a running sandbox, as the Bash tool
