@@ -86,6 +86,15 @@ func cgroupDir(tb testing.TB, p *linuxProcess) string {
 	return ""
 }
 
+// waitGone waits up to 10 s for process pid to be gone (reaped).
+func waitGone(tb testing.TB, pid int) {
+	tb.Helper()
+	testutil.WaitFor(tb, 10*time.Second, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return err != nil
+	})
+}
+
 // A helper that dies (killed, a crash) costs its sandboxes' waits, not the
 // runner: the next call starts a new helper, which ends the old helper's
 // sandboxes from their state, so Close leaves nothing behind.
@@ -105,10 +114,7 @@ func TestHelperDeathIsSurvived(t *testing.T) {
 	if left := cgroupDirs(p); len(left) > 0 {
 		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
 	}
-	testutil.WaitFor(t, 5*time.Second, func() bool {
-		_, err := os.Stat(fmt.Sprintf("/proc/%d", initPid))
-		return err != nil
-	})
+	waitGone(t, initPid)
 	if now := w.helperPid(t); now == old {
 		t.Fatalf("the helper %d was not replaced", old)
 	}
@@ -153,14 +159,8 @@ func TestWedgedHelperIsReplaced(t *testing.T) {
 		_ = unix.Kill(old, unix.SIGKILL)
 		t.Fatalf("KillAll still waits on the stopped helper after %v", time.Since(t0))
 	}
-	testutil.WaitFor(t, 10*time.Second, func() bool {
-		_, err := os.Stat(fmt.Sprintf("/proc/%d", initPid))
-		return err != nil
-	})
-	testutil.WaitFor(t, 10*time.Second, func() bool {
-		_, err := os.Stat(fmt.Sprintf("/proc/%d", old))
-		return err != nil
-	})
+	waitGone(t, initPid)
+	waitGone(t, old)
 	if err := warm.Close(); err != nil {
 		t.Fatalf("Close after the wedged helper was killed: %v", err)
 	}
