@@ -660,6 +660,9 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	}
 	c, proc, err := helper.Create(r.stateRoot(), spec.ID, cfg, init)
 	p.created = c != nil
+	// A helper that died (or was killed, wedged) during the create may
+	// have made the cgroup and started the init: cleanup ends them there.
+	p.orphaned = !p.created && errors.Is(err, spawn.ErrHelperGone)
 	if err != nil {
 		return nil, p.abort(err)
 	}
@@ -981,8 +984,10 @@ type linuxProcess struct {
 	// reaped: Wait got the init's wait status from the helper, so the
 	// pid namespace and every process in it are gone.
 	reaped bool
-	lock   *os.File
-	lease  *idLease // the sandbox's host id range, held until cleanup
+	// orphaned: the helper was gone before it answered the create.
+	orphaned bool
+	lock     *os.File
+	lease    *idLease // the sandbox's host id range, held until cleanup
 	// initRlimits are cyberos-init's --rlimit arguments (moveRlimitsToInit).
 	initRlimits []string
 	status      *os.File // read end of cyberos-init's status pipe
@@ -1157,6 +1162,11 @@ func (p *linuxProcess) cleanup() error {
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("destroy %s: %w", p.id, err))
+		}
+	}
+	if p.orphaned {
+		if _, err := cgroups.RemoveLeftovers(p.runner.cgroupParent, func(id string) bool { return id != p.id }); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s after its helper died: %w", p.id, err))
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(p.runner.stateRoot(), p.id))

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -171,6 +172,57 @@ func TestWedgedHelperIsReplaced(t *testing.T) {
 		t.Fatalf("the wedged helper %d was not replaced", old)
 	}
 	w.runOnce(t, "after-wedged-helper")
+}
+
+// A helper killed in the middle of a create (here: stopped once the
+// sandbox's cgroup exists, then killed by the call bound) never answers
+// it, so the runner cannot destroy the container through it: Start fails,
+// and the cgroup and whatever the half-made init left are removed anyway.
+func TestHelperKilledMidCreateLeavesNothing(t *testing.T) {
+	w := newWorld(t)
+	bound := spawn.CallBound
+	spawn.CallBound = 2 * time.Second
+	t.Cleanup(func() { spawn.CallBound = bound })
+	const id = "midcreate"
+	spec := w.spec(id, io.Discard)
+	if _, err := w.runner.Check(spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.runner.Reserve(id); err != nil {
+		t.Fatal(err)
+	}
+	defer w.runner.Release(id)
+	helper := w.helperPid(t)
+	probe := &linuxProcess{runner: w.runner, id: id}
+	caught := make(chan bool, 1)
+	go func() {
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Microsecond) {
+			if len(cgroupDirs(probe)) > 0 {
+				caught <- unix.Kill(helper, unix.SIGSTOP) == nil
+				return
+			}
+		}
+		caught <- false
+	}()
+	p, err := w.runner.Start(spec)
+	if !<-caught {
+		t.Fatal("the sandbox's cgroup never appeared during the create: nothing was stopped mid-way")
+	}
+	if err == nil {
+		_ = p.Close()
+		t.Fatal("Start succeeded although its helper was stopped in the middle of the create")
+	}
+	if !errors.Is(err, spawn.ErrHelperGone) {
+		t.Errorf("Start: %v, want ErrHelperGone", err)
+	}
+	if left := cgroupDirs(probe); len(left) > 0 {
+		t.Errorf("cgroups of the half-made %s left: %v", id, left)
+	}
+	if _, err := os.Stat(filepath.Join(w.runner.stateRoot(), id)); err == nil {
+		t.Errorf("state of the half-made %s left", id)
+	}
+	waitGone(t, helper)
+	w.runOnce(t, "after-midcreate")
 }
 
 // Close after Wait skips the status call (the init is reaped), so what
