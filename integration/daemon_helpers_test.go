@@ -156,6 +156,7 @@ func startDaemonWith(t testing.TB, e *env, s daemonStart, extra ...string) *daem
 // stop sends SIGTERM and waits for the daemon to exit.
 func (d *daemonProc) stop(within time.Duration) {
 	d.t.Helper()
+	helpers := childrenNamed(d.cmd.Process.Pid, "cyberos-spawn")
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		d.t.Fatal(err)
 	}
@@ -167,6 +168,42 @@ func (d *daemonProc) stop(within time.Duration) {
 	case <-time.After(within):
 		d.t.Fatalf("daemon did not exit within %v after SIGTERM\n%s", within, d.logs.String())
 	}
+	// The daemon ends and reaps its creation helper before it exits: an
+	// orphaned one would wait for init to reap it, in the daemon's cgroup.
+	for _, pid := range helpers {
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			d.t.Errorf("the daemon's creation helper outlived it: %s", st)
+		}
+	}
+}
+
+// childrenNamed lists the pids of ppid's children whose comm is comm.
+func childrenNamed(ppid int, comm string) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var pids []int
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		var pid, parent int
+		var state string
+		if _, err := fmt.Sscanf(string(b[:open]), "%d", &pid); err != nil {
+			continue
+		}
+		if _, err := fmt.Sscanf(string(b[end+1:]), " %s %d", &state, &parent); err != nil {
+			continue
+		}
+		if parent == ppid && string(b[open+1:end]) == comm {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // invoke posts an invocation and decodes the envelope (or the error).

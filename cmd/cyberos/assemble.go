@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/cyberos/supervisor/audit"
@@ -35,19 +36,28 @@ type assembly struct {
 // newSupervisor builds the supervisor both `skill run` and `serve` use:
 // the sandbox runner, the audit store, the memory store, the tool registry,
 // the private socket dir and the reserved dirs. closeAll closes the memory
-// store (if a skill opened it) and then the audit store.
+// store (if a skill opened it), the audit store, and then the runner, which
+// ends and reaps its creation helper (orphaned, it would be left for init
+// to reap, in the daemon's cgroup).
 func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *audit.Store, closeAll func(), err error) {
 	runner, err := sandbox.New(a.Sandbox)
 	if err != nil {
 		return nil, nil, nil, &exitError{exitRefused, err}
 	}
+	closeRunner := func() {
+		if c, ok := runner.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
 	store, err = audit.Open(a.StateDir, a.AuditOptions...)
 	if err != nil {
+		closeRunner()
 		return nil, nil, nil, &exitError{exitRefused, fmt.Errorf("%s: %w", a.AuditErr, err)}
 	}
 	socketDir, err := privateDir(a.SocketDir, a.SocketDirDefault)
 	if err != nil {
 		store.Close()
+		closeRunner()
 		return nil, nil, nil, &exitError{exitRefused, err}
 	}
 	stateDir := a.StateDir
@@ -73,6 +83,7 @@ func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *audit.Store, 
 			sup.Memory.Close()
 		}
 		store.Close()
+		closeRunner()
 	}
 	return sup, store, closeAll, nil
 }
