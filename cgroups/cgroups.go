@@ -98,6 +98,10 @@ func KillAll(path string) error { return System().KillAll(path) }
 // Procs lists the processes of cgroup path on this host; see Hierarchy.Procs.
 func Procs(path string) ([]int, error) { return System().Procs(path) }
 
+// Remove kills every process of cgroup path on this host and removes it;
+// see Hierarchy.Remove.
+func Remove(path string) error { return System().Remove(path) }
+
 // RemoveLeftovers removes the child cgroups of parent left by a crashed run
 // on this host; see Hierarchy.RemoveLeftovers.
 func RemoveLeftovers(parent string, keep func(id string) bool) ([]string, error) {

@@ -335,22 +335,45 @@ func (h Hierarchy) RemoveLeftovers(parent string, keep func(id string) bool) ([]
 		if keep != nil && keep(id) {
 			continue
 		}
-		cg := path.Join(pp, id)
-		if err := h.KillAll(cg); err != nil && !errors.Is(err, ErrNotExist) {
+		if err := h.remove(path.Join(pp, id), trees); err != nil {
 			errs = append(errs, err)
-			continue
-		}
-		var rmErrs []error
-		for _, t := range trees {
-			rmErrs = append(rmErrs, rmdirTree(filepath.Join(t, cg)))
-		}
-		if err := errors.Join(rmErrs...); err != nil {
-			errs = append(errs, fmt.Errorf("cgroups: remove leftover %s: %w", cg, err))
 			continue
 		}
 		removed = append(removed, id)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// Remove runs KillAll on cgroup cg and then removes its directories in
+// every hierarchy, deepest first; a cgroup that does not exist is no error.
+// The runner uses it for a sandbox whose creation helper died mid-create,
+// so no container state says the cgroup exists.
+func (h Hierarchy) Remove(cg string) error {
+	if err := h.checkMode(); err != nil {
+		return err
+	}
+	if cleanPath(cg) == "/" {
+		return errRootCgroup
+	}
+	trees, err := h.trees()
+	if err != nil {
+		return err
+	}
+	return h.remove(cleanPath(cg), trees)
+}
+
+func (h Hierarchy) remove(cg string, trees []string) error {
+	if err := h.KillAll(cg); err != nil && !errors.Is(err, ErrNotExist) {
+		return err
+	}
+	var rmErrs []error
+	for _, t := range trees {
+		rmErrs = append(rmErrs, rmdirTree(filepath.Join(t, cg)))
+	}
+	if err := errors.Join(rmErrs...); err != nil {
+		return fmt.Errorf("cgroups: remove %s: %w", cg, err)
+	}
+	return nil
 }
 
 // rmdirTree removes dir and its subdirectories, deepest first, with rmdir

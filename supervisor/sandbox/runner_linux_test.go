@@ -106,19 +106,27 @@ func (w *world) runOnce(tb testing.TB, id string) (start time.Duration) {
 // started row), Start, Wait, Close, Release.
 func (w *world) runProfile(tb testing.TB, id string, spec Spec) (start time.Duration) {
 	tb.Helper()
-	if _, err := w.runner.Check(spec); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := w.runner.Reserve(spec.ID); err != nil {
-		tb.Fatal(err)
-	}
-	defer w.runner.Release(spec.ID)
+	defer w.reserve(tb, spec)()
 	p, err := w.runner.Start(spec)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	waitClose(tb, p)
 	return p.StartLatency()
+}
+
+// reserve makes the runner calls that come before a sandbox's start, as
+// the supervisor does: Check (prepare), Reserve (before the started row).
+// The caller runs the returned Release once the start took the identity.
+func (w *world) reserve(tb testing.TB, spec Spec) (release func()) {
+	tb.Helper()
+	if _, err := w.runner.Check(spec); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := w.runner.Reserve(spec.ID); err != nil {
+		tb.Fatal(err)
+	}
+	return func() { w.runner.Release(spec.ID) }
 }
 
 // waitClose waits for a /bin/true skill, which must exit 0, and removes
@@ -139,13 +147,7 @@ func waitClose(tb testing.TB, p Process) {
 func (w *world) prewarm(tb testing.TB, id string) Warm {
 	tb.Helper()
 	spec := w.spec(id, io.Discard)
-	if _, err := w.runner.Check(spec); err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := w.runner.Reserve(id); err != nil {
-		tb.Fatal(err)
-	}
-	defer w.runner.Release(id)
+	defer w.reserve(tb, spec)()
 	warm, err := w.runner.Prewarm(spec)
 	if err != nil {
 		tb.Fatal(err)

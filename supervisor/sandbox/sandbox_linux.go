@@ -1165,7 +1165,7 @@ func (p *linuxProcess) cleanup() error {
 		}
 	}
 	if p.orphaned {
-		if _, err := cgroups.RemoveLeftovers(p.runner.cgroupParent, func(id string) bool { return id != p.id }); err != nil {
+		if err := cgroups.Remove(p.cgroupPath()); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s after its helper died: %w", p.id, err))
 		}
 	}

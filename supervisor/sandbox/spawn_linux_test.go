@@ -96,6 +96,14 @@ func waitGone(tb testing.TB, pid int) {
 	})
 }
 
+// shortCallBound sets spawn.CallBound to 2 s for the test, so that a
+// stopped helper is killed within it.
+func shortCallBound(t *testing.T) {
+	bound := spawn.CallBound
+	spawn.CallBound = 2 * time.Second
+	t.Cleanup(func() { spawn.CallBound = bound })
+}
+
 // A helper that dies (killed, a crash) costs its sandboxes' waits, not the
 // runner: the next call starts a new helper, which ends the old helper's
 // sandboxes from their state, so Close leaves nothing behind.
@@ -138,9 +146,7 @@ func TestHelperDeathIsSurvived(t *testing.T) {
 // the sandbox from its state.
 func TestWedgedHelperIsReplaced(t *testing.T) {
 	w := newWorld(t)
-	bound := spawn.CallBound
-	spawn.CallBound = 2 * time.Second
-	t.Cleanup(func() { spawn.CallBound = bound })
+	shortCallBound(t)
 	warm := w.prewarm(t, "wedged")
 	p := warm.(*linuxProcess)
 	initPid := p.proc.Pid()
@@ -180,18 +186,10 @@ func TestWedgedHelperIsReplaced(t *testing.T) {
 // and the cgroup and whatever the half-made init left are removed anyway.
 func TestHelperKilledMidCreateLeavesNothing(t *testing.T) {
 	w := newWorld(t)
-	bound := spawn.CallBound
-	spawn.CallBound = 2 * time.Second
-	t.Cleanup(func() { spawn.CallBound = bound })
+	shortCallBound(t)
 	const id = "midcreate"
 	spec := w.spec(id, io.Discard)
-	if _, err := w.runner.Check(spec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.runner.Reserve(id); err != nil {
-		t.Fatal(err)
-	}
-	defer w.runner.Release(id)
+	defer w.reserve(t, spec)()
 	helper := w.helperPid(t)
 	probe := &linuxProcess{runner: w.runner, id: id}
 	caught := make(chan bool, 1)

@@ -20,13 +20,13 @@ import (
 var ErrHelperGone = errors.New("the sandbox creation helper is gone")
 
 // CallBound bounds how long the helper may take to answer any request but
-// Wait (which lasts as long as its process; Reap is bounded): libcontainer's own steps time
-// out within a minute, so a helper silent for longer is wedged (stopped, or
-// stuck inside libcontainer). The client then kills it, every call still
-// waiting fails with ErrHelperGone, and the runner's next call starts a new
-// helper, which loads the old one's containers from their state. Without
-// the bound, one wedged helper would hang every invocation's deadline kill.
-// A variable for tests.
+// Wait (which lasts as long as its process; Reap is bounded): libcontainer's
+// own steps time out within a minute, so a helper silent for longer is
+// wedged (stopped, or stuck inside libcontainer). The client then kills it,
+// every call still waiting fails with ErrHelperGone, and the runner's next
+// call starts a new helper, which loads the old one's containers from their
+// state. Without the bound, one wedged helper would hang every invocation's
+// deadline kill. A variable for tests.
 var CallBound = 2 * time.Minute
 
 // Client is the runner's end of one helper process.
