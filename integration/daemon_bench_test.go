@@ -72,11 +72,14 @@ func daemonRSS(b *testing.B, d *daemonProc) {
 
 // warmReady reports the latency of invocations that each find a warm
 // sandbox ready (an agent calling a skill in a loop with think time between
-// calls): before each, the pool is given time to refill.
+// calls): before each, the pool is back to the size it settled at after
+// the warm-up, so no refill of the previous call's sandbox runs beside it.
 func warmReady(b *testing.B, d *daemonProc) {
 	var lat []time.Duration
+	const ready = `cyberos_warm_sandboxes{skill_id="trivial"}`
+	full := stableGauge(b, d, ready)
 	for range 24 {
-		waitFor(b, 10*time.Second, func() bool { return d.gauge(`cyberos_warm_sandboxes{skill_id="trivial"}`) >= 1 })
+		waitFor(b, 10*time.Second, func() bool { return d.gauge(ready) >= full })
 		s := time.Now()
 		code, _, raw := d.invoke(map[string]any{"skill_id": "trivial"})
 		el := time.Since(s)
@@ -89,6 +92,19 @@ func warmReady(b *testing.B, d *daemonProc) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "c1-warm-ready-p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "c1-warm-ready-p95-ms")
+}
+
+// stableGauge waits until series has kept one value for a second and
+// returns it.
+func stableGauge(b *testing.B, d *daemonProc, series string) float64 {
+	last, since := d.gauge(series), time.Now()
+	waitFor(b, 30*time.Second, func() bool {
+		if v := d.gauge(series); v != last {
+			last, since = v, time.Now()
+		}
+		return time.Since(since) >= time.Second
+	})
+	return last
 }
 
 // gauge reads one series' value from the daemon's /metrics (-1 if absent).
