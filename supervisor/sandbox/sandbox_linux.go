@@ -984,6 +984,9 @@ type linuxProcess struct {
 	// reaped: Wait got the init's wait status from the helper, so the
 	// pid namespace and every process in it are gone.
 	reaped bool
+	// reap gets the result of the reap that Wait started and did not
+	// wait for (init reported); collectReap takes it.
+	reap chan error
 	// orphaned: the helper was gone before it answered the create.
 	orphaned bool
 	lock     *os.File
@@ -1044,17 +1047,24 @@ func (p *linuxProcess) container() (*spawn.Container, error) {
 // It first reads init's status pipe to EOF, which comes when init exits:
 // a pipe read parks the goroutine on the runtime's poller, where wait4
 // would hold an OS thread per waiting sandbox. The reap that follows is
-// then immediate.
+// then immediate. When init reported, Wait returns without waiting for
+// that reap (a helper round trip): Close collects it.
 func (p *linuxProcess) Wait() (Exit, error) {
 	report, reported := readInitStatus(p.status)
-	ws, err := p.proc.Reap() // the status pipe's EOF: init has exited
-	p.reaped = err == nil
+	reap := make(chan error, 1)
+	var ws unix.WaitStatus
+	go func() {
+		var err error
+		ws, err = p.proc.Reap()
+		reap <- err
+	}()
 	p.drainOutput()
-	if reported && (err == nil || errors.Is(err, spawn.ErrHelperGone)) {
-		// Init reported and exited; the helper that could have reaped it
-		// is gone (the kernel's reaper does that now).
+	if reported {
+		p.reap = reap
 		return report, nil
 	}
+	err := <-reap
+	p.reaped = err == nil
 	if err != nil {
 		return Exit{}, fmt.Errorf("sandbox wait: %w", err)
 	}
@@ -1062,6 +1072,27 @@ func (p *linuxProcess) Wait() (Exit, error) {
 		return Exit{Code: -1, Signal: ws.Signal()}, nil
 	}
 	return Exit{Code: ws.ExitStatus()}, nil
+}
+
+// reapGrace is how long Close waits for the reap of an init that reported
+// (its status pipe is at EOF, so it has exited) before it kills the
+// sandbox, in case that init is still alive after all.
+const reapGrace = time.Second
+
+// collectReap waits for the reap that Wait left running, if any.
+func (p *linuxProcess) collectReap() {
+	if p.reap == nil {
+		return
+	}
+	var err error
+	select {
+	case err = <-p.reap:
+	case <-time.After(reapGrace):
+		_ = p.KillAll()
+		err = <-p.reap
+	}
+	p.reap = nil
+	p.reaped = err == nil
 }
 
 // outputDrain bounds how long Wait reads the skill's output after the
@@ -1141,11 +1172,12 @@ func (p *linuxProcess) abort(err error) error {
 
 func (p *linuxProcess) cleanup() error {
 	var errs []error
+	p.collectReap()
 	if p.created {
 		c, err := p.container()
 		if err == nil {
-			// After Wait's reap the container is stopped: no status call,
-			// a helper round trip. Destroy fails if anything still sits in
+			// After the init's reap (Wait's, or collected above) the
+			// container is stopped: no status call, a helper round trip. Destroy fails if anything still sits in
 			// the cgroup, and the kill below runs.
 			if !p.reaped {
 				if st, err := c.Status(); err != nil || st != libcontainer.Stopped {

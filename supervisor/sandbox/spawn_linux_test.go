@@ -223,8 +223,9 @@ func TestHelperKilledMidCreateLeavesNothing(t *testing.T) {
 	w.runOnce(t, "after-midcreate")
 }
 
-// Close after Wait skips the status call (the init is reaped), so what
-// ends a process the pid namespace did not hold must be Destroy's failure:
+// Close after Wait skips the status call (the init reported and is
+// reaped), so what ends a process the pid namespace did not hold must be
+// Destroy's failure:
 // a host process moved into the sandbox's cgroup is killed, and the
 // cgroup removed, all the same.
 func TestCloseAfterWaitKillsWhatIsLeftInTheCgroup(t *testing.T) {
@@ -249,11 +250,14 @@ func TestCloseAfterWaitKillsWhatIsLeftInTheCgroup(t *testing.T) {
 	if ex, err := q.Wait(); err != nil || ex.Code != 0 {
 		t.Fatalf("skill ended %+v, %v", ex, err)
 	}
-	if !q.(*linuxProcess).reaped {
-		t.Fatal("Wait did not reap the init: this test needs Close's path after a reap")
+	if q.(*linuxProcess).reap == nil {
+		t.Fatal("Wait left no reap to Close: this test needs Close's path after a reported exit")
 	}
 	if err := q.Close(); err != nil {
 		t.Fatalf("Close with a host process left in the cgroup: %v", err)
+	}
+	if !q.(*linuxProcess).reaped {
+		t.Error("Close did not collect the init's reap")
 	}
 	if left := cgroupDirs(p); len(left) > 0 {
 		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
@@ -265,6 +269,45 @@ func TestCloseAfterWaitKillsWhatIsLeftInTheCgroup(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the process left in the sandbox's cgroup survived Close")
+	}
+}
+
+// Wait returns on init's report and leaves the reap to Close. An init
+// that reported but still lives (here: a report forged on a pipe of the
+// test's own, while the real init waits for its invocation) is killed by
+// Close once reapGrace has passed, and nothing of the sandbox is left.
+func TestCloseKillsAnInitThatReportedButLives(t *testing.T) {
+	w := newWorld(t)
+	warm := w.prewarm(t, "reported-alive")
+	p := warm.(*linuxProcess)
+	init := p.proc.Pid()
+	r, wr, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := p.status
+	t.Cleanup(func() { real.Close() })
+	p.status = r
+	if _, err := wr.WriteString("exit 0\n"); err != nil {
+		t.Fatal(err)
+	}
+	wr.Close()
+	if ex, err := p.Wait(); err != nil || ex.Code != 0 {
+		t.Fatalf("Wait on the forged report: %+v, %v", ex, err)
+	}
+	if err := unix.Kill(init, 0); err != nil {
+		t.Fatalf("the init is gone before Close (%v): the test needs it alive", err)
+	}
+	t0 := time.Now()
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("Close took %v: it waited on the living init's reap", d)
+	}
+	waitGone(t, init)
+	if left := cgroupDirs(p); len(left) > 0 {
+		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
 	}
 }
 
