@@ -1020,14 +1020,17 @@ func (p *linuxProcess) Terminate() error {
 	return p.proc.Signal(unix.SIGTERM)
 }
 
-// KillAll kills init (which makes the kernel kill every process of the pid
-// namespace) and then every process still in the cgroup, so nothing that
-// forked, re-parented or ignores signals survives.
+// KillAll kills every process in the sandbox's cgroup, init included, so
+// nothing that forked, re-parented or ignores signals survives. That needs
+// no helper; signalling init through the helper comes after, as a second
+// means, so a helper that does not answer delays only KillAll's return
+// (by spawn.CallBound at most), never the kill.
 func (p *linuxProcess) KillAll() error {
-	if c, err := p.container(); err == nil {
+	err := cgroups.KillAll(p.cgroupPath())
+	if c, cerr := p.container(); cerr == nil {
 		_ = c.Signal(unix.SIGKILL)
 	}
-	return cgroups.KillAll(p.cgroupPath())
+	return err
 }
 
 // container is the sandbox's container through the runner's live helper: a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cyberos/supervisor/cgroups"
 	"io"
 	"os"
 	"os/exec"
@@ -157,6 +158,16 @@ func TestWedgedHelperIsReplaced(t *testing.T) {
 	t0 := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- p.KillAll() }()
+	// The cgroup kill needs no helper: the sandbox is dead long before the
+	// call bound ends the stopped helper.
+	emptied := false
+	for end := t0.Add(spawn.CallBound / 2); !emptied && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		pids, err := cgroups.Procs(p.cgroupPath())
+		emptied = err == nil && len(pids) == 0
+	}
+	if !emptied {
+		t.Errorf("the sandbox's processes still live %v after KillAll began, with its helper stopped", time.Since(t0))
+	}
 	select {
 	case err := <-done:
 		if err != nil {
