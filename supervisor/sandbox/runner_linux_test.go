@@ -234,7 +234,8 @@ func (w *world) helperPid(tb testing.TB) int {
 // run with equivalent settings; and a warm sandbox's invocation (made a
 // round ahead, as the daemon's pool makes it): cyberos-warm is Activate to
 // the end of Close, cyberos-warm-answer Activate and Wait (what the
-// daemon's answer waits for). Reports medians, p95 and ratios. Run with: make bench (or go test -tags seccomp -run x -bench ColdStart -benchtime 50x ./supervisor/sandbox/).
+// daemon's answer waits for). Reports medians, p95 and ratios. Run with:
+// make bench (or go test -tags seccomp -run x -bench ColdStart -benchtime 50x ./supervisor/sandbox/).
 func BenchmarkColdStart(b *testing.B) {
 	w := newWorld(b)
 	var cpu []time.Duration    // the supervisor's and its creation helper's CPU per cyberos start

@@ -1180,8 +1180,9 @@ func (p *linuxProcess) cleanup() error {
 		c, err := p.container()
 		if err == nil {
 			// After the init's reap (Wait's, or collected above) the
-			// container is stopped: no status call, a helper round trip. Destroy fails if anything still sits in
-			// the cgroup, and the kill below runs.
+			// container is stopped: no status call, a helper round trip.
+			// Destroy fails if anything still sits in the cgroup, and the
+			// kill below runs.
 			if !p.reaped {
 				if st, err := c.Status(); err != nil || st != libcontainer.Stopped {
 					_ = p.KillAll()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cyberos/supervisor/cgroups"
 	"io"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/internal/testutil"
 	"github.com/cyberos/supervisor/supervisor/sandbox/spawn"
 )
@@ -236,9 +236,8 @@ func TestHelperKilledMidCreateLeavesNothing(t *testing.T) {
 
 // Close after Wait skips the status call (the init reported and is
 // reaped), so what ends a process the pid namespace did not hold must be
-// Destroy's failure:
-// a host process moved into the sandbox's cgroup is killed, and the
-// cgroup removed, all the same.
+// Destroy's failure: a host process moved into the sandbox's cgroup is
+// killed, and the cgroup removed, all the same.
 func TestCloseAfterWaitKillsWhatIsLeftInTheCgroup(t *testing.T) {
 	w := newWorld(t)
 	warm := w.prewarm(t, "leftover")
@@ -291,13 +290,13 @@ func TestCloseKillsAnInitThatReportedButLives(t *testing.T) {
 	w := newWorld(t)
 	warm := w.prewarm(t, "reported-alive")
 	p := warm.(*linuxProcess)
-	init := p.proc.Pid()
+	initPid := p.proc.Pid()
 	r, wr, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	real := p.status
-	t.Cleanup(func() { real.Close() })
+	status := p.status
+	t.Cleanup(func() { status.Close() })
 	p.status = r
 	if _, err := wr.WriteString("exit 0\n"); err != nil {
 		t.Fatal(err)
@@ -306,7 +305,7 @@ func TestCloseKillsAnInitThatReportedButLives(t *testing.T) {
 	if ex, err := p.Wait(); err != nil || ex.Code != 0 {
 		t.Fatalf("Wait on the forged report: %+v, %v", ex, err)
 	}
-	if err := unix.Kill(init, 0); err != nil {
+	if err := unix.Kill(initPid, 0); err != nil {
 		t.Fatalf("the init is gone before Close (%v): the test needs it alive", err)
 	}
 	t0 := time.Now()
@@ -316,7 +315,7 @@ func TestCloseKillsAnInitThatReportedButLives(t *testing.T) {
 	if d := time.Since(t0); d > 10*time.Second {
 		t.Errorf("Close took %v: it waited on the living init's reap", d)
 	}
-	waitGone(t, init)
+	waitGone(t, initPid)
 	if left := cgroupDirs(p); len(left) > 0 {
 		t.Errorf("cgroups of %s left after Close: %v", p.id, left)
 	}
