@@ -33,14 +33,14 @@ var profileExpectations = map[string]map[string]string{
 		"x_ioctl_tcgets": "allowed", "x_ioctl_tiocsti": "EPERM", "x_ioctl_tiocswinsz": "allowed",
 		"x_personality_query": "allowed", "x_setresuid_noop": "allowed", "x_memfd_create": "allowed",
 		"x_inotify_init1": "EPERM", "x_linkat": "allowed", "x_mknodat": "allowed", "x_io_setup": "allowed",
-		"x_shmget": "allowed", "x_getppid": "allowed",
+		"x_shmget": "allowed", "x_getppid": "allowed", "x_mseal": "ENOSYS",
 	},
 	"strict": {
 		"x_socket_unix": "allowed", "x_socket_inet": "EPERM", "x_socket_netlink": "EPERM", "x_bind": "EPERM",
 		"x_ioctl_tcgets": "allowed", "x_ioctl_tiocsti": "EPERM", "x_ioctl_tiocswinsz": "EPERM",
 		"x_personality_query": "EPERM", "x_setresuid_noop": "EPERM", "x_memfd_create": "EPERM",
 		"x_inotify_init1": "EPERM", "x_linkat": "EPERM", "x_mknodat": "EPERM", "x_io_setup": "EPERM",
-		"x_shmget": "EPERM", "x_getppid": "allowed",
+		"x_shmget": "EPERM", "x_getppid": "allowed", "x_mseal": "ENOSYS",
 	},
 }
 

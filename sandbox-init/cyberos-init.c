@@ -62,6 +62,18 @@
  * limit that cannot be set is reported as "rlimit ERRNO" on fd 3 (the skill
  * is not started).
  *
+ * "--seccomp FD:FLAGS" loads the sandbox's seccomp filter before anything
+ * else, in both modes: FD holds the compiled program (struct sock_filter
+ * array, host order; the supervisor compiles each profile once, as
+ * libcontainer's init would at every start), FLAGS are seccomp(2)'s. FD is
+ * closed after, so nothing this starts sees it. Until then this process
+ * is not dumpable (the supervisor installs it execute-only, and it says so
+ * with prctl first thing), so no process of the skill's uid can ptrace it
+ * or write its memory and run unfiltered. no_new_privs, which
+ * libcontainer sets, lets an unprivileged process load it. A program that
+ * cannot be read or loaded is reported as "seccomp ERRNO" on fd 3 (--exec:
+ * on stderr) and nothing is started (fail closed).
+ *
  * "--userns-hold" runs on the host, not in a sandbox: the supervisor starts
  * it as the sandbox's own unprivileged host uid, it makes a user namespace
  * (so that uid, not root, owns it and is charged for what the sandbox
@@ -72,12 +84,15 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -253,6 +268,31 @@ static int apply_landlock(int abi) {
 	return 0;
 }
 
+#define MAX_FILTER 4096 /* BPF_MAXINSNS */
+
+/* load_seccomp: see "--seccomp" above; it returns 0 or an errno. */
+static int load_seccomp(int fd, unsigned int flags) {
+	static struct sock_filter insns[MAX_FILTER];
+	struct stat st;
+	int e = 0;
+	if (fstat(fd, &st) < 0)
+		e = errno;
+	else if (st.st_size <= 0 || st.st_size % sizeof insns[0] != 0 || st.st_size > (off_t)sizeof insns)
+		e = EINVAL;
+	else {
+		ssize_t n = pread(fd, insns, (size_t)st.st_size, 0);
+		if (n != st.st_size)
+			e = n < 0 ? errno : EIO;
+	}
+	close(fd);
+	if (e != 0)
+		return e;
+	struct sock_fprog prog = {.len = (unsigned short)(st.st_size / sizeof insns[0]), .filter = insns};
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog) < 0)
+		return errno;
+	return 0;
+}
+
 static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 static void report(const char *what, int n) {
@@ -260,7 +300,7 @@ static void report(const char *what, int n) {
 }
 
 static int usage(void) {
-	fprintf(stderr, "usage: cyberos-init [--rlimit RES:SOFT:HARD]... [--landlock ABI] [--deadline-ms N] [--control] [--exec] -- PROGRAM [ARGS...]\n"
+	fprintf(stderr, "usage: cyberos-init [--seccomp FD:FLAGS] [--rlimit RES:SOFT:HARD]... [--landlock ABI] [--deadline-ms N] [--control] [--exec] -- PROGRAM [ARGS...]\n"
 			"       cyberos-init --userns-hold\n");
 	return 127;
 }
@@ -363,12 +403,21 @@ static int read_control(char ***envp, long long *deadline_ms) {
 }
 
 int main(int argc, char **argv) {
-	int abi = 0, exec_mode = 0, control = 0, i = 1;
+	int abi = 0, exec_mode = 0, control = 0, i = 1, seccomp_fd = -1;
+	unsigned int seccomp_flags = 0;
 	long long deadline_ms = 0;
 	struct init_rlimit rlimits[MAX_RLIMITS];
 	int nrlimits = 0;
 	if (argc == 2 && strcmp(argv[1], "--userns-hold") == 0)
 		return userns_hold();
+	/* Until the filter and Landlock are in place no process of the skill's
+	 * uid may trace this one (see "--seccomp"); the execute-only binary
+	 * already makes the exec non-dumpable, this holds where the
+	 * fs.suid_dumpable sysctl would undo that. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+		perror("cyberos-init: PR_SET_DUMPABLE");
+		return 127;
+	}
 	for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		if (strcmp(argv[i], "--rlimit") == 0 && i + 1 < argc) {
 			if (nrlimits == MAX_RLIMITS || parse_rlimit(argv[++i], &rlimits[nrlimits]) != 0)
@@ -386,6 +435,17 @@ int main(int argc, char **argv) {
 			if (*end != '\0' || v <= 0 || v > 2LL * 86400000)
 				return usage();
 			deadline_ms = v;
+		} else if (strcmp(argv[i], "--seccomp") == 0 && i + 1 < argc) {
+			char *end;
+			errno = 0;
+			long fd = strtol(argv[++i], &end, 10);
+			if (errno || *end != ':' || fd < 3 || fd > 1023)
+				return usage();
+			unsigned long f = strtoul(end + 1, &end, 10);
+			if (errno || *end != '\0' || f > 0xffff)
+				return usage();
+			seccomp_fd = (int)fd;
+			seccomp_flags = (unsigned int)f;
 		} else if (strcmp(argv[i], "--exec") == 0) {
 			exec_mode = 1;
 		} else if (strcmp(argv[i], "--control") == 0) {
@@ -397,6 +457,16 @@ int main(int argc, char **argv) {
 	if (i + 1 >= argc)
 		return usage();
 	char **prog = &argv[i + 1];
+
+	if (seccomp_fd >= 0) {
+		int e = load_seccomp(seccomp_fd, seccomp_flags);
+		if (e != 0) {
+			if (!exec_mode)
+				report("seccomp", e);
+			fprintf(stderr, "cyberos-init: seccomp: %s\n", strerror(e));
+			return 127;
+		}
+	}
 
 	if (exec_mode) {
 		if (set_rlimits(rlimits, nrlimits) != 0)

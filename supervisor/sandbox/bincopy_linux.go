@@ -29,19 +29,25 @@ func (r *LinuxRunner) copyBinaries() error {
 		return fmt.Errorf("sandbox binaries: %w", err)
 	}
 	var err error
-	if r.initCopy, err = copyBinary(r.cfg.InitBinary, r.binDir(), "cyberos-init"); err != nil {
+	if r.initCopy, err = copyBinary(r.cfg.InitBinary, r.binDir(), "cyberos-init", initMode); err != nil {
 		return err
 	}
-	r.toolCopy, err = copyBinary(r.cfg.ToolBinary, r.binDir(), "cyberos-tool")
+	r.toolCopy, err = copyBinary(r.cfg.ToolBinary, r.binDir(), "cyberos-tool", 0o755)
 	return err
 }
 
+// initMode makes cyberos-init execute-only for the sandbox's uids: the
+// kernel then makes every process that execs it non-dumpable, so no process
+// of the skill's uid can ptrace it (or write its memory through /proc)
+// before it has loaded the seccomp filter and Landlock rules.
+const initMode = 0o711
+
 // copyBinary copies src to dir/name-<first 16 hex digits of its SHA-256>
-// (mode 0755) unless a copy by that name is already there, and returns the
+// with mode unless a copy by that name is already there, and returns the
 // copy's path. An existing copy is trusted when it is a regular file of the
-// same size owned by this (root) user and writable by nobody else: only
-// that user can write into the run dir.
-func copyBinary(src, dir, name string) (string, error) {
+// same size and mode owned by this (root) user: only that user can write
+// into the run dir.
+func copyBinary(src, dir, name string, mode os.FileMode) (string, error) {
 	f, err := os.Open(src)
 	if err != nil {
 		return "", fmt.Errorf("sandbox binaries: %w", err)
@@ -53,7 +59,7 @@ func copyBinary(src, dir, name string) (string, error) {
 		return "", fmt.Errorf("sandbox binaries: read %s: %w", src, err)
 	}
 	dst := filepath.Join(dir, name+"-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == size && fi.Mode().Perm() == 0o755 {
+	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == size && fi.Mode().Perm() == mode {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == os.Geteuid() {
 			return dst, nil
 		}
@@ -71,7 +77,7 @@ func copyBinary(src, dir, name string) (string, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o755)
+		err = os.Chmod(tmp.Name(), mode)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), dst)

@@ -16,7 +16,7 @@ func TestCopyBinary(t *testing.T) {
 	if err := os.WriteFile(src, []byte("version one"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	first, err := copyBinary(src, dir, "cyberos-init")
+	first, err := copyBinary(src, dir, "cyberos-init", 0o755)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestCopyBinary(t *testing.T) {
 		t.Fatalf("copy %v %v", fi, err)
 	}
 	before := fi.ModTime()
-	again, err := copyBinary(src, dir, "cyberos-init")
+	again, err := copyBinary(src, dir, "cyberos-init", 0o755)
 	if err != nil || again != first {
 		t.Fatalf("second copy %s %v, want %s", again, err, first)
 	}
@@ -39,7 +39,7 @@ func TestCopyBinary(t *testing.T) {
 	if err := os.WriteFile(first, []byte("trunc"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := copyBinary(src, dir, "cyberos-init"); err != nil {
+	if _, err := copyBinary(src, dir, "cyberos-init", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(first); string(b) != "version one" {
@@ -48,7 +48,7 @@ func TestCopyBinary(t *testing.T) {
 	if err := os.WriteFile(src, []byte("version two"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	second, err := copyBinary(src, dir, "cyberos-init")
+	second, err := copyBinary(src, dir, "cyberos-init", 0o755)
 	if err != nil || second == first {
 		t.Fatalf("new content copied to %s (%v), the old copy is %s", second, err, first)
 	}

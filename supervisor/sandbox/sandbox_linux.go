@@ -525,6 +525,11 @@ func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
 	if err != nil {
 		return Containment{}, err
 	}
+	if spec.Recorder == nil {
+		if _, err := seccomp.ProgramFor(profileHash, sc); err != nil {
+			return Containment{}, fmt.Errorf("%w: %s: %w", ErrProfile, spec.SeccompProfile, err)
+		}
+	}
 	_, cont := r.config(spec, nil)
 	r.leaseMu.Lock()
 	if l, ok := r.leases[spec.ID]; ok {
@@ -613,7 +618,13 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	if holder != nil {
 		p.initRlimits = moveRlimitsToInit(cfg)
 	}
-	cfg.Seccomp = sc
+	if spec.Recorder == nil {
+		// cyberos-init loads the compiled profile before anything else
+		// (withSeccomp): the container's Go init has no filter to build.
+		if p.filter, err = seccomp.ProgramFor(profileHash, sc); err != nil {
+			return nil, p.abort(fmt.Errorf("%w: %s: %w", ErrProfile, spec.SeccompProfile, err))
+		}
+	}
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
 	cont.SeccompProfileHash = profileHash
 	ll := planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile)
@@ -645,10 +656,19 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 		return nil, p.abort(fmt.Errorf("sandbox pipes: %w", err))
 	}
 	defer child.close()
+	filter, err := p.filterFile()
+	if err != nil {
+		return nil, p.abort(err)
+	}
+	defer filter.Close()
+	extra := []*os.File{statusW, child.control} // fds 3 and 4 (cyberos-init's CONTROL_FD)
+	if filter != nil {
+		extra = append(extra, filter) // initFilterFD
+	}
 	uid := r.skillUID()
 	init := &spawn.Proc{
-		Args:       append(withControl(withInitRlimits(ll.initArgs(false), p.initRlimits)), filepath.Join(SkillMount, spec.Entrypoint)),
-		ExtraFiles: []*os.File{statusW, child.control}, // fds 3 and 4 (cyberos-init's CONTROL_FD)
+		Args:       append(withControl(withSeccomp(withInitRlimits(ll.initArgs(false), p.initRlimits), initFilterFD, p.filter)), filepath.Join(SkillMount, spec.Entrypoint)),
+		ExtraFiles: extra,
 		Env:        []string{"PATH=/usr/bin:/bin"},
 		UID:        uid,
 		GID:        uid,
@@ -671,6 +691,32 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	holder = nil
 	p.proc = proc
 	return p, nil
+}
+
+// initFilterFD is where cyberos-init finds its seccomp program (its
+// ExtraFiles[2]); an Exec'd process finds it at execFilterFD.
+const (
+	initFilterFD = 5
+	execFilterFD = 3
+)
+
+// withSeccomp makes cyberos-init load prog from fd first thing; args are
+// unchanged without one (the recorder's runs, where libcontainer loads the
+// filter).
+func withSeccomp(args []string, fd int, prog *seccomp.Program) []string {
+	if prog == nil {
+		return args
+	}
+	return append([]string{args[0], "--seccomp", fmt.Sprintf("%d:%d", fd, prog.Flags)}, args[1:]...)
+}
+
+// filterFile is p's seccomp program in a sealed memfd for one process of
+// the sandbox, or nil when cyberos-init loads none.
+func (p *linuxProcess) filterFile() (*os.File, error) {
+	if p.filter == nil {
+		return nil, nil
+	}
+	return p.filter.File()
 }
 
 // childEnds are the sandbox init's ends of its stdio and control pipes,
@@ -1003,9 +1049,12 @@ type linuxProcess struct {
 	cont   Containment
 	// landlock is what cyberos-init applies, to Exec'd processes too.
 	landlock landlockPlan
-	started  time.Time
-	latency  time.Duration
-	once     sync.Once
+	// filter is the seccomp program cyberos-init loads, in Exec'd
+	// processes too (nil when libcontainer loads the recorder's).
+	filter  *seccomp.Program
+	started time.Time
+	latency time.Duration
+	once    sync.Once
 	// spec is what a warm sandbox was made from, to make it again when
 	// its init died before activation.
 	spec Spec
@@ -1142,6 +1191,8 @@ func readInitStatus(f *os.File) (Exit, bool) {
 		return Exit{Code: 127, ExecError: "the sandbox could not set its resource limits: " + syscall.Errno(n).Error()}, true
 	case scan(b, "control %d", &n):
 		return Exit{Code: 127, ExecError: "the sandbox could not read its invocation: " + syscall.Errno(n).Error()}, true
+	case scan(b, "seccomp %d", &n):
+		return Exit{Code: 127, ExecError: "the sandbox could not load its seccomp filter: " + syscall.Errno(n).Error()}, true
 	case scan(b, "landlock %d", &n):
 		return Exit{Code: 127, ExecError: "the sandbox could not apply Landlock: " + syscall.Errno(n).Error()}, true
 	}
@@ -1227,9 +1278,10 @@ func (p *linuxProcess) cleanup() error {
 }
 
 // Exec starts r.Argv in the container with libcontainer (Init false): it
-// joins the container's namespaces and cgroup, and libcontainer applies the
-// container's seccomp filter, empty capability sets and no_new_privs to it;
-// cyberos-init --exec then applies the skill's Landlock rules and execs it.
+// joins the container's namespaces and cgroup, and libcontainer applies
+// empty capability sets and no_new_privs to it; cyberos-init --exec then
+// loads the sandbox's seccomp filter, applies the skill's Landlock rules
+// and execs it.
 // Its stdio are pipes we own, so a background child holding them open
 // cannot block the call past its end: after the process exits, output is
 // drained for at most execDrain.
@@ -1254,11 +1306,23 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 		return ExecExit{}, err
 	}
 	defer stdin.Close()
-	// Through cyberos-init --exec, which applies the skill's Landlock rules
-	// and execs r.Argv in place.
+	filter, err := p.filterFile()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return ExecExit{}, err
+	}
+	defer filter.Close()
+	// Through cyberos-init --exec, which loads the seccomp filter, applies
+	// the skill's Landlock rules and execs r.Argv in place.
 	spec := &spawn.Proc{
-		Args: append(withInitRlimits(p.landlock.initArgs(true), p.initRlimits), r.Argv...), Env: r.Env, UID: uid, GID: uid, Cwd: "/tmp",
+		Args: append(withSeccomp(withInitRlimits(p.landlock.initArgs(true), p.initRlimits), execFilterFD, p.filter), r.Argv...), Env: r.Env, UID: uid, GID: uid, Cwd: "/tmp",
 		Stdin: stdin, Stdout: outW, Stderr: errW,
+	}
+	if filter != nil {
+		spec.ExtraFiles = []*os.File{filter} // execFilterFD
 	}
 	copyDone := make(chan struct{}, 2)
 	copyOut := func(dst io.Writer, src *os.File) {

@@ -22,6 +22,20 @@ import (
 // newest one return. `seccomp lint` uses it to prove a profile compiles;
 // the tests run the program in x/net/bpf's interpreter.
 func CompileFilter(cfg *configs.Seccomp) ([]bpf.Instruction, error) {
+	insns, err := exportFilter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	prog, ok := bpf.Disassemble(insns)
+	if !ok {
+		return nil, errors.New("cannot disassemble the exported filter")
+	}
+	return prog, nil
+}
+
+// exportFilter builds cfg's libseccomp filter (see CompileFilter) and
+// returns its exported BPF.
+func exportFilter(cfg *configs.Seccomp) ([]bpf.RawInstruction, error) {
 	def, err := scmpAction(cfg.DefaultAction, cfg.DefaultErrnoRet)
 	if err != nil {
 		return nil, err
@@ -94,11 +108,7 @@ func CompileFilter(cfg *configs.Seccomp) ([]bpf.Instruction, error) {
 			Op: binary.NativeEndian.Uint16(raw[0:]), Jt: raw[2], Jf: raw[3], K: binary.NativeEndian.Uint32(raw[4:]),
 		})
 	}
-	prog, ok := bpf.Disassemble(insns)
-	if !ok {
-		return nil, errors.New("cannot disassemble the exported filter")
-	}
-	return prog, nil
+	return insns, nil
 }
 
 func scmpAction(a configs.Action, errnoRet *uint) (libseccomp.ScmpAction, error) {

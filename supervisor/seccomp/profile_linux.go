@@ -45,6 +45,11 @@ import (
 //     and exec from it.
 //   - An absent "flags" key makes runc add SECCOMP_FILTER_FLAG_SPEC_ALLOW
 //     (speculative store bypass mitigation off); write "flags": [] to keep it.
+//
+// The sandbox does not leave the loading to libcontainer's init, which
+// would build the filter at every start: Compile builds the same program
+// once per profile and cyberos-init loads it (TestProgramBehavesAsRuncLoadsIt
+// compares the two on the kernel).
 
 // maxProfileSize bounds what LoadProfile reads; real profiles are ~10 KiB.
 const maxProfileSize = 1 << 20

@@ -1,0 +1,238 @@
+package sandbox
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cyberos/supervisor/internal/testutil"
+	"github.com/cyberos/supervisor/supervisor/seccomp"
+)
+
+// TestInitReportsSeccompFailure: cyberos-init's "seccomp ERRNO" line (it
+// could not load the filter and started nothing) becomes an ExecError
+// naming seccomp, so the outcome is an error.
+func TestInitReportsSeccompFailure(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(w, "seccomp %d\n", int(syscall.EACCES))
+	w.Close()
+	ex, ok := readInitStatus(r)
+	r.Close()
+	if !ok || ex.Code != 127 || !strings.Contains(ex.ExecError, "seccomp") || !strings.Contains(ex.ExecError, syscall.EACCES.Error()) {
+		t.Errorf("readInitStatus = %+v, %v; want an ExecError naming seccomp and the errno", ex, ok)
+	}
+}
+
+// TestInitLoadsSeccompOrStartsNothing runs the real cyberos-init outside a
+// sandbox with --seccomp: as root it loads default.json's program and the
+// program it starts runs filtered (Seccomp: 2, and a call default.json
+// refuses gets EPERM); with a program the kernel refuses (an unprivileged
+// user without no_new_privs, a malformed program) it reports "seccomp
+// ERRNO" on fd 3 (stderr with --exec), exits 127 and starts nothing.
+func TestInitLoadsSeccompOrStartsNothing(t *testing.T) {
+	testutil.RequiresRoot(t)
+	// The unprivileged user must reach init and the marker.
+	dir, err := os.MkdirTemp("", "cyberos-init-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	initBin := filepath.Join(dir, "cyberos-init")
+	if out, err := exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", initBin, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build cyberos-init: %v\n%s", err, out)
+	}
+	cfg, hash, err := seccomp.LoadProfileHashed(filepath.Join("..", "..", "seccomp-profiles"), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := seccomp.ProgramFor(hash, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	malformed := &seccomp.Program{Insns: prog.Insns[:12]}
+	marker := filepath.Join(dir, "ran")
+	// The started program records its Seccomp mode, then tries unshare(0),
+	// which default.json refuses.
+	script := "grep '^Seccomp:' /proc/self/status > " + marker + "; unshare true 2>>" + marker + "; echo unshare=$? >> " + marker
+
+	run := func(p *seccomp.Program, unprivileged, execMode bool) (code int, status, stderr string) {
+		t.Helper()
+		os.Remove(marker)
+		f, err := p.File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		sr, sw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"--seccomp", fmt.Sprintf("%d:%d", initFilterFD, p.Flags), "--", "/bin/sh", "-c", script}
+		extra := []*os.File{sw, nil, f} // fds 3, 4 (closed) and initFilterFD
+		if execMode {
+			args = []string{"--seccomp", fmt.Sprintf("%d:%d", execFilterFD, p.Flags), "--exec", "--", "/bin/sh", "-c", script}
+			extra = []*os.File{f}
+		}
+		cmd := exec.Command(initBin, args...)
+		cmd.ExtraFiles = extra
+		var errBuf strings.Builder
+		cmd.Stderr = &errBuf
+		if unprivileged {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		}
+		_ = cmd.Run()
+		sw.Close()
+		b, _ := io.ReadAll(sr)
+		sr.Close()
+		return cmd.ProcessState.ExitCode(), string(b), errBuf.String()
+	}
+
+	code, status, stderr := run(prog, false, false)
+	got, _ := os.ReadFile(marker)
+	if code != 0 || status != "exit 0\n" || !strings.Contains(string(got), "Seccomp:\t2") || !strings.Contains(string(got), "unshare=1") {
+		t.Errorf("root, default.json: exit %d, status %q, stderr %q, the program saw %q; want it run under the filter", code, status, stderr, got)
+	}
+	for _, c := range []struct {
+		name               string
+		prog               *seccomp.Program
+		unprivileged, exec bool
+		errno              syscall.Errno
+	}{
+		{"unprivileged without no_new_privs", prog, true, false, syscall.EACCES},
+		{"malformed program", malformed, false, false, syscall.EINVAL},
+		{"--exec, unprivileged without no_new_privs", prog, true, true, syscall.EACCES},
+	} {
+		code, status, stderr := run(c.prog, c.unprivileged, c.exec)
+		wantStatus := fmt.Sprintf("seccomp %d\n", int(c.errno))
+		if c.exec {
+			wantStatus = ""
+		}
+		if code != 127 || status != wantStatus || !strings.Contains(strings.ToLower(stderr), "seccomp: "+c.errno.Error()) {
+			t.Errorf("%s: exit %d, status %q, stderr %q; want 127, %q and the errno on stderr", c.name, code, status, stderr, wantStatus)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Errorf("%s: the program ran although its filter was not loaded", c.name)
+		}
+	}
+}
+
+// TestInitIsNotTraceableByTheSkillsUID: cyberos-init runs before its
+// seccomp filter is loaded, and in a running sandbox (a Bash command's
+// cyberos-init --exec) a skill of the same uid lives beside it; if the
+// skill could ptrace it (a profile allowing ptrace, no Landlock) it could
+// run code there unfiltered. The runner's execute-only copy and init's own
+// prctl keep it non-dumpable: a ptrace attach from its uid gets EPERM, while
+// the same attach on another process of that uid succeeds.
+func TestInitIsNotTraceableByTheSkillsUID(t *testing.T) {
+	testutil.RequiresRoot(t)
+	dir, err := os.MkdirTemp("", "cyberos-init-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	built := filepath.Join(dir, "built-init")
+	if out, err := exec.Command("gcc", "-static", "-O2", "-o", built, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build cyberos-init: %v\n%s", err, out)
+	}
+	initBin, err := copyBinary(built, dir, "cyberos-init", initMode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracerSrc := filepath.Join(dir, "tracer.c")
+	if err := os.WriteFile(tracerSrc, []byte(`#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/ptrace.h>
+int main(int argc, char **argv) {
+	if (argc != 2) return 2;
+	if (ptrace(PTRACE_ATTACH, atoi(argv[1]), 0, 0) == 0) { puts("attached"); return 0; }
+	printf("errno %d\n", errno);
+	return 1;
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tracer := filepath.Join(dir, "tracer")
+	if out, err := exec.Command("gcc", "-O2", "-o", tracer, tracerSrc).CombinedOutput(); err != nil {
+		t.Fatalf("build tracer: %v\n%s", err, out)
+	}
+	nobody := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	attach := func(pid int) string {
+		t.Helper()
+		cmd := exec.Command(tracer, fmt.Sprint(pid))
+		cmd.SysProcAttr = nobody
+		out, _ := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out))
+	}
+	// started runs cmd as nobody and waits until it runs path (its exec done).
+	started := func(cmd *exec.Cmd, path string) {
+		t.Helper()
+		cmd.SysProcAttr = nobody
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; ; i++ {
+			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); exe == path {
+				break
+			}
+			if i == 500 {
+				t.Fatalf("%s did not start", path)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// The control: a plain process of that uid can be attached.
+	sleeper := exec.Command("/bin/sleep", "60")
+	started(sleeper, "/usr/bin/sleep")
+	got := attach(sleeper.Process.Pid)
+	_ = sleeper.Process.Kill()
+	_ = sleeper.Wait()
+	if got != "attached" {
+		t.Fatalf("the tracer cannot attach to a sleep of its own uid (%q): the test proves nothing here", got)
+	}
+
+	// cyberos-init waiting for its invocation (a warm sandbox's state).
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	controlR, controlW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	initCmd := exec.Command(initBin, "--control", "--", "/bin/true")
+	initCmd.ExtraFiles = []*os.File{statusW, controlR}
+	started(initCmd, initBin)
+	statusW.Close()
+	controlR.Close()
+	got = attach(initCmd.Process.Pid)
+	traced := got == "attached"
+	if traced {
+		_ = initCmd.Process.Kill() // left stopped by its tracer's exit
+	}
+	controlW.Close() // discarded unused: init exits 0
+	waitErr := initCmd.Wait()
+	statusR.Close()
+	if got != fmt.Sprintf("errno %d", int(syscall.EPERM)) {
+		t.Errorf("ptrace attach to cyberos-init from its uid: %q, want errno %d (EPERM)", got, int(syscall.EPERM))
+	}
+	if waitErr != nil && !traced {
+		t.Errorf("cyberos-init: %v, want exit 0 after its control pipe closed unused", waitErr)
+	}
+}
