@@ -126,21 +126,26 @@ func BenchmarkLandlockStart(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// TestInitReportsLandlockFailure: cyberos-init's "landlock ERRNO" line (it
-// could not apply the rules it was asked for, and did not start the skill)
-// becomes an ExecError naming Landlock, so the outcome is an error, never a
-// success without the recorded Landlock.
-func TestInitReportsLandlockFailure(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(w, "landlock %d\n", int(syscall.EPERM))
-	w.Close()
-	ex, ok := readInitStatus(r)
-	r.Close()
-	if !ok || ex.Code != 127 || !strings.Contains(ex.ExecError, "Landlock") || !strings.Contains(ex.ExecError, syscall.EPERM.Error()) {
-		t.Errorf("readInitStatus = %+v, %v; want an ExecError naming Landlock and the errno", ex, ok)
+// TestInitReportsFailures: cyberos-init's "landlock ERRNO" and "seccomp
+// ERRNO" lines (it could not apply what it was asked for, and did not start
+// the skill) become an ExecError naming what failed, so the outcome is an
+// error, never a success without the recorded containment.
+func TestInitReportsFailures(t *testing.T) {
+	for _, c := range []struct {
+		line, names string
+		errno       syscall.Errno
+	}{{"landlock", "Landlock", syscall.EPERM}, {"seccomp", "seccomp", syscall.EACCES}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(w, "%s %d\n", c.line, int(c.errno))
+		w.Close()
+		ex, ok := readInitStatus(r)
+		r.Close()
+		if !ok || ex.Code != 127 || !strings.Contains(ex.ExecError, c.names) || !strings.Contains(ex.ExecError, c.errno.Error()) {
+			t.Errorf("%s: readInitStatus = %+v, %v; want an ExecError naming %s and the errno", c.line, ex, ok, c.names)
+		}
 	}
 }
 
@@ -154,18 +159,7 @@ func TestInitFailsClosedWithoutLandlock(t *testing.T) {
 		t.Fatalf("this kernel has no Landlock (%v); the test needs it", err)
 	}
 	// t.TempDir's parent is private; the unprivileged user must reach init.
-	dir, err := os.MkdirTemp("", "cyberos-init-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	initBin := filepath.Join(dir, "cyberos-init")
-	if out, err := exec.Command("gcc", "-static", "-O2", "-o", initBin, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
-		t.Fatalf("build cyberos-init: %v\n%s", err, out)
-	}
+	dir, initBin := hostInit(t, 0o777)
 	marker := filepath.Join(dir, "ran")
 	r, w, err := os.Pipe()
 	if err != nil {

@@ -1287,6 +1287,11 @@ func (p *linuxProcess) cleanup() error {
 // drained for at most execDrain.
 func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 	uid := p.runner.skillUID()
+	filter, err := p.filterFile()
+	if err != nil {
+		return ExecExit{}, err
+	}
+	defer filter.Close()
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return ExecExit{}, err
@@ -1306,15 +1311,6 @@ func (p *linuxProcess) Exec(ctx context.Context, r ExecSpec) (ExecExit, error) {
 		return ExecExit{}, err
 	}
 	defer stdin.Close()
-	filter, err := p.filterFile()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
-		return ExecExit{}, err
-	}
-	defer filter.Close()
 	// Through cyberos-init --exec, which loads the seccomp filter, applies
 	// the skill's Landlock rules and execs r.Argv in place.
 	spec := &spawn.Proc{

@@ -15,21 +15,23 @@ import (
 	"github.com/cyberos/supervisor/supervisor/seccomp"
 )
 
-// TestInitReportsSeccompFailure: cyberos-init's "seccomp ERRNO" line (it
-// could not load the filter and started nothing) becomes an ExecError
-// naming seccomp, so the outcome is an error.
-func TestInitReportsSeccompFailure(t *testing.T) {
-	r, w, err := os.Pipe()
+// hostInit builds cyberos-init into a new directory with mode dirMode
+// (unprivileged users run it from there) and returns both paths.
+func hostInit(t *testing.T, dirMode os.FileMode) (dir, bin string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cyberos-init-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(w, "seccomp %d\n", int(syscall.EACCES))
-	w.Close()
-	ex, ok := readInitStatus(r)
-	r.Close()
-	if !ok || ex.Code != 127 || !strings.Contains(ex.ExecError, "seccomp") || !strings.Contains(ex.ExecError, syscall.EACCES.Error()) {
-		t.Errorf("readInitStatus = %+v, %v; want an ExecError naming seccomp and the errno", ex, ok)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, dirMode); err != nil {
+		t.Fatal(err)
 	}
+	bin = filepath.Join(dir, "cyberos-init")
+	if out, err := exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build cyberos-init: %v\n%s", err, out)
+	}
+	return dir, bin
 }
 
 // TestInitLoadsSeccompOrStartsNothing runs the real cyberos-init outside a
@@ -40,19 +42,7 @@ func TestInitReportsSeccompFailure(t *testing.T) {
 // ERRNO" on fd 3 (stderr with --exec), exits 127 and starts nothing.
 func TestInitLoadsSeccompOrStartsNothing(t *testing.T) {
 	testutil.RequiresRoot(t)
-	// The unprivileged user must reach init and the marker.
-	dir, err := os.MkdirTemp("", "cyberos-init-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	initBin := filepath.Join(dir, "cyberos-init")
-	if out, err := exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", initBin, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
-		t.Fatalf("build cyberos-init: %v\n%s", err, out)
-	}
+	dir, initBin := hostInit(t, 0o777) // the unprivileged user writes the marker there
 	cfg, hash, err := seccomp.LoadProfileHashed(filepath.Join("..", "..", "seccomp-profiles"), "default")
 	if err != nil {
 		t.Fatal(err)
@@ -137,18 +127,7 @@ func TestInitLoadsSeccompOrStartsNothing(t *testing.T) {
 // the same attach on another process of that uid succeeds.
 func TestInitIsNotTraceableByTheSkillsUID(t *testing.T) {
 	testutil.RequiresRoot(t)
-	dir, err := os.MkdirTemp("", "cyberos-init-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	built := filepath.Join(dir, "built-init")
-	if out, err := exec.Command("gcc", "-static", "-O2", "-o", built, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
-		t.Fatalf("build cyberos-init: %v\n%s", err, out)
-	}
+	dir, built := hostInit(t, 0o711)
 	initBin, err := copyBinary(built, dir, "cyberos-init", initMode)
 	if err != nil {
 		t.Fatal(err)
