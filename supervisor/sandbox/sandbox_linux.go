@@ -526,7 +526,7 @@ func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
 		return Containment{}, err
 	}
 	if spec.Recorder == nil {
-		if _, err := seccomp.ProgramFor(profileHash, sc); err != nil {
+		if _, err := seccomp.ProgramFor(profileHash, sc); err != nil && !errors.Is(err, seccomp.ErrUnsupportedProgram) {
 			return Containment{}, fmt.Errorf("%w: %s: %w", ErrProfile, spec.SeccompProfile, err)
 		}
 	}
@@ -621,7 +621,12 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	if spec.Recorder == nil {
 		// cyberos-init loads the compiled profile before anything else
 		// (withSeccomp): the container's Go init has no filter to build.
-		if p.filter, err = seccomp.ProgramFor(profileHash, sc); err != nil {
+		// What Compile does not handle, libcontainer's init loads as before.
+		p.filter, err = seccomp.ProgramFor(profileHash, sc)
+		switch {
+		case errors.Is(err, seccomp.ErrUnsupportedProgram):
+			cfg.Seccomp = sc
+		case err != nil:
 			return nil, p.abort(fmt.Errorf("%w: %s: %w", ErrProfile, spec.SeccompProfile, err))
 		}
 	}
@@ -701,8 +706,7 @@ const (
 )
 
 // withSeccomp makes cyberos-init load prog from fd first thing; args are
-// unchanged without one (the recorder's runs, where libcontainer loads the
-// filter).
+// unchanged without one (libcontainer loads the filter then).
 func withSeccomp(args []string, fd int, prog *seccomp.Program) []string {
 	if prog == nil {
 		return args
@@ -1050,7 +1054,8 @@ type linuxProcess struct {
 	// landlock is what cyberos-init applies, to Exec'd processes too.
 	landlock landlockPlan
 	// filter is the seccomp program cyberos-init loads, in Exec'd
-	// processes too (nil when libcontainer loads the recorder's).
+	// processes too (nil when libcontainer loads the filter: the
+	// recorder's, or one seccomp.Compile does not handle).
 	filter  *seccomp.Program
 	started time.Time
 	latency time.Duration

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -213,5 +214,53 @@ int main(int argc, char **argv) {
 	}
 	if waitErr != nil && !traced {
 		t.Errorf("cyberos-init: %v, want exit 0 after its control pipe closed unused", waitErr)
+	}
+}
+
+// TestProfileBeyondTheCompilerIsStillLoaded: a profile that also lists an
+// architecture seccomp.Compile does not know (riscv64) is loaded by
+// libcontainer's init as before, not dropped: the skill runs filtered and
+// a call the profile refuses gets EPERM.
+func TestProfileBeyondTheCompilerIsStillLoaded(t *testing.T) {
+	w := newWorld(t)
+	data, err := os.ReadFile(filepath.Join(w.profiles, "default.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = []byte(strings.Replace(string(data), `"flags": [],`, `"flags": [], "architectures": ["SCMP_ARCH_RISCV64"],`, 1))
+	profiles := filepath.Join(w.base, "profiles")
+	if err := os.MkdirAll(profiles, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(profiles, "riscv.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, hash, err := seccomp.LoadProfileHashed(profiles, "riscv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seccomp.ProgramFor(hash, cfg); !errors.Is(err, seccomp.ErrUnsupportedProgram) {
+		t.Fatalf("ProgramFor(riscv64 in architectures) = %v, want ErrUnsupportedProgram", err)
+	}
+	skill := filepath.Join(w.base, "skill-status")
+	if err := os.MkdirAll(skill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\ngrep '^Seccomp:' /proc/self/status\nunshare true 2>/dev/null; echo unshare=$?\n"
+	if err := os.WriteFile(filepath.Join(skill, "main"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	spec := w.spec(fmt.Sprintf("riscv-%d", os.Getpid()), &out)
+	spec.SkillDir, spec.ProfilesDir, spec.SeccompProfile = skill, profiles, "riscv"
+	defer w.reserve(t, spec)()
+	p, err := w.runner.Start(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	_ = p.Close()
+	if err != nil || ex.Code != 0 || !strings.Contains(out.String(), "Seccomp:\t2") || !strings.Contains(out.String(), "unshare=1") {
+		t.Errorf("exit %+v %v, output %q; want the skill run under the profile (Seccomp 2, unshare refused)", ex, err, out.String())
 	}
 }

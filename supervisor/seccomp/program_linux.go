@@ -28,7 +28,8 @@ type Program struct {
 }
 
 // ErrUnsupportedProgram: the config uses what only libcontainer's own
-// loading handles (SCMP_ACT_NOTIFY, the recorder's mode).
+// loading handles (SCMP_ACT_NOTIFY, the recorder's mode; an architecture
+// other than x86 and arm); the sandbox leaves the loading to it.
 var ErrUnsupportedProgram = errors.New("seccomp: the config needs libcontainer's loader")
 
 // maxInsns is the kernel's bound on a program (BPF_MAXINSNS).
@@ -136,7 +137,7 @@ func enosysStub(cfg *configs.Seccomp) ([]bpf.RawInstruction, error) {
 	for _, a := range archs {
 		audit, ok := auditArchs[a]
 		if !ok {
-			return nil, fmt.Errorf("seccomp: architecture %s: cyberos compiles filters for x86 and arm only", a)
+			return nil, fmt.Errorf("%w: architecture %s", ErrUnsupportedProgram, a)
 		}
 		var largest uint32
 		for _, call := range cfg.Syscalls {
@@ -257,7 +258,7 @@ func (s *stubAsm) assemble() ([]bpf.RawInstruction, error) {
 
 // programs caches Compile's result per profile SHA-256 (LoadProfileHashed's
 // hash of the bytes the config was converted from): the same bytes always
-// make the same program.
+// make the same program, or the same ErrUnsupportedProgram (a nil entry).
 var programs struct {
 	mu sync.Mutex
 	m  map[string]*Program
@@ -270,11 +271,14 @@ func ProgramFor(profileHash string, cfg *configs.Seccomp) (*Program, error) {
 	programs.mu.Lock()
 	p, ok := programs.m[profileHash]
 	programs.mu.Unlock()
+	if ok && p == nil {
+		return nil, ErrUnsupportedProgram
+	}
 	if ok {
 		return p, nil
 	}
 	p, err := Compile(cfg)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrUnsupportedProgram) {
 		return nil, err
 	}
 	programs.mu.Lock()
@@ -283,7 +287,7 @@ func ProgramFor(profileHash string, cfg *configs.Seccomp) (*Program, error) {
 		programs.m = map[string]*Program{} // a daemon uses a handful of profiles
 	}
 	programs.m[profileHash] = p
-	return p, nil
+	return p, err
 }
 
 // File returns the program in a sealed memfd (no write, grow, shrink or
