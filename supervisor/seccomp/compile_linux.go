@@ -102,13 +102,19 @@ func exportFilter(cfg *configs.Seccomp) ([]bpf.RawInstruction, error) {
 	if err != nil {
 		return nil, err
 	}
+	return rawInstructions(raw), nil
+}
+
+// rawInstructions reads a struct sock_filter array in host order (what
+// libseccomp exports and Program.Insns holds).
+func rawInstructions(b []byte) []bpf.RawInstruction {
 	var insns []bpf.RawInstruction
-	for ; len(raw) >= 8; raw = raw[8:] {
+	for ; len(b) >= 8; b = b[8:] {
 		insns = append(insns, bpf.RawInstruction{
-			Op: binary.NativeEndian.Uint16(raw[0:]), Jt: raw[2], Jf: raw[3], K: binary.NativeEndian.Uint32(raw[4:]),
+			Op: binary.NativeEndian.Uint16(b[0:]), Jt: b[2], Jf: b[3], K: binary.NativeEndian.Uint32(b[4:]),
 		})
 	}
-	return insns, nil
+	return insns
 }
 
 func scmpAction(a configs.Action, errnoRet *uint) (libseccomp.ScmpAction, error) {

@@ -129,9 +129,9 @@ func enosysStub(cfg *configs.Seccomp) ([]bpf.RawInstruction, error) {
 	// Per AUDIT_ARCH_: the largest syscall number the config names, for
 	// the native mode and (x86_64 only) the x32 mode.
 	type limits struct {
-		audit       uint32
-		main, x32   uint32
-		hasMain, x3 bool
+		audit           uint32
+		main, x32       uint32
+		hasMain, hasX32 bool
 	}
 	var groups []*limits
 	for _, a := range archs {
@@ -154,7 +154,7 @@ func enosysStub(cfg *configs.Seccomp) ([]bpf.RawInstruction, error) {
 			i = len(groups) - 1
 		}
 		if a == libseccomp.ArchX32 {
-			groups[i].x32, groups[i].x3 = largest, true
+			groups[i].x32, groups[i].hasX32 = largest, true
 		} else {
 			groups[i].main, groups[i].hasMain = largest, true
 		}
@@ -177,7 +177,7 @@ func enosysStub(cfg *configs.Seccomp) ([]bpf.RawInstruction, error) {
 		s.jump("filter")
 		if g.audit == unix.AUDIT_ARCH_X86_64 {
 			s.label(fmt.Sprint("x32-", i))
-			if g.x3 {
+			if g.hasX32 {
 				s.jumpIf(bpf.JumpGreaterThan, g.x32, "enosys", "")
 			}
 			s.jump("filter")

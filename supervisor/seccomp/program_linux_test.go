@@ -2,7 +2,6 @@ package seccomp
 
 import (
 	"bufio"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -77,7 +76,7 @@ func TestProgramBehavesAsRuncLoadsIt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ours := vmOf(t, rawFromBytes(p.Insns))
+			ours := vmOf(t, rawInstructions(p.Insns))
 			theirs := vmOf(t, runcLoaded(t, filepath.Join(dir, name+".json")))
 			var enosys, compared int
 			for _, in := range filterInputs(t, cfg) {
@@ -147,11 +146,14 @@ func filterInputs(t *testing.T, cfg *configs.Seccomp) []filterInput {
 			}
 		}
 	}
-	var in []filterInput
-	for _, arch := range []uint32{native, unix.AUDIT_ARCH_X86_64, unix.AUDIT_ARCH_I386, unix.AUDIT_ARCH_AARCH64, unix.AUDIT_ARCH_ARM} {
-		if arch == native && len(in) > 0 {
-			continue
+	archs := []uint32{native}
+	for _, a := range []uint32{unix.AUDIT_ARCH_X86_64, unix.AUDIT_ARCH_I386, unix.AUDIT_ARCH_AARCH64, unix.AUDIT_ARCH_ARM} {
+		if a != native {
+			archs = append(archs, a)
 		}
+	}
+	var in []filterInput
+	for _, arch := range archs {
 		nrs := []int32{-1, math.MaxInt32}
 		for nr := int32(0); nr < 1024; nr++ {
 			nrs = append(nrs, nr)
@@ -169,14 +171,6 @@ func filterInputs(t *testing.T, cfg *configs.Seccomp) []filterInput {
 		}
 	}
 	return in
-}
-
-func rawFromBytes(b []byte) []bpf.RawInstruction {
-	var out []bpf.RawInstruction
-	for ; len(b) >= 8; b = b[8:] {
-		out = append(out, bpf.RawInstruction{Op: binary.NativeEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.NativeEndian.Uint32(b[4:])})
-	}
-	return out
 }
 
 func vmOf(t *testing.T, raw []bpf.RawInstruction) *bpf.VM {
