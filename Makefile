@@ -54,7 +54,7 @@ test: deps test-tools lint ## unit + root integration tests, the race detector o
 	GOOS=freebsd CGO_ENABLED=0 $(GO) build ./...
 	@echo "FreeBSD build: ok"
 
-fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC, audit lines) for FUZZTIME each (default 20s)
+fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC, audit lines) for a fixed count of executions each (~20 s here; FUZZTIME=60s or =1000000x overrides)
 	@bash scripts/fuzz.sh
 
 vm-test: ## the root integration + cgroups tests in a cgroup v2 qemu VM (Debian kernel, KVM if the CPU has it), then the installed unit under systemd there; as root, downloads cached in .cache/vm
