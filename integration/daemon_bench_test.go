@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,9 +17,10 @@ import (
 
 // BenchmarkDaemon: invocations/s of a trivial skill (prints {}) through
 // the real daemon's admin socket at concurrency 1, 8 and 32, with median and
-// p95 latency, for a daemon with warm sandboxes (the default config) and one
-// without (warm.max_sandboxes: 0, every sandbox cold): metrics c<N>-warm-*
-// and c<N>-cold-*. First the cold daemon's RSS idle (after 3 warm-up
+// p95 latency and the machine's CPU time per invocation, for a daemon with
+// warm sandboxes (the default config) and one without (warm.max_sandboxes:
+// 0, every sandbox cold): metrics c<N>-warm-* and c<N>-cold-*, and cpus, the
+// machine's CPU count. First the cold daemon's RSS idle (after 3 warm-up
 // invocations) and per active invocation (32 sleeping skills, ended early
 // by their deadline). One round (-benchtime 1x) is the whole measurement:
 //
@@ -27,6 +29,7 @@ func BenchmarkDaemon(b *testing.B) {
 	e := newEnv(b)
 	e.skill("trivial", "", "#!/bin/sh\necho '{}'\n")
 	e.skill("sleeper", "effort_minutes: 1\n", "#!/bin/sh\nsleep 30\n")
+	b.ReportMetric(float64(runtime.NumCPU()), "cpus")
 	for i := 0; i < b.N; i++ {
 		for _, mode := range []string{"cold", "warm"} {
 			extra := []string{"shutdown_grace: 0s"}
@@ -127,7 +130,9 @@ func (d *daemonProc) gauge(series string) float64 {
 }
 
 // daemonRate runs max(24, 3*conc) trivial invocations from conc callers
-// and reports their rate and latency.
+// and reports their rate, their latency and the machine's busy CPU time
+// (every process, the kernel and these callers included) per invocation:
+// what bounds the rate once the CPUs are saturated.
 func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 	total := max(24, 3*conc)
 	lat := make([]time.Duration, 0, total)
@@ -137,7 +142,7 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 		next <- struct{}{}
 	}
 	close(next)
-	t0 := time.Now()
+	cpu0, t0 := busyCPU(b), time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
@@ -157,7 +162,7 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 		}()
 	}
 	wg.Wait()
-	el := time.Since(t0)
+	el, cpu := time.Since(t0), busyCPU(b)-cpu0
 	if len(lat) == 0 {
 		return
 	}
@@ -165,6 +170,34 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 	b.ReportMetric(float64(len(lat))/el.Seconds(), fmt.Sprintf("c%d-%s-inv/s", conc, mode))
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, fmt.Sprintf("c%d-%s-p50-ms", conc, mode))
 	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, fmt.Sprintf("c%d-%s-p95-ms", conc, mode))
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(lat)), fmt.Sprintf("c%d-%s-cpu-ms", conc, mode))
+}
+
+// busyCPU is the time all CPUs have spent busy since boot: /proc/stat's
+// cpu line without idle and iowait, in USER_HZ ticks (10 ms).
+func busyCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		tb.Fatalf("/proc/stat: unexpected first line %q", line)
+	}
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			tb.Fatalf("/proc/stat: %q: %v", line, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // vmRSS reads VmRSS (KiB) of pid.

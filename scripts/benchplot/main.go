@@ -37,7 +37,8 @@ import (
 const (
 	coldBench = "BenchmarkColdStart" // in-process start per variant: <variant>-median-ms, <variant>-p95-ms
 	// Daemon benchmarks are those whose name contains this; their per-concurrency
-	// metrics are c<N>[-<series>]-inv/s, -p50-ms and -p95-ms.
+	// metrics are c<N>[-<series>]-inv/s, -p50-ms, -p95-ms and -cpu-ms (the
+	// machine's busy CPU time per invocation), and cpus (its CPU count).
 	daemonBench = "BenchmarkDaemon"
 
 	targetColdVsBwrap = 2.0   // cyberos cold start ≤ 2× bwrap
@@ -182,8 +183,8 @@ type variant struct {
 
 // point is one concurrency of a daemon series.
 type point struct {
-	conc           int
-	rate, p50, p95 float64 // NaN when not reported
+	conc                int
+	rate, p50, p95, cpu float64 // NaN when not reported
 }
 
 // series is one line of the throughput plot: the cold path, or warm.
@@ -200,6 +201,7 @@ type report struct {
 	warmOther []variant // daemon warm latencies reported without a concurrency
 	broker    []brokerRow
 	rssPerInv float64 // BenchmarkDaemon's RSS-KiB/active-inv, NaN when absent
+	cpus      float64 // BenchmarkDaemon's cpus, NaN when absent
 	missing   []string
 }
 
@@ -251,6 +253,10 @@ func build(res results) report {
 	rep.rssPerInv = math.NaN()
 	if v, ok := res.median(daemonBench, "RSS-KiB/active-inv"); ok {
 		rep.rssPerInv = v
+	}
+	rep.cpus = math.NaN()
+	if v, ok := res.median(daemonBench, "cpus"); ok {
+		rep.cpus = v
 	}
 	for _, s := range rep.series {
 		if !math.IsNaN(s.points[0].p50) && s.points[0].conc == 1 {
@@ -323,7 +329,7 @@ func (rep *report) daemonSeries(res results) {
 		extra := strings.ToLower(strings.Trim(strings.ReplaceAll(strings.TrimPrefix(b, daemonBench), "/", "-"), "-"))
 		for unit := range res[b] {
 			var rest string
-			var kind int // 0 rate, 1 p50, 2 p95
+			var kind int // 0 rate, 1 p50, 2 p95, 3 CPU per invocation
 			switch {
 			case strings.HasSuffix(unit, "inv/s"):
 				rest = strings.TrimSuffix(unit, "inv/s")
@@ -333,6 +339,8 @@ func (rep *report) daemonSeries(res results) {
 				rest, kind = strings.TrimSuffix(unit, "-median-ms"), 1
 			case strings.HasSuffix(unit, "-p95-ms"):
 				rest, kind = strings.TrimSuffix(unit, "-p95-ms"), 2
+			case strings.HasSuffix(unit, "-cpu-ms"):
+				rest, kind = strings.TrimSuffix(unit, "-cpu-ms"), 3
 			default:
 				continue
 			}
@@ -361,7 +369,7 @@ func (rep *report) daemonSeries(res results) {
 			}
 			p := byLabel[l][conc]
 			if p == nil {
-				p = &point{conc: conc, rate: math.NaN(), p50: math.NaN(), p95: math.NaN()}
+				p = &point{conc: conc, rate: math.NaN(), p50: math.NaN(), p95: math.NaN(), cpu: math.NaN()}
 				byLabel[l][conc] = p
 			}
 			v, _ := res.median(b, unit)
@@ -370,8 +378,10 @@ func (rep *report) daemonSeries(res results) {
 				p.rate = v
 			case 1:
 				p.p50 = v
-			default:
+			case 2:
 				p.p95 = v
+			default:
+				p.cpu = v
 			}
 		}
 	}
@@ -464,14 +474,14 @@ func (rep report) markdown(inputs []string) string {
 		}
 	})
 
-	section(&b, "Daemon throughput (invocations/s)", len(rep.series), "| concurrency | series | inv/s | × concurrency 1 | p50 ms | p95 ms |\n|---|---|---|---|---|---|\n", func() {
+	section(&b, "Daemon throughput (invocations/s)", len(rep.series), "| concurrency | series | inv/s | × concurrency 1 | p50 ms | p95 ms | machine CPU ms per invocation |\n|---|---|---|---|---|---|---|\n", func() {
 		for _, s := range rep.series {
 			base, okBase := math.NaN(), false
 			if s.points[0].conc == 1 && !math.IsNaN(s.points[0].rate) {
 				base, okBase = s.points[0].rate, true
 			}
 			for _, p := range s.points {
-				fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", p.conc, s.label, num(p.rate), ratio(p.rate, base, okBase), num(p.p50), num(p.p95))
+				fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s |\n", p.conc, s.label, num(p.rate), ratio(p.rate, base, okBase), num(p.p50), num(p.p95), num(p.cpu))
 			}
 		}
 	})
@@ -504,7 +514,7 @@ func (rep report) markdown(inputs []string) string {
 		for _, p := range s.points {
 			if p.conc == targetRateConc && !math.IsNaN(p.rate) {
 				rated = true
-				fmt.Fprintf(&b, "- daemon %s throughput at concurrency %d ≥ %g/s: %s\n", s.label, targetRateConc, targetRate, against(p.rate, true, p.rate >= targetRate, "/s"))
+				fmt.Fprintf(&b, "- daemon %s throughput at concurrency %d ≥ %g/s: %s%s\n", s.label, targetRateConc, targetRate, against(p.rate, true, p.rate >= targetRate, "/s"), cpuBound(p.cpu, rep.cpus))
 			}
 		}
 	}
@@ -525,6 +535,15 @@ func (rep report) markdown(inputs []string) string {
 		}
 	}
 	return b.String()
+}
+
+// cpuBound says what the machine's CPU time per invocation allows on its
+// CPUs, or nothing when either figure is missing.
+func cpuBound(cpuMS, cpus float64) string {
+	if math.IsNaN(cpuMS) || math.IsNaN(cpus) || cpuMS <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s ms of machine CPU per invocation, so at most %s/s on %g CPUs", num(cpuMS), num(cpus*1000/cpuMS), cpus)
 }
 
 // against formats a target's figure and whether it is met, or a dash when

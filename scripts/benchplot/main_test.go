@@ -31,8 +31,8 @@ ok  	github.com/cyberos/supervisor/supervisor/sandbox	1.570s
 // daemonLines: BenchmarkDaemon's one round (-benchtime 1x) in a real run's
 // format (ns/op, then the metrics sorted by unit), twice, plus an unrelated
 // benchmark.
-const daemonLines = `BenchmarkDaemon-2   	       1	9876543210 ns/op	       300.0 RSS-KiB/active-inv	        15.50 c1-inv/s	        64.00 c1-p50-ms	        80.00 c1-p95-ms	        20.60 c32-inv/s	      1300 c32-p50-ms	      1900 c32-p95-ms	        33.00 c8-inv/s	       230.0 c8-p50-ms	       400.0 c8-p95-ms	        40.00 idle-RSS-MiB
-BenchmarkDaemon-2   	       1	9876543210 ns/op	       310.0 RSS-KiB/active-inv	        16.50 c1-inv/s	        60.00 c1-p50-ms	        75.00 c1-p95-ms	        21.60 c32-inv/s	      1200 c32-p50-ms	      1800 c32-p95-ms	        35.00 c8-inv/s	       220.0 c8-p50-ms	       390.0 c8-p95-ms	        41.00 idle-RSS-MiB
+const daemonLines = `BenchmarkDaemon-2   	       1	9876543210 ns/op	       300.0 RSS-KiB/active-inv	        15.50 c1-inv/s	        64.00 c1-p50-ms	        80.00 c1-p95-ms	        20.60 c32-inv/s	      1300 c32-p50-ms	      1900 c32-p95-ms	        33.00 c8-inv/s	       230.0 c8-p50-ms	       400.0 c8-p95-ms	        70.00 c8-cpu-ms	         2.000 cpus	        40.00 idle-RSS-MiB
+BenchmarkDaemon-2   	       1	9876543210 ns/op	       310.0 RSS-KiB/active-inv	        16.50 c1-inv/s	        60.00 c1-p50-ms	        75.00 c1-p95-ms	        21.60 c32-inv/s	      1200 c32-p50-ms	      1800 c32-p95-ms	        35.00 c8-inv/s	       220.0 c8-p50-ms	       390.0 c8-p95-ms	        74.00 c8-cpu-ms	         2.000 cpus	        41.00 idle-RSS-MiB
 BenchmarkChain-2   	   12345	     98765 ns/op	    4096 B/op	      50 allocs/op
 `
 
@@ -91,8 +91,10 @@ func TestBuildRatiosAndSeries(t *testing.T) {
 	if len(rep.series) != 1 || rep.series[0].label != "cold" || len(rep.series[0].points) != 3 {
 		t.Fatalf("series %+v, want one cold series of 3 points", rep.series)
 	}
-	for i, want := range []point{{1, 16, 62, 77.5}, {8, 34, 225, 395}, {32, 21.1, 1250, 1850}} {
-		if p := rep.series[0].points[i]; p.conc != want.conc || !near(p.rate, want.rate) || !near(p.p50, want.p50) || !near(p.p95, want.p95) {
+	nan := math.NaN()
+	for i, want := range []point{{1, 16, 62, 77.5, nan}, {8, 34, 225, 395, 72}, {32, 21.1, 1250, 1850, nan}} {
+		if p := rep.series[0].points[i]; p.conc != want.conc || !near(p.rate, want.rate) || !near(p.p50, want.p50) || !near(p.p95, want.p95) ||
+			math.IsNaN(p.cpu) != math.IsNaN(want.cpu) || !math.IsNaN(want.cpu) && !near(p.cpu, want.cpu) {
 			t.Errorf("point %d = %+v, want %+v", i, p, want)
 		}
 	}
@@ -102,8 +104,9 @@ func TestBuildRatiosAndSeries(t *testing.T) {
 		"| bwrap | 10.0 | 12.0 | 2.00× | 1.00× | 0.19× |",
 		"- cyberos cold start in process ≤ 2× bwrap: 3.38× (missed)",
 		"- cyberos cold start in process ≤ 0.5× runc: 0.65× (missed)",
-		"| 8 | cold | 34.0 | 2.12× | 225 | 395 |",
-		"- daemon cold throughput at concurrency 8 ≥ 100/s: 34.0/s (missed)",
+		"| 8 | cold | 34.0 | 2.12× | 225 | 395 | 72.0 |",
+		"| 32 | cold | 21.1 | 1.32× | 1250 | 1850 | — |",
+		"- daemon cold throughput at concurrency 8 ≥ 100/s: 34.0/s (missed); 72.0 ms of machine CPU per invocation, so at most 27.8/s on 2 CPUs\n",
 		"- warm invocation p50 at concurrency 1 ≤ 5 ms and ≤ 1.1× unshare: — (no warm figure)", // not in this input: said, not made up
 		`a warm series`,
 	} {
