@@ -104,7 +104,7 @@ func testHierarchies(t *testing.T) map[string]Hierarchy {
 
 // newTestCgroup creates /cyberos-test-<random> in h, with the limits of o,
 // and removes it (after KillAll) in t.Cleanup.
-func newTestCgroup(t *testing.T, h Hierarchy, o cgOpts) *testCgroup {
+func newTestCgroup(t testing.TB, h Hierarchy, o cgOpts) *testCgroup {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	if h.Mode == Unavailable {
@@ -152,7 +152,7 @@ func newTestCgroup(t *testing.T, h Hierarchy, o cgOpts) *testCgroup {
 	return c
 }
 
-func (c *testCgroup) mkdir(t *testing.T, tree string) {
+func (c *testCgroup) mkdir(t testing.TB, tree string) {
 	t.Helper()
 	d := filepath.Join(tree, c.path)
 	if err := os.Mkdir(d, 0o755); err != nil {
@@ -174,7 +174,7 @@ func (c *testCgroup) sub(t *testing.T, name string) *testCgroup {
 	return s
 }
 
-func (c *testCgroup) remove(t *testing.T) {
+func (c *testCgroup) remove(t testing.TB) {
 	if err := c.h.KillAll(c.path); err != nil && !errors.Is(err, ErrNotExist) {
 		t.Errorf("cleanup: %v", err)
 	}
@@ -221,7 +221,7 @@ func (c *testCgroup) start(t *testing.T, mode string, args ...string) *exec.Cmd 
 	return cmd
 }
 
-func randomID(t *testing.T) string {
+func randomID(t testing.TB) string {
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func randomID(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-func writeFile(t *testing.T, name, content string) {
+func writeFile(t testing.TB, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(name, []byte(content), 0); err != nil {
 		t.Fatal(err)
@@ -528,6 +528,23 @@ func testRemoveLeftovers(t *testing.T, h Hierarchy) {
 	for _, c := range []*exec.Cmd{cmd, nestedCmd} {
 		if ws := waitExit(t, c, 5*time.Second); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 			t.Errorf("pid %d ended with %v, want SIGKILL", c.Process.Pid, c.ProcessState)
+		}
+	}
+}
+
+// BenchmarkStats is the Stats of one sandbox's cgroup (memory and pids
+// limits set), which the supervisor reads once per invocation, after the
+// skill ended and before its answer.
+// go test -run '^$' -bench BenchmarkStats ./cgroups/
+func BenchmarkStats(b *testing.B) {
+	c := newTestCgroup(b, System(), cgOpts{memory: 32 << 20, pids: 16})
+	for b.Loop() {
+		st, err := ReadStats(c.path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.MemoryLimitBytes != 32<<20 || st.PidsLimit != 16 {
+			b.Fatalf("stats %+v: want the 32 MiB and 16 pids limits", st)
 		}
 	}
 }
