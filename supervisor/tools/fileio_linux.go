@@ -375,11 +375,45 @@ func holdsSkillFile(dirfd int) (bool, error) {
 // inSkillFolder reports whether p (clean, absolute) is a skill folder or
 // lies below one: whether p or a directory above it holds a SKILL.md. It is
 // asked at call time, on disk, so a skill folder counts wherever it lives.
-// Each directory is opened below the one before it (openat2, O_PATH,
-// RESOLVE_BENEATH, no symlinks), as the tools themselves reach a path; the
-// walk ends at the first component that is not a directory it can open (a
-// file, a symlink, nothing), whose own open then fails or is refused.
+// Each directory d from / down to p is asked with one openat2 of
+// d/SKILL.md (O_PATH, no symlink followed anywhere, a SKILL.md that is
+// itself a symlink found as such), where a walk holding each directory
+// would take three system calls a level. The check ends at the first d that
+// is not a directory it can reach (a file: ENOTDIR; a symlink: ELOOP),
+// whose own open then fails or is refused, as it does where nothing exists
+// below (ENOENT all the way down). A path too long for that (d/SKILL.md
+// past PATH_MAX, which p itself is not) is walked a directory at a time.
 func inSkillFolder(p string) (bool, error) {
+	if !path.IsAbs(p) || path.Clean(p) != p {
+		return false, fmt.Errorf("%w: %q is not a clean absolute path", ErrFailed, p)
+	}
+	for d := "/"; ; {
+		fd, err := openat2(unix.AT_FDCWD, path.Join(d, policy.SkillFile), unix.O_PATH, 0)
+		switch err {
+		case nil:
+			unix.Close(fd)
+			return true, nil
+		case unix.ENOENT:
+		case unix.ENOTDIR, unix.ELOOP:
+			return false, nil
+		case unix.ENAMETOOLONG:
+			return inSkillFolderWalk(p)
+		default:
+			return false, err
+		}
+		if d == p {
+			return false, nil
+		}
+		next, _, _ := strings.Cut(strings.TrimPrefix(p[len(d):], "/"), "/")
+		d = path.Join(d, next)
+	}
+}
+
+// inSkillFolderWalk is inSkillFolder one directory at a time: each is
+// opened below the one before it (openat2, O_PATH, RESOLVE_BENEATH, no
+// symlinks) and asked for a SKILL.md; the walk ends at the first component
+// that is not a directory it can open.
+func inSkillFolderWalk(p string) (bool, error) {
 	fd, err := openat2(unix.AT_FDCWD, "/", unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return false, err

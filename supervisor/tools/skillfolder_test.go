@@ -3,8 +3,11 @@ package tools
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cyberos/supervisor/policy"
 )
@@ -111,7 +114,14 @@ func TestInSkillFolder(t *testing.T) {
 	w := ftNew(t)
 	skillTree(t, w)
 	ftSymlink(t, w.in("skills/a"), w.in("link"))
+	// A skill folder whose SKILL.md is a symlink (dangling, even) is one.
+	if err := os.MkdirAll(w.in("skills/c/sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ftSymlink(t, w.in("nowhere/SKILL.md"), w.in("skills/c/SKILL.md"))
 	for p, want := range map[string]bool{
+		w.in("skills/c"):              true,
+		w.in("skills/c/sub/x"):        true,
 		w.in("skills/a"):              true,
 		w.in("skills/a/SKILL.md"):     true,
 		w.in("skills/a/sub/data.txt"): true,
@@ -129,4 +139,80 @@ func TestInSkillFolder(t *testing.T) {
 	}
 	_, err := w.call(t, NewRead(), map[string]any{"path": w.in("link/main")})
 	ftDenied(t, err, policy.ReasonFile, "symlink")
+}
+
+// TestInSkillFolderNearPathMax: a directory whose SKILL.md is named by a
+// path longer than PATH_MAX (the directory's own path is not) is still
+// found, as is everything below it; without a SKILL.md nothing is.
+func TestInSkillFolderNearPathMax(t *testing.T) {
+	w := ftNew(t)
+	// dir ends up 4090 bytes long: dir/SKILL.md (4099) is past PATH_MAX
+	// (4096 with the NUL), dir/x (4092) is not.
+	dir := w.in("deep")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for len(dir) < 4090 {
+		n := min(200, 4090-len(dir)-1)
+		dir = filepath.Join(dir, strings.Repeat("d", n))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(dir) != 4090 {
+		t.Fatalf("built a %d-byte path, want 4090", len(dir))
+	}
+	for _, p := range []string{dir, dir + "/x"} {
+		if got, err := inSkillFolder(p); err != nil || got {
+			t.Errorf("no SKILL.md: inSkillFolder(%d-byte path) = %v, %v; want false", len(p), got, err)
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	f, err := unix.Openat(fd, policy.SkillFile, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(f)
+	for _, p := range []string{dir, dir + "/x"} {
+		if got, err := inSkillFolder(p); err != nil || !got {
+			t.Errorf("SKILL.md in the deepest directory: inSkillFolder(%d-byte path) = %v, %v; want true", len(p), got, err)
+		}
+	}
+}
+
+// TestInSkillFolderRefusesUncleanPaths: only a clean absolute path is
+// asked about; anything else is an error, which refuses the call.
+func TestInSkillFolderRefusesUncleanPaths(t *testing.T) {
+	for _, p := range []string{"", "rel/x", "/a/", "/a//b", "/a/./b", "/a/../b"} {
+		if _, err := inSkillFolder(p); err == nil {
+			t.Errorf("inSkillFolder(%q): no error", p)
+		}
+	}
+}
+
+// BenchmarkInSkillFolder is the skill-folder check every file tool call
+// makes, for a file six directories below / with no SKILL.md above it.
+// go test -run '^$' -bench InSkillFolder ./supervisor/tools/
+func BenchmarkInSkillFolder(b *testing.B) {
+	if runtime.GOOS != "linux" {
+		b.Skip("the host file tools need openat2 (Linux); elsewhere they refuse by design")
+	}
+	dir := filepath.Join(b.TempDir(), "allowed", "data")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	p := filepath.Join(dir, "free.txt")
+	if err := os.WriteFile(p, []byte("hello"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if in, err := inSkillFolder(p); err != nil || in {
+			b.Fatalf("inSkillFolder(%s) = %v, %v", p, in, err)
+		}
+	}
+	b.ReportMetric(float64(strings.Count(p, "/")), "levels")
 }
