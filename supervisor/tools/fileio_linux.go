@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"slices"
@@ -131,60 +130,74 @@ func splitPath(p string) (dir, base string) {
 // openRegularAt opens the entry name of dirfd for reading, refusing a
 // symlink, a non-regular file and a hard link. The entry is examined before
 // the open (so a FIFO or device is never opened: O_NONBLOCK covers a swap in
-// between) and the descriptor again after it (what counts is what was
-// opened).
-func openRegularAt(t policy.Tool, dirfd int, name, p string) (*os.File, unix.Stat_t, error) {
-	st, err := lstatAt(dirfd, name)
-	if err != nil {
-		return nil, st, fsErr(t, err)
+// between, and has no effect on a regular file's reads) and the descriptor
+// again after it (what counts is what was opened). The caller closes fd.
+func openRegularAt(t policy.Tool, dirfd int, name string) (fd int, st unix.Stat_t, err error) {
+	if st, err = lstatAt(dirfd, name); err != nil {
+		return -1, st, fsErr(t, err)
 	}
 	if err := checkRegular(t, &st); err != nil {
-		return nil, st, err
+		return -1, st, err
 	}
-	fd, err := openat2(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	if err != nil {
-		return nil, st, fsErr(t, err)
+	if fd, err = openat2(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0); err != nil {
+		return -1, st, fsErr(t, err)
 	}
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, st, fsErr(t, err)
+		return -1, st, fsErr(t, err)
 	}
 	if err := checkRegular(t, &st); err != nil {
 		unix.Close(fd)
-		return nil, st, err
+		return -1, st, err
 	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, st, fsErr(t, err)
-	}
-	return os.NewFile(uintptr(fd), p), st, nil
+	return fd, st, nil
 }
 
-// readLimited reads all of f, refusing more than limit bytes.
-func readLimited(t policy.Tool, f *os.File, st *unix.Stat_t, limit int64) ([]byte, error) {
+// readLimited reads all of the regular file fd (st its fstat), refusing
+// more than limit bytes. It reads into a buffer one byte longer than the
+// file, so a file that holds st.Size bytes is read with one read(2): a
+// short read of exactly st.Size bytes is its end. Otherwise (it grew or
+// shrank since the fstat, or its size says nothing, as in /proc) it reads
+// on to a read that returns nothing, as io.ReadAll does.
+func readLimited(t policy.Tool, fd int, st *unix.Stat_t, limit int64) ([]byte, error) {
 	tooLarge := fmt.Errorf("%w: file is larger than %d bytes", ErrTooLarge, limit)
 	if st.Size > limit {
 		return nil, tooLarge
 	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fsErr(t, err)
+	most := int(limit) + 1 // a byte past the limit: it grew while being read
+	b := make([]byte, 0, min(int(st.Size)+1, most))
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, cap(b))
+		}
+		room := min(cap(b), most) - len(b)
+		n, err := unix.Read(fd, b[len(b):len(b)+room])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, fsErr(t, err)
+		case n == 0:
+			return b, nil
+		}
+		b = b[:len(b)+n]
+		if len(b) > int(limit) {
+			return nil, tooLarge
+		}
+		if n < room && int64(len(b)) == st.Size {
+			return b, nil
+		}
 	}
-	if int64(len(b)) > limit {
-		return nil, tooLarge // it grew while being read
-	}
-	return b, nil
 }
 
-// readAt reads the regular file name of dirfd (p is its path, for messages
-// and the *os.File).
-func readAt(t policy.Tool, dirfd int, name, p string, limit int64) ([]byte, error) {
-	f, st, err := openRegularAt(t, dirfd, name, p)
+// readAt reads the regular file name of dirfd, at most limit bytes.
+func readAt(t policy.Tool, dirfd int, name string, limit int64) ([]byte, error) {
+	fd, st, err := openRegularAt(t, dirfd, name)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return readLimited(t, f, &st, limit)
+	defer unix.Close(fd)
+	return readLimited(t, fd, &st, limit)
 }
 
 // readHostFile reads the regular file at p (clean, absolute, already judged
@@ -199,7 +212,7 @@ func readHostFile(t policy.Tool, p string, limit int64) ([]byte, error) {
 		return nil, fsErr(t, err)
 	}
 	defer unix.Close(dirfd)
-	return readAt(t, dirfd, base, p, limit)
+	return readAt(t, dirfd, base, limit)
 }
 
 // writeHostFile creates or replaces the regular file at p with data. An
@@ -243,12 +256,12 @@ func editHostFile(t policy.Tool, p string, limit int64, edit func([]byte) ([]byt
 		return nil, fsErr(t, err)
 	}
 	defer unix.Close(dirfd)
-	f, st, err := openRegularAt(t, dirfd, base, p)
+	fd, st, err := openRegularAt(t, dirfd, base)
 	if err != nil {
 		return nil, err
 	}
-	old, err := readLimited(t, f, &st, limit)
-	f.Close()
+	old, err := readLimited(t, fd, &st, limit)
+	unix.Close(fd)
 	if err != nil {
 		return nil, err
 	}
@@ -469,7 +482,7 @@ func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn 
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
 			err := fn(hostEntry{Path: root, Read: func(limit int64) ([]byte, error) {
-				return readAt(t, parent, base, root, limit)
+				return readAt(t, parent, base, limit)
 			}})
 			if err == errWalkStop || err == errWalkSkipDir {
 				err = nil
@@ -551,7 +564,7 @@ func walkDir(ctx context.Context, t policy.Tool, dirfd int, dirPath string, maxD
 			// A stray SKILL.md is a policy input too.
 		case typ.IsRegular():
 			err := fn(hostEntry{Path: p, Read: func(limit int64) ([]byte, error) {
-				return readAt(t, dirfd, name, p, limit)
+				return readAt(t, dirfd, name, limit)
 			}})
 			if err != nil && err != errWalkSkipDir {
 				return err
