@@ -8,11 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/internal/fdread"
 )
 
 // v1Unlimited is the smallest value a v1 memory.limit_in_bytes shows for
@@ -132,22 +133,13 @@ func readSmall(name string) ([]byte, error) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
 	defer unix.Close(fd)
-	b := make([]byte, 0, 512)
-	for {
-		if len(b) == cap(b) {
-			b = slices.Grow(b, cap(b))
-		}
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, &fs.PathError{Op: "read", Path: name, Err: err}
-		case n == 0:
-			return b, nil
-		}
-		b = b[:len(b)+n]
+	// A cgroup file's size says nothing of its content; none comes near
+	// the limit.
+	b, err := fdread.All(fd, -1, 1<<30)
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
 	}
+	return b, nil
 }
 
 func parseValue(name, s string) (uint64, error) {

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cyberos/supervisor/internal/fdread"
 	"github.com/cyberos/supervisor/policy"
 )
 
@@ -154,40 +155,21 @@ func openRegularAt(t policy.Tool, dirfd int, name string) (fd int, st unix.Stat_
 }
 
 // readLimited reads all of the regular file fd (st its fstat), refusing
-// more than limit bytes. It reads into a buffer one byte longer than the
-// file, so a file that holds st.Size bytes is read with one read(2): a
-// short read of exactly st.Size bytes is its end. Otherwise (it grew or
-// shrank since the fstat, or its size says nothing, as in /proc) it reads
-// on to a read that returns nothing, as io.ReadAll does.
+// more than limit bytes; a file as large as it was at the fstat is read
+// with one read(2) (fdread.All).
 func readLimited(t policy.Tool, fd int, st *unix.Stat_t, limit int64) ([]byte, error) {
 	tooLarge := fmt.Errorf("%w: file is larger than %d bytes", ErrTooLarge, limit)
 	if st.Size > limit {
 		return nil, tooLarge
 	}
-	most := int(limit) + 1 // a byte past the limit: it grew while being read
-	b := make([]byte, 0, min(int(st.Size)+1, most))
-	for {
-		if len(b) == cap(b) {
-			b = slices.Grow(b, cap(b))
-		}
-		room := min(cap(b), most) - len(b)
-		n, err := unix.Read(fd, b[len(b):len(b)+room])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, fsErr(t, err)
-		case n == 0:
-			return b, nil
-		}
-		b = b[:len(b)+n]
-		if len(b) > int(limit) {
-			return nil, tooLarge
-		}
-		if n < room && int64(len(b)) == st.Size {
-			return b, nil
-		}
+	b, err := fdread.All(fd, st.Size, limit)
+	switch {
+	case errors.Is(err, fdread.ErrTooLarge):
+		return nil, tooLarge // it grew while being read
+	case err != nil:
+		return nil, fsErr(t, err)
 	}
+	return b, nil
 }
 
 // readAt reads the regular file name of dirfd, at most limit bytes.
