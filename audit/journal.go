@@ -83,13 +83,22 @@ func findEndIn(f *os.File, hint, size int64, buf []byte) (end int64, err error) 
 	if hint > size || hint < 0 {
 		hint = 0
 	}
+	start := int64(0)
 	if hint > 0 {
-		if _, err := f.ReadAt(buf[:1], hint-1); err != nil || buf[0] != '\n' {
-			hint = 0
+		// The byte before hint and what follows it, in one read: usually
+		// the end is right at hint.
+		n, err := f.ReadAt(buf[:min(513, size-hint+1)], hint-1)
+		if n > 0 && buf[0] == '\n' {
+			if i := bytes.IndexByte(buf[1:n], 0); i >= 0 {
+				return hint + int64(i), nil
+			}
+			if err != nil && err != io.EOF {
+				return 0, err
+			}
+			start = hint - 1 + int64(n)
 		}
 	}
-	// Start small: usually the end is right at hint.
-	for off, want := hint, int64(512); off < size; want = int64(len(buf)) {
+	for off, want := start, int64(512); off < size; want = int64(len(buf)) {
 		n, err := f.ReadAt(buf[:min(want, size-off)], off)
 		if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
 			return off + int64(i), nil

@@ -280,3 +280,46 @@ func TestAppendPointStatsOnlyWhenItMust(t *testing.T) {
 		t.Fatalf("journal ends at %d with %q, want %d", i, data[max(0, i-120):i], end+int64(len(line)))
 	}
 }
+
+// TestFindEndIn: the end is the first NUL byte whatever the hint says. A
+// hint that follows a newline is where the search starts, and the byte
+// before it is read with what follows it; a hint that does not follow a
+// newline (the journal was cut below it) or lies past the size is ignored.
+func TestFindEndIn(t *testing.T) {
+	lines := func(n int) string { return strings.Repeat("0123456789abcdef\n", n) }
+	short, long := lines(3), lines(200) // long: 3400 bytes, past one small read
+	cases := []struct {
+		name    string
+		content string
+		hint    int64
+		want    int64
+	}{
+		{"empty journal", "\x00\x00\x00", 0, 0},
+		{"no hint", short + "\x00\x00", 0, int64(len(short))},
+		{"hint at the end", short + "\x00\x00", int64(len(short)), int64(len(short))},
+		{"hint a line behind", short + "\x00\x00", 17, int64(len(short))},
+		{"end far past the hint", long + "\x00\x00", 17, int64(len(long))},
+		{"hint inside a line", short + "\x00\x00", 5, int64(len(short))},
+		{"hint past a cut end", short + "\x00" + strings.Repeat("\x00", 100), int64(len(short)) + 34, int64(len(short))},
+		{"hint past the size", short, 1 << 20, int64(len(short))},
+		{"full, hint at the size", short, int64(len(short)), int64(len(short))},
+		{"full, hint a line behind", short, 17, int64(len(short))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "j")
+			if err := os.WriteFile(p, []byte(c.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			end, err := findEndIn(f, c.hint, int64(len(c.content)), make([]byte, 1024))
+			if err != nil || end != c.want {
+				t.Fatalf("findEndIn(hint %d) = %d, %v; want %d", c.hint, end, err, c.want)
+			}
+		})
+	}
+}

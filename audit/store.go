@@ -210,6 +210,7 @@ func open(stateDir string, o options) (_ *Store, err error) {
 			lazyHold:    lazyHold,
 			resumeWait:  resumeWait,
 			resumeTimer: stoppedTimer(),
+			hold:        stoppedTimer(),
 			entropy:     ulid.Monotonic(rand.Reader, 0),
 			digest:      sha256.New(),
 		},

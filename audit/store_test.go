@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1027,5 +1029,139 @@ func TestFollowedRowNeverOutlivesItsLeader(t *testing.T) {
 	}
 	if rep, err := s.Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+// committer records, for each append, whether it ran on an emitter's own
+// goroutine (commitInline) or on the syncer's.
+func committer(s *Store) (inline, syncer *atomic.Int32) {
+	inline, syncer = new(atomic.Int32), new(atomic.Int32)
+	s.beforeCommit = func() error {
+		buf := make([]byte, 16<<10)
+		if bytes.Contains(buf[:runtime.Stack(buf, false)], []byte("commitInline")) {
+			inline.Add(1)
+		} else {
+			syncer.Add(1)
+		}
+		return nil
+	}
+	return inline, syncer
+}
+
+// TestLoneEmitCommitsInline: an Emit with nobody else committing appends
+// its batch itself (no hand-off to the syncer and back), and a tool call's
+// started row, enqueued, shares that append with the completed row.
+func TestLoneEmitCommitsInline(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	s.lazyHold = time.Minute // only the Emit may release the enqueued row
+	inline, syncer := committer(s)
+	ctx := context.Background()
+	c := common("lone")
+	for i := range 20 {
+		wait, then, err := s.EnqueueFollowed(ctx, ToolCallStarted(c, fmt.Sprint(i), "Read", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, err := then(ctx, ToolCallCompleted(c, fmt.Sprint(i), "Read", OutcomeSuccess, 1, "", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		started, err := wait()
+		if err != nil || started.Seq+1 != done.Seq {
+			t.Fatalf("call %d: started %+v (%v), completed seq %d", i, started, err, done.Seq)
+		}
+	}
+	if in, sy := inline.Load(), syncer.Load(); in != 20 || sy != 0 {
+		t.Fatalf("20 lone calls: %d appends inline, %d by the syncer; want 20 and 0", in, sy)
+	}
+}
+
+// TestInlineAndSyncerCommitsKeepOrder: emitters committing inline and the
+// syncer committing batches of several, side by side (run with -race):
+// every row once, in a verified chain, and each enqueued row before the
+// row its caller emitted next.
+func TestInlineAndSyncerCommitsKeepOrder(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	inline, syncer := committer(s)
+	ctx := context.Background()
+	const callers, each = 16, 40
+	var wg sync.WaitGroup
+	for k := range callers {
+		wg.Go(func() {
+			c := common(fmt.Sprintf("caller-%02d", k))
+			if _, err := s.Emit(ctx, ToolCallStarted(c, "0", "Read", "")); err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range each {
+				wait, err := s.Enqueue(ctx, ToolCallCompleted(c, fmt.Sprint(i), "Read", OutcomeSuccess, 1, "", ""))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				next, err := s.Emit(ctx, ToolCallStarted(c, fmt.Sprint(i+1), "Read", ""))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if first, err := wait(); err != nil || first.Seq >= next.Seq {
+					t.Errorf("%s call %d: enqueued row %d (%v) not before the next emitted %d", c.InvocationID, i, first.Seq, err, next.Seq)
+					return
+				}
+			}
+			if _, err := s.Emit(ctx, ToolCallCompleted(c, fmt.Sprint(each), "Read", OutcomeSuccess, 1, "", "")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	rep, err := s.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Rows != 2*callers*(each+1) {
+		t.Fatalf("report: rows %d (want %d) ok %v problems %v", rep.Rows, 2*callers*(each+1), rep.OK, rep.Problems[:min(3, len(rep.Problems))])
+	}
+	t.Logf("%d appends inline, %d by the syncer", inline.Load(), syncer.Load())
+	if inline.Load() == 0 || syncer.Load() == 0 {
+		t.Fatalf("%d appends inline, %d by the syncer: both paths must have run", inline.Load(), syncer.Load())
+	}
+}
+
+// TestCloseWaitsForAnInlineCommit: Close, called while an emitter commits
+// its own batch, returns only after that append, and the index it leaves
+// holds the row.
+func TestCloseWaitsForAnInlineCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.beforeCommit = func() error {
+		close(entered)
+		<-release
+		return nil
+	}
+	emitted := make(chan error, 1)
+	go func() {
+		_, err := s.Emit(context.Background(), NoConnect(common("last"), 1))
+		emitted <- err
+	}()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while an append was in progress", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	if err := <-emitted; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := rawDB(t, dir, false).QueryRow(`SELECT count(*) FROM audit_rows`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("index after Close: %d rows (%v), want 1", n, err)
 	}
 }

@@ -1,5 +1,6 @@
-// The journal writer: Emit and Enqueue fill a batch, the syncer chains it
-// onto the journal's head and appends it with one fdatasync (group commit).
+// The journal writer: Emit and Enqueue fill a batch, the syncer (or a lone
+// Emit itself) chains it onto the journal's head and appends it with one
+// fdatasync (group commit).
 
 package audit
 
@@ -41,10 +42,11 @@ func (s *Store) Emit(ctx context.Context, d Draft) (Row, error) {
 // emit is Emit of a row that, when after is set, follows row afterIdx of
 // batch after (see EnqueueFollowed).
 func (s *Store) emit(ctx context.Context, d Draft, after *batch, afterIdx int) (Row, error) {
-	b, i, err := s.add(ctx, d, true, after, afterIdx)
+	b, i, first, err := s.add(ctx, d, true, after, afterIdx)
 	if err != nil {
 		return Row{}, err
 	}
+	s.commitInline(first)
 	<-b.done
 	if s.beforeResume != nil {
 		s.beforeResume()
@@ -65,7 +67,7 @@ func (s *Store) emit(ctx context.Context, d Draft, after *batch, afterIdx int) (
 // then cost one fdatasync each (completed row and the next started row
 // together), not two.
 func (s *Store) Enqueue(ctx context.Context, d Draft) (wait func() (Row, error), err error) {
-	b, i, err := s.add(ctx, d, false, nil, 0)
+	b, i, _, err := s.add(ctx, d, false, nil, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +81,7 @@ func (s *Store) Enqueue(ctx context.Context, d Draft) (wait func() (Row, error),
 // without the row it follows (a tool call's completed row without its
 // started row). then is for rows that are not terminal (see isTerminal).
 func (s *Store) EnqueueFollowed(ctx context.Context, d Draft) (wait func() (Row, error), then func(context.Context, Draft) (Row, error), err error) {
-	b, i, err := s.add(ctx, d, false, nil, 0)
+	b, i, _, err := s.add(ctx, d, false, nil, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -103,9 +105,14 @@ func (b *batch) failed(i int) error {
 // syncer's chain head and scratch, and the tests' hooks.
 type writerState struct {
 	// The writer (see add and run). pmu guards cur, the batch being filled,
-	// and shut; ready (cap 1) tells the syncer cur got its first row.
-	pmu         sync.Mutex
-	cur         *batch
+	// and shut; ready (cap 1) tells the syncer an emitter waits for cur.
+	pmu sync.Mutex
+	cur *batch
+	// cmu is held by whoever takes a batch and commits it: the syncer, or
+	// an emitter committing inline (commitInline). Batches are taken and
+	// written in the order they were filled.
+	cmu         sync.Mutex
+	hold        *time.Timer // wakes the syncer when an enqueued-only batch has waited lazyHold
 	shut        bool
 	closing     bool // Close has begun: it signs the head before shutting
 	ready       chan struct{}
@@ -115,20 +122,22 @@ type writerState struct {
 	lazyHold    time.Duration // see Enqueue
 	resumeWait  time.Duration // see letEmittersRun
 
-	// The syncer's own: the chain head after this writer's last append and
-	// the journal end it left (while the journal still ends there, no other
-	// process appended and the head need not be read back), row ids, the
-	// hash state for chaining, and the last batch's line buffer for reuse.
+	// The committer's (cmu's holder's): the chain head after this writer's
+	// last append and the journal end it left (while the journal still ends
+	// there, no other process appended and the head need not be read back),
+	// row ids, the hash state for chaining, and the last batch's line
+	// buffer for reuse.
 	tipEnd int64
 	tip    head
 	// jmu serializes this process's holders of the journal's flock (the
-	// syncer and Reserve): an flock belongs to the open file, so it does
+	// committer and Reserve): an flock belongs to the open file, so it does
 	// not exclude goroutines sharing the descriptor.
 	jmu         sync.Mutex
 	entropy     *ulid.MonotonicEntropy
 	digest      hash.Hash
 	spare       []byte
 	lastSize    int         // slots in the last batch: the next one's initial capacity
+	lastWaiters int32       // the last batch's waiters (see take)
 	resumeTimer *time.Timer // bounds letEmittersRun's wait
 
 	commits atomic.Int64 // durable appends (tests prove group commit with it)
@@ -152,7 +161,11 @@ type writerState struct {
 // commit: N concurrent emitters cost one fdatasync, not N queued behind a
 // lock). While a batch is being synced the next one fills; one channel
 // close wakes every emitter of a batch, and the syncer lets them run before
-// it takes the next one (letEmittersRun).
+// it takes the next one (letEmittersRun). An Emit that finds nobody
+// committing and is the only emitter waiting for its batch (and was for
+// the batch before) does the syncer's work itself (commitInline): a lone
+// caller's rows are then durable without waking the syncer and being woken
+// by it.
 
 // slot is an emitted row waiting in a batch: what Emit could prepare.
 type slot struct {
@@ -172,7 +185,7 @@ const sha256StateLen = 108
 type batch struct {
 	slots []slot
 	rows  []Row         // the stored rows, set by commit before done closes
-	taken chan struct{} // closed when the syncer takes the batch
+	taken chan struct{} // closed when the batch is taken (take)
 	done  chan struct{} // closed when the append is durable, or failed (err)
 	err   error         // the append's failure, set before done closes
 	errs  []error       // when set: row i's own failure (a split batch, see commit)
@@ -243,15 +256,16 @@ const lazyHold = time.Millisecond
 
 // add prepares d's slot and adds it to the batch being filled; it returns
 // that batch and the slot's index in it. urgent: the caller waits for the
-// row (Emit), so the batch goes as soon as the syncer is free.
-func (s *Store) add(ctx context.Context, d Draft, urgent bool, after *batch, afterIdx int) (*batch, int, error) {
+// row (Emit), so the batch goes as soon as no other one is being committed;
+// first: the batch had no urgent row before this one.
+func (s *Store) add(ctx context.Context, d Draft, urgent bool, after *batch, afterIdx int) (b *batch, i int, first bool, err error) {
 	sl, err := prepare(d)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	sl.after, sl.afterIdx = after, afterIdx
 	if err := ctx.Err(); err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	s.pmu.Lock()
 	for !s.shut && len(s.cur.slots) >= s.opts.maxBatch {
@@ -263,33 +277,61 @@ func (s *Store) add(ctx context.Context, d Draft, urgent bool, after *batch, aft
 		case <-taken:
 		case <-ctx.Done():
 			s.waitingRoom.Add(-1)
-			return nil, 0, ctx.Err()
+			return nil, 0, false, ctx.Err()
 		}
 		s.waitingRoom.Add(-1)
 		s.pmu.Lock()
 	}
 	if s.shut {
 		s.pmu.Unlock()
-		return nil, 0, ErrClosed
+		return nil, 0, false, ErrClosed
 	}
-	b, i := s.cur, len(s.cur.slots)
+	b, i = s.cur, len(s.cur.slots)
 	b.slots = append(b.slots, sl)
-	wake := i == 0 || urgent && !b.urgent
 	if i == 0 {
 		b.since = time.Now()
 	}
+	first = urgent && !b.urgent
 	b.urgent = b.urgent || urgent
 	if urgent {
 		b.waiters++
 	}
 	s.pmu.Unlock()
-	if wake {
-		select {
-		case s.ready <- struct{}{}:
-		default:
-		}
+	if i == 0 && !urgent {
+		s.hold.Reset(s.lazyHold) // see await; an urgent row is committed at once (commitInline)
 	}
-	return b, i, nil
+	return b, i, first, nil
+}
+
+// wake tells the syncer the batch being filled may be ready.
+func (s *Store) wake() {
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// commitInline commits the batch being filled on the emitter's own
+// goroutine when nobody else is committing and it is the only emitter
+// waiting (see take): a lone emitter's row is then durable without two
+// hand-offs between goroutines. Otherwise the syncer is told, by the
+// batch's first urgent row (first): it takes the batch once the commit in
+// progress is over.
+func (s *Store) commitInline(first bool) {
+	if !s.cmu.TryLock() {
+		if first {
+			s.wake()
+		}
+		return
+	}
+	b := s.take(true)
+	if b != nil {
+		s.commitBatch(b)
+	}
+	s.cmu.Unlock()
+	if b == nil && first {
+		s.wake()
+	}
 }
 
 // run is the syncer: it commits each batch and wakes its emitters. After
@@ -297,18 +339,40 @@ func (s *Store) add(ctx context.Context, d Draft, urgent bool, after *batch, aft
 func (s *Store) run() {
 	defer close(s.done)
 	for {
-		b := s.take()
-		if b == nil {
+		if !s.await() {
+			// Shut with nothing left to take; an emitter may still be
+			// appending what it took: Close must not go on before it ends.
+			s.cmu.Lock()
+			defer s.cmu.Unlock()
 			return
 		}
-		if err := s.commit(b); errors.Is(err, ErrUnavailable) {
-			b.err = err
-		} else if err != nil {
-			b.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		s.cmu.Lock()
+		b := s.take(false)
+		if b == nil {
+			// An emitter committed it inline. Once shut, nothing more comes.
+			s.pmu.Lock()
+			shut := s.shut && len(s.cur.slots) == 0
+			s.pmu.Unlock()
+			s.cmu.Unlock()
+			if shut {
+				return
+			}
+			continue
 		}
-		close(b.done)
+		s.commitBatch(b)
 		s.letEmittersRun(b)
+		s.cmu.Unlock()
 	}
+}
+
+// commitBatch commits b and wakes its emitters (cmu held).
+func (s *Store) commitBatch(b *batch) {
+	if err := s.commit(b); errors.Is(err, ErrUnavailable) {
+		b.err = err
+	} else if err != nil {
+		b.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	close(b.done)
 }
 
 // resumeWait bounds how long the syncer waits for the emitters it just
@@ -345,46 +409,52 @@ func stoppedTimer() *time.Timer {
 	return t
 }
 
-// take returns the batch being filled once it has rows and starts the next
-// one; nil once the store is shut and nothing is left.
-func (s *Store) take() *batch {
-	next := newBatch(s.lastSize) // allocated outside the lock emitters wait on
-	s.pmu.Lock()
+// await waits until the batch being filled should go: an emitter waits
+// for it, it is full, the store is shutting, or its rows were only
+// enqueued and have waited lazyHold. It returns false once the store is
+// shut and nothing is left.
+func (s *Store) await() bool {
 	for {
+		s.pmu.Lock()
 		n := len(s.cur.slots)
 		if n == 0 && s.shut {
 			s.pmu.Unlock()
-			return nil
+			return false
 		}
-		var hold *time.Timer
 		if n > 0 {
 			left := s.lazyHold - time.Since(s.cur.since)
 			if s.cur.urgent || s.shut || n >= s.opts.maxBatch || left <= 0 {
-				break
+				s.pmu.Unlock()
+				return true
 			}
-			hold = time.NewTimer(left) // only enqueued rows: wait a little for an emitted one
+			s.hold.Reset(left) // only enqueued rows: wait a little for an emitted one
 		}
 		s.pmu.Unlock()
-		if hold == nil {
-			select {
-			case <-s.ready:
-			case <-s.stop:
-			}
-		} else {
-			select {
-			case <-s.ready:
-			case <-s.stop:
-			case <-hold.C:
-			}
-			hold.Stop()
+		select {
+		case <-s.ready:
+		case <-s.stop:
+		case <-s.hold.C:
 		}
-		s.pmu.Lock()
+	}
+}
+
+// take takes the batch being filled, if it has rows, and starts the next
+// one (cmu held). lone: only if at most one emitter waits for it, and did
+// for the batch before; several are the syncer's to commit, which lets
+// them run again before the next batch (letEmittersRun), so that they
+// share it.
+func (s *Store) take(lone bool) *batch {
+	next := newBatch(s.lastSize) // allocated outside the lock emitters wait on
+	s.pmu.Lock()
+	if len(s.cur.slots) == 0 || lone && max(s.cur.waiters, s.lastWaiters) > 1 {
+		s.pmu.Unlock()
+		return nil
 	}
 	b := s.cur
 	s.cur = next
 	s.pmu.Unlock()
 	close(b.taken)
-	s.lastSize = len(b.slots)
+	s.lastSize, s.lastWaiters = len(b.slots), b.waiters
 	return b
 }
 
