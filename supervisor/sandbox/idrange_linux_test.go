@@ -150,3 +150,25 @@ func BenchmarkNSHolder(b *testing.B) {
 		h.stop()
 	}
 }
+
+// TestProbeUserNS: on this kernel (which allows unprivileged user
+// namespaces) the holder's probe answers both questions; when the holder
+// cannot run, root's own probe still finds user namespaces available and
+// the namespace is not owned, saying why; disabled by configuration, no
+// probe runs.
+func TestProbeUserNS(t *testing.T) {
+	w := newWorld(t)
+	userNS, why, owned, ownedWhy := probeUserNS(false, w.runner.cfg.InitBinary, DefaultHostIDBase)
+	if !userNS || !owned || why != "" || ownedWhy != "" {
+		t.Fatalf("working holder: userNS %v (%q), owned %v (%q); want both", userNS, why, owned, ownedWhy)
+	}
+	missing := filepath.Join(t.TempDir(), "no-such-init")
+	userNS, why, owned, ownedWhy = probeUserNS(false, missing, DefaultHostIDBase)
+	if !userNS || why != "" || owned || ownedWhy == "" {
+		t.Fatalf("holder that cannot start: userNS %v (%q), owned %v (%q); want a user namespace, not owned, and why", userNS, why, owned, ownedWhy)
+	}
+	userNS, why, owned, _ = probeUserNS(true, missing, DefaultHostIDBase)
+	if userNS || owned || why != "disabled by configuration" {
+		t.Fatalf("disabled: userNS %v (%q), owned %v", userNS, why, owned)
+	}
+}

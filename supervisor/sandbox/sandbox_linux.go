@@ -203,10 +203,7 @@ func NewLinuxRunner(cfg Options) (_ *LinuxRunner, err error) {
 	if err := r.copyBinaries(); err != nil {
 		return nil, err
 	}
-	r.userNS, r.userNSWhy = userNSAvailable(cfg.DisableUserNS)
-	if r.userNS {
-		r.ownedNS, r.ownedNSWhy = probeOwnedNS(cfg.InitBinary, cfg.HostIDBase)
-	}
+	r.userNS, r.userNSWhy, r.ownedNS, r.ownedNSWhy = probeUserNS(cfg.DisableUserNS, cfg.InitBinary, cfg.HostIDBase)
 	r.landlockABI, r.landlockErr = kernelLandlockABI()
 	if _, err := r.CleanLeftovers(); err != nil {
 		return nil, err
@@ -295,6 +292,24 @@ func preflight(cfg Options) (Options, error) {
 func (r *LinuxRunner) stateRoot() string { return filepath.Join(r.cfg.RunDir, "containers") }
 func (r *LinuxRunner) lockDir() string   { return filepath.Join(r.cfg.RunDir, "locks") }
 func (r *LinuxRunner) rootfs() string    { return filepath.Join(r.cfg.RunDir, "rootfs") }
+
+// probeUserNS says whether sandboxes get a user namespace (userNS, else
+// why not) and whether it can be owned by the sandbox's own host uid
+// (owned, else ownedWhy; see probeOwnedNS). Where the owned one works that
+// one probe answers both: a user namespace an unprivileged uid may make,
+// root may make too.
+func probeUserNS(disabled bool, initBinary string, uid uint32) (userNS bool, why string, owned bool, ownedWhy string) {
+	if disabled {
+		return false, "disabled by configuration", false, ""
+	}
+	if owned, ownedWhy = probeOwnedNS(initBinary, uid); owned {
+		return true, "", true, ""
+	}
+	if userNS, why = userNSAvailable(false); !userNS {
+		return false, why, false, ""
+	}
+	return true, "", false, ownedWhy
+}
 
 // userNSAvailable probes once whether this kernel lets us create a user
 // namespace (some hosts disable them with user.max_user_namespaces=0).
