@@ -2,6 +2,8 @@ package audit
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -24,6 +26,56 @@ func BenchmarkOpen(b *testing.B) {
 		s, err := Open(dir)
 		if err != nil {
 			b.Fatal(err)
+		}
+		s.Close()
+	}
+}
+
+// BenchmarkOpenReconcile: what every `skill run` pays its store before the
+// invocation: Open, Unterminated (Supervisor.Reconcile's query) and Close,
+// on a store of 2 000 finished invocations (started row with a 1.5 KiB
+// containment, a tool call, completed row) and one left unterminated.
+func BenchmarkOpenReconcile(b *testing.B) {
+	dir := b.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	containment := map[string]any{"detail": strings.Repeat("x", 1500)}
+	var waits []func() (Row, error)
+	for i := range 2000 {
+		c := common(fmt.Sprintf("inv-%05d", i))
+		for _, d := range []Draft{
+			InvokedStarted(c, "1", "p", zeroHash(1), containment),
+			ToolCallStarted(c, "1", "Read", ""),
+			ToolCallCompleted(c, "1", "Read", OutcomeSuccess, 1, "", ""),
+			InvokedCompleted(c, OutcomeSuccess, 1, zeroHash(2), ""),
+		} {
+			w, err := s.Enqueue(ctx, d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			waits = append(waits, w)
+		}
+	}
+	if _, err := s.Emit(ctx, InvokedStarted(common("left"), "1", "p", zeroHash(1), containment)); err != nil {
+		b.Fatal(err)
+	}
+	for _, w := range waits {
+		if _, err := w(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.Close()
+	b.ResetTimer()
+	for range b.N {
+		s, err := Open(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rows, err := s.Unterminated(ctx); err != nil || len(rows) != 1 {
+			b.Fatalf("unterminated: %d rows, %v", len(rows), err)
 		}
 		s.Close()
 	}

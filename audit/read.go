@@ -77,20 +77,19 @@ func (s *Store) LastSeq(ctx context.Context) (int64, error) {
 	return seq, nil
 }
 
+// unterminatedQuery reads the started rows open_invocations names.
+const unterminatedQuery = `SELECT ` + rowColumns + ` FROM audit_rows WHERE seq IN (SELECT seq FROM open_invocations) ORDER BY seq`
+
 // Unterminated returns every skill.invoked_started row that has no
 // skill.invoked_completed for the same invocation_id, in seq order: the
 // invocations running now, or lost by a supervisor that died (close those
 // with outcome "lost").
 func (s *Store) Unterminated(ctx context.Context) ([]Row, error) {
-	q := `SELECT ` + rowColumns + ` FROM audit_rows s
-		WHERE s.kind = ? AND NOT EXISTS (
-			SELECT 1 FROM audit_rows c WHERE c.invocation_id = s.invocation_id AND c.kind = ?)
-		ORDER BY s.seq`
 	if err := s.catchUp(ctx); err != nil {
 		return nil, err
 	}
 	var out []Row
-	err := s.each(ctx, s.db, q, []any{string(KindInvokedStarted), string(KindInvokedCompleted)}, func(r Row) error {
+	err := s.each(ctx, s.db, unterminatedQuery, nil, func(r Row) error {
 		out = append(out, r)
 		return nil
 	})

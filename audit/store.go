@@ -26,7 +26,7 @@ import (
 const FileName = "audit.db"
 
 // schemaVersion is PRAGMA user_version of a store this code can write.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // schema: one table of rows keyed by seq. payload is the canonical JSON text
 // that was hashed, byte for byte. invocation_id is derived from it (never
@@ -35,7 +35,11 @@ const schemaVersion = 2
 // on a store whose payload was damaged, so Verify can name the row. The
 // triggers make the table append-only for anyone using SQL; they are not a
 // security boundary (whoever can write the file can drop them), the hash
-// chain is what detects tampering.
+// chain is what detects tampering. open_invocations holds the seq of every
+// started row without a completed row of its invocation, kept by triggers
+// as rows are applied, so that Unterminated (every skill run and daemon
+// start) reads the invocations open now, not every invocation's rows; like
+// the rest of the index it is derived from the journal (Repair remakes it).
 const schema = `
 CREATE TABLE IF NOT EXISTS audit_rows (
 	seq           INTEGER PRIMARY KEY CHECK (seq > 0),
@@ -60,7 +64,31 @@ CREATE TABLE IF NOT EXISTS journal_state (
 	applied INTEGER NOT NULL CHECK (applied >= 0)
 ) STRICT;
 INSERT OR IGNORE INTO journal_state (id, applied) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS open_invocations (
+	seq           INTEGER PRIMARY KEY,
+	invocation_id ANY
+) STRICT;
+CREATE INDEX IF NOT EXISTS open_invocations_id ON open_invocations (invocation_id);
+CREATE TRIGGER IF NOT EXISTS audit_rows_opened AFTER INSERT ON audit_rows
+WHEN NEW.kind = 'skill.invoked_started'
+BEGIN
+	INSERT INTO open_invocations (seq, invocation_id) SELECT NEW.seq, NEW.invocation_id
+	WHERE NOT EXISTS (SELECT 1 FROM audit_rows c WHERE c.invocation_id = NEW.invocation_id AND c.kind = 'skill.invoked_completed');
+END;
+CREATE TRIGGER IF NOT EXISTS audit_rows_closed AFTER INSERT ON audit_rows
+WHEN NEW.kind = 'skill.invoked_completed'
+BEGIN
+	DELETE FROM open_invocations WHERE invocation_id = NEW.invocation_id;
+END;
 `
+
+// openInvocationsFill fills open_invocations on a store made before it
+// (schema version 2): the started rows without a completed row of the same
+// invocation, found once by reading every invocation's rows.
+const openInvocationsFill = `INSERT OR IGNORE INTO open_invocations (seq, invocation_id)
+	SELECT s.seq, s.invocation_id FROM audit_rows s
+	WHERE s.kind = 'skill.invoked_started' AND NOT EXISTS (
+		SELECT 1 FROM audit_rows c WHERE c.invocation_id = s.invocation_id AND c.kind = 'skill.invoked_completed')`
 
 const rowColumns = `seq, row_id, kind, ts, prev_hash, row_hash, payload`
 
@@ -326,6 +354,11 @@ func (s *Store) initSchema(ctx context.Context) error {
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("%s: create schema: %w", s.path, err)
+	}
+	if version < 3 {
+		if _, err := tx.ExecContext(ctx, openInvocationsFill); err != nil {
+			return fmt.Errorf("%s: fill open_invocations: %w", s.path, err)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
 		return fmt.Errorf("%s: %w", s.path, err)

@@ -1165,3 +1165,80 @@ func TestCloseWaitsForAnInlineCommit(t *testing.T) {
 		t.Fatalf("index after Close: %d rows (%v), want 1", n, err)
 	}
 }
+
+// TestUnterminatedReadsOnlyOpenInvocations: Unterminated (every skill run
+// and daemon start) reads the rows open_invocations names, looked up by
+// seq, and scans nothing of audit_rows: its cost follows the invocations
+// open now, not every invocation the store holds.
+func TestUnterminatedReadsOnlyOpenInvocations(t *testing.T) {
+	dir := t.TempDir()
+	openStore(t, dir).Close()
+	rows, err := rawDB(t, dir, false).Query(`EXPLAIN QUERY PLAN ` + unterminatedQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	joined := strings.Join(plan, "\n")
+	if strings.Contains(joined, "SCAN audit_rows") || !strings.Contains(joined, "SEARCH audit_rows USING INTEGER PRIMARY KEY") {
+		t.Fatalf("plan of Unterminated:\n%s\nwant audit_rows searched by seq, never scanned", joined)
+	}
+}
+
+// TestOpenInvocationsFollowTheRows: open_invocations holds exactly the
+// started rows without a completed row of their invocation, whatever the
+// order: a completed row written before its started row (a caller reusing
+// an invocation id) leaves the invocation closed, as the query over all
+// rows said.
+func TestOpenInvocationsFollowTheRows(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	start := func(inv string) Draft { return InvokedStarted(common(inv), "1", "p", zeroHash(1), map[string]any{}) }
+	done := func(inv string) Draft { return InvokedCompleted(common(inv), OutcomeSuccess, 1, zeroHash(2), "") }
+	emitAll(t, s, start("a"), done("early"), start("b"), done("a"), start("early"), start("c"))
+	rows, err := s.Unterminated(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, r := range rows {
+		seqs = append(seqs, r.Seq)
+	}
+	if !slices.Equal(seqs, []int64{3, 6}) {
+		t.Fatalf("unterminated seqs %v, want [3 6] (b and c)", seqs)
+	}
+}
+
+// TestOpenFillsOpenInvocations: a store of schema version 2 (no
+// open_invocations) gets the table filled at Open from its rows, and
+// version 3.
+func TestOpenFillsOpenInvocations(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	start := func(inv string) Draft { return InvokedStarted(common(inv), "1", "p", zeroHash(1), map[string]any{}) }
+	emitAll(t, s, start("a"), start("b"), InvokedCompleted(common("b"), OutcomeSuccess, 1, zeroHash(2), ""), start("c"))
+	s.Close()
+	db := rawDB(t, dir, false)
+	for _, q := range []string{`DROP TRIGGER audit_rows_opened`, `DROP TRIGGER audit_rows_closed`, `DROP TABLE open_invocations`, `PRAGMA user_version = 2`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	s = openStore(t, dir)
+	rows, err := s.Unterminated(context.Background())
+	if err != nil || len(rows) != 2 || rows[0].Seq != 1 || rows[1].Seq != 4 {
+		t.Fatalf("unterminated after the upgrade: %+v %v; want seqs 1 and 4", rows, err)
+	}
+	var version int
+	if err := rawDB(t, dir, false).QueryRow(`PRAGMA user_version`).Scan(&version); err != nil || version != 3 {
+		t.Fatalf("user_version %d (%v), want 3", version, err)
+	}
+}
