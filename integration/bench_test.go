@@ -147,10 +147,33 @@ func runMCP(b *testing.B, d time.Duration) (rate, p50, p99 float64) {
 	return runMCPConcurrent(b, d, 1, 1)
 }
 
-// runMCPConcurrent calls the noop tool for d from callers goroutines on
-// each of servers MCP sessions (one server process each); it returns the
-// calls/s of all of them and the p50 and p99 of every call.
+// mcpStall is a reference call slow enough to be a stall of the SDK's
+// session (seen on this VM: one call of a 5 s run taking most of it, the
+// rate falling to 9 calls/s with a p50 of 315 µs), not its cost per call.
+const mcpStall = time.Second
+
+// runMCPConcurrent is runMCPOnce, again (at most twice more) while a call
+// stalled: a reference that stalled would make any rate look fast beside
+// it. The runs that stalled are logged and counted (mcp-stalled-runs).
 func runMCPConcurrent(b *testing.B, d time.Duration, servers, callers int) (rate, p50, p99 float64) {
+	stalled := 0
+	for {
+		var slowest time.Duration
+		rate, p50, p99, slowest = runMCPOnce(b, d, servers, callers)
+		if slowest < mcpStall || stalled == 2 {
+			break
+		}
+		stalled++
+		b.Logf("MCP reference run stalled (a call took %v, %.0f calls/s): run again", slowest, rate)
+	}
+	b.ReportMetric(float64(stalled), "mcp-stalled-runs")
+	return rate, p50, p99
+}
+
+// runMCPOnce calls the noop tool for d from callers goroutines on each of
+// servers MCP sessions (one server process each); it returns the calls/s
+// of all of them, the p50 and p99 of every call, and the slowest call.
+func runMCPOnce(b *testing.B, d time.Duration, servers, callers int) (rate, p50, p99 float64, slowest time.Duration) {
 	ctx := context.Background()
 	sessions := make([]*mcp.ClientSession, servers)
 	for i := range sessions {
@@ -190,5 +213,5 @@ func runMCPConcurrent(b *testing.B, d time.Duration, servers, callers int) (rate
 	}
 	lat := slices.Concat(lats...)
 	slices.Sort(lat)
-	return float64(len(lat)) / total.Seconds(), float64(lat[len(lat)/2].Microseconds()), float64(lat[len(lat)*99/100].Microseconds())
+	return float64(len(lat)) / total.Seconds(), float64(lat[len(lat)/2].Microseconds()), float64(lat[len(lat)*99/100].Microseconds()), lat[len(lat)-1]
 }

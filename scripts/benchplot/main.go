@@ -213,6 +213,7 @@ func res0(v float64) (float64, bool) { return v, !math.IsNaN(v) }
 type brokerRow struct {
 	name              string
 	broker, mcp, rate float64 // rate: broker/mcp
+	stalled           float64 // MCP reference runs redone after a stalled call
 }
 
 // brokerRows picks the broker-vs-MCP benchmarks out of res, sorted by name.
@@ -226,7 +227,8 @@ func (rep *report) brokerRows(res results) {
 		if !okB || !okM || mcp == 0 {
 			continue
 		}
-		rep.broker = append(rep.broker, brokerRow{name: name, broker: bro, mcp: mcp, rate: bro / mcp})
+		stalled, _ := res.median(name, "mcp-stalled-runs") // 0 when absent
+		rep.broker = append(rep.broker, brokerRow{name: name, broker: bro, mcp: mcp, rate: bro / mcp, stalled: stalled})
 	}
 	slices.SortFunc(rep.broker, func(a, b brokerRow) int { return strings.Compare(a.name, b.name) })
 	if len(rep.broker) == 0 {
@@ -489,6 +491,11 @@ func (rep report) markdown(inputs []string) string {
 	section(&b, "Broker vs the MCP Go SDK (audited calls/s)", len(rep.broker), "| case | broker calls/s | MCP calls/s | × MCP |\n|---|---|---|---|\n", func() {
 		for _, r := range rep.broker {
 			fmt.Fprintf(&b, "| %s | %s | %s | %.2f× |\n", r.name, num(r.broker), num(r.mcp), r.rate)
+		}
+		for _, r := range rep.broker {
+			if r.stalled > 0 {
+				fmt.Fprintf(&b, "\n%s: the MCP reference was run again %g time(s) after a call of it stalled (over a second); the figure is from the run that did not.\n", r.name, r.stalled)
+			}
 		}
 	})
 

@@ -299,3 +299,20 @@ func TestBrokerTargets(t *testing.T) {
 		t.Errorf("no broker lines: %s", md)
 	}
 }
+
+// A case whose MCP reference was redone after a stall says so under the
+// table; the others say nothing.
+func TestBrokerStalledReference(t *testing.T) {
+	lines := strings.Replace(brokerLines, "1560 mcp-p99-µs", "1560 mcp-p99-µs\t         1.000 mcp-stalled-runs", 1)
+	res, err := parse(strings.NewReader(lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := build(res).markdown([]string{"raw.txt"})
+	if !strings.Contains(md, "BenchmarkToolCallVsMCP: the MCP reference was run again 1 time(s) after a call of it stalled") {
+		t.Errorf("bench.md does not say the reference was redone:\n%s", md)
+	}
+	if strings.Contains(md, "callers=8: the MCP reference was run again") {
+		t.Errorf("bench.md names a case that did not stall:\n%s", md)
+	}
+}
