@@ -21,11 +21,20 @@ func BenchmarkOpen(b *testing.B) {
 		}
 	}
 	s.Close()
+	openLoop(b, dir, nil)
+}
+
+// openLoop times b.N rounds of Open of dir, then each (when set), then
+// Close.
+func openLoop(b *testing.B, dir string, each func(*Store)) {
 	b.ResetTimer()
 	for range b.N {
 		s, err := Open(dir)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if each != nil {
+			each(s)
 		}
 		s.Close()
 	}
@@ -68,15 +77,9 @@ func BenchmarkOpenReconcile(b *testing.B) {
 		}
 	}
 	s.Close()
-	b.ResetTimer()
-	for range b.N {
-		s, err := Open(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
+	openLoop(b, dir, func(s *Store) {
 		if rows, err := s.Unterminated(ctx); err != nil || len(rows) != 1 {
 			b.Fatalf("unterminated: %d rows, %v", len(rows), err)
 		}
-		s.Close()
-	}
+	})
 }
