@@ -20,6 +20,8 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/internal/fdread"
 )
 
 // Seccomp profiles are operator-edited files in the OCI LinuxSeccomp format,
@@ -170,12 +172,25 @@ func readProfileFile(path string) ([]byte, error) {
 	case fi.Size() > maxProfileSize:
 		return nil, fmt.Errorf("%w: %s: %d bytes, more than the %d allowed", ErrProfile, path, fi.Size(), maxProfileSize)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxProfileSize+1))
+	// One read of the size fstat gave (and read on, never past the limit,
+	// if the file grew since), on the raw descriptor.
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrProfile, path, err)
 	}
-	if len(data) > maxProfileSize {
+	var data []byte
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		data, rerr = fdread.All(int(fd), fi.Size(), maxProfileSize)
+		return true
+	}); err != nil {
+		rerr = err
+	}
+	if errors.Is(rerr, fdread.ErrTooLarge) {
 		return nil, fmt.Errorf("%w: %s: more than the %d bytes allowed", ErrProfile, path, maxProfileSize)
+	}
+	if rerr != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrProfile, path, rerr)
 	}
 	return data, nil
 }
