@@ -37,6 +37,10 @@ type WarmConfig struct {
 	// Idle is how long a skill's sandboxes wait unused before they are
 	// destroyed (DefaultWarmIdle).
 	Idle time.Duration
+	// NoRefill: sandboxes are made only by Make, never by a claim or the
+	// end of an invocation (`skill run --start warm` makes one, then hands
+	// it to its one invocation).
+	NoRefill bool
 }
 
 // Defaults of WarmConfig.
@@ -158,25 +162,12 @@ func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func()) {
 	if err != nil {
 		return nil, func() {}
 	}
-	var dead []*warmBox
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, func() {}
 	}
-	e := p.entries[key]
-	if e == nil {
-		// A changed skill is a new shape: its old sandboxes go now.
-		for k, old := range p.entries {
-			if old.skillDir == inv.spec.SkillDir {
-				dead = append(dead, p.dropLocked(k, old)...)
-			}
-		}
-		tmpl := inv.spec
-		tmpl.Env, tmpl.Stdin, tmpl.Stdout, tmpl.Stderr, tmpl.Deadline, tmpl.BrokerSocket, tmpl.Recorder = nil, nil, nil, nil, 0, "", nil
-		e = &warmEntry{key: key, skillDir: inv.spec.SkillDir, skillID: inv.common.SkillID, tmpl: tmpl}
-		p.entries[key] = e
-	}
+	e, dead := p.entryLocked(key, inv)
 	e.lastUse = time.Now()
 	e.inUse++
 	e.want = max(e.want, min(p.cfg.MaxPerSkill, e.inUse))
@@ -217,6 +208,58 @@ func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func()) {
 	}
 }
 
+// entryLocked returns the entry of shape key, made from inv when it is
+// new, and the sandboxes of the skill's old shapes, to destroy: a changed
+// skill is a new shape.
+func (p *WarmPool) entryLocked(key string, inv *invocation) (e *warmEntry, dead []*warmBox) {
+	if e = p.entries[key]; e != nil {
+		return e, nil
+	}
+	for k, old := range p.entries {
+		if old.skillDir == inv.spec.SkillDir {
+			dead = append(dead, p.dropLocked(k, old)...)
+		}
+	}
+	tmpl := inv.spec
+	tmpl.Env, tmpl.Stdin, tmpl.Stdout, tmpl.Stderr, tmpl.Deadline, tmpl.BrokerSocket, tmpl.Recorder = nil, nil, nil, nil, 0, "", nil
+	e = &warmEntry{key: key, skillDir: inv.spec.SkillDir, skillID: inv.common.SkillID, tmpl: tmpl}
+	p.entries[key] = e
+	return e, dead
+}
+
+// Make makes one warm sandbox of req's shape now, within the pool's
+// budget, and keeps it ready for that shape's next claim: what `skill run
+// --start warm` does before its invocation. req is validated as Run
+// validates it, and refused with the same errors.
+func (p *WarmPool) Make(req Request) error {
+	inv, err := p.sup.prepare(req)
+	if err != nil {
+		return err
+	}
+	key, err := shapeKey(inv.spec, inv.policyHash)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return errors.New("warm sandboxes: the pool is closed")
+	}
+	e, dead := p.entryLocked(key, inv)
+	fits := p.fitsLocked(e)
+	if fits {
+		p.takeLocked(e)
+	}
+	p.mu.Unlock()
+	for _, b := range dead {
+		b.destroy()
+	}
+	if !fits {
+		return fmt.Errorf("warm sandboxes: one more of %s is over the pool's budget", e.skillID)
+	}
+	return p.fill(e)
+}
+
 // dropLocked removes entry k and returns its ready sandboxes to destroy.
 func (p *WarmPool) dropLocked(k string, e *warmEntry) []*warmBox {
 	delete(p.entries, k)
@@ -242,22 +285,28 @@ func (p *WarmPool) fitsLocked(e *warmEntry) bool {
 		(p.cfg.MaxPids <= 0 || p.pids+e.tmpl.PidsMax <= p.cfg.MaxPids)
 }
 
+// takeLocked takes the budget of one more of e's sandboxes, being made.
+func (p *WarmPool) takeLocked(e *warmEntry) {
+	e.filling++
+	p.count++
+	p.memMB += e.tmpl.MemoryMB
+	p.pids += e.tmpl.PidsMax
+}
+
 // fillLocked starts the refills e needs, within the budget.
 func (p *WarmPool) fillLocked(e *warmEntry) {
-	if time.Since(e.failedAt) < warmRetryAfter {
+	if p.cfg.NoRefill || time.Since(e.failedAt) < warmRetryAfter {
 		return
 	}
 	for len(e.ready)+e.filling < e.want && p.fitsLocked(e) {
-		e.filling++
-		p.count++
-		p.memMB += e.tmpl.MemoryMB
-		p.pids += e.tmpl.PidsMax
+		p.takeLocked(e)
 		p.wg.Add(1)
 		go p.refill(e)
 	}
 }
 
-// refill makes one sandbox of e's shape.
+// refill makes one sandbox of e's shape in the background, one of at most
+// a CPU's worth at a time.
 func (p *WarmPool) refill(e *warmEntry) {
 	defer p.wg.Done()
 	select {
@@ -269,9 +318,16 @@ func (p *WarmPool) refill(e *warmEntry) {
 		p.mu.Unlock()
 		return
 	}
+	_ = p.fill(e)
+	<-p.refills
+}
+
+// fill makes one sandbox of e's shape, whose budget was taken, and keeps
+// it ready; a sandbox that could not be made, or whose shape is gone or
+// pool closed meanwhile, gives its budget back.
+func (p *WarmPool) fill(e *warmEntry) error {
 	t0 := time.Now()
 	box, err := p.make(e)
-	<-p.refills
 	if err == nil {
 		p.sup.metrics().WarmRefill.Observe(time.Since(t0).Seconds())
 	}
@@ -293,6 +349,7 @@ func (p *WarmPool) refill(e *warmEntry) {
 		box.destroy()
 	}
 	p.gauge(e)
+	return err
 }
 
 // make creates one warm sandbox: its identity, its broker socket (owned by

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,10 +25,10 @@ import (
 // warmRunner is a goroutine-safe fake Runner that can prewarm: each warm
 // sandbox counts its activations.
 type warmRunner struct {
-	made, cold atomic.Int64
-	mu         sync.Mutex
-	activated  map[string]int
-	kill       bool // sandboxes die right after they are made
+	made, cold, closed atomic.Int64
+	mu                 sync.Mutex
+	activated          map[string]int
+	kill               bool // sandboxes die right after they are made
 }
 
 func (r *warmRunner) Reserve(string) (sandbox.Identity, error) {
@@ -58,7 +59,7 @@ type fakeWarm struct {
 
 func (w *fakeWarm) ID() string   { return w.id }
 func (w *fakeWarm) Alive() bool  { return !w.dead }
-func (w *fakeWarm) Close() error { return nil }
+func (w *fakeWarm) Close() error { w.r.closed.Add(1); return nil }
 func (w *fakeWarm) Activate(a sandbox.Activation) (sandbox.Process, error) {
 	w.r.mu.Lock()
 	w.r.activated[w.id]++
@@ -181,6 +182,81 @@ func TestWarmPoolSkipsDeadSandboxes(t *testing.T) {
 	defer r.mu.Unlock()
 	if len(r.activated) != 0 {
 		t.Errorf("dead sandboxes: %d made, %d activated, want none activated", r.made.Load(), len(r.activated))
+	}
+}
+
+// TestWarmPoolMakeHandsOverOne: Make makes one sandbox of the request's
+// shape, which the invocation then claims (start warm); with NoRefill
+// nothing else is made, before or after; a bad request is refused as Run
+// refuses it, and past the budget Make says so.
+func TestWarmPoolMakeHandsOverOne(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}}
+	s := newSupWith(t, r)
+	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 1, MaxPerSkill: 1, NoRefill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Warm = pool
+	dir := skillDir(t, "")
+	if err := pool.Make(Request{SkillDir: dir, TenantID: "not-a-uuid"}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("Make of a bad request: %v, want ErrInvalidRequest", err)
+	}
+	if err := pool.Make(Request{SkillDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Make(Request{SkillDir: dir}); err == nil || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("a second Make within a budget of 1: %v, want a budget error", err)
+	}
+	env, err := s.Run(Request{SkillDir: dir})
+	if err != nil || env.Outcome != OutcomeSuccess || env.Containment.Start != StartWarm {
+		t.Fatalf("run: %v %s start %q, want a warm success", err, env.Outcome, env.Containment.Start)
+	}
+	env, err = s.Run(Request{SkillDir: dir})
+	if err != nil || env.Containment.Start != StartCold {
+		t.Fatalf("second run: %v start %q, want cold (nothing refilled)", err, env.Containment.Start)
+	}
+	pool.Close()
+	if n := r.made.Load(); n != 1 {
+		t.Errorf("%d warm sandboxes made, want the one Make made", n)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.activated) != 1 {
+		t.Errorf("activated %v, want one sandbox once", r.activated)
+	}
+}
+
+// TestWarmPoolDropsAnEditedSkillsSandboxes: after SKILL.md changes, the
+// next invocation is a new shape: it does not get the old shape's
+// sandbox, and the old shape's ready sandboxes are destroyed.
+func TestWarmPoolDropsAnEditedSkillsSandboxes(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}}
+	s := newSupWith(t, r)
+	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 4, MaxPerSkill: 2, NoRefill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s.Warm = pool
+	dir := skillDir(t, "")
+	for range 2 {
+		if err := pool.Make(Request{SkillDir: dir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	md := "---\nname: fake\ndescription: edited\n---\n"
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env, err := s.Run(Request{SkillDir: dir})
+	if err != nil || env.Containment.Start != StartCold {
+		t.Fatalf("after the edit: %v start %q, want cold", err, env.Containment.Start)
+	}
+	if n := r.closed.Load(); n != 2 {
+		t.Errorf("%d of the old shape's 2 sandboxes destroyed", n)
+	}
+	if n := pool.Ready(); n != 0 {
+		t.Errorf("%d sandboxes still ready", n)
 	}
 }
 

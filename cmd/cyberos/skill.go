@@ -27,6 +27,7 @@ const cliBusyTimeout = 60 * time.Second
 
 type runFlags struct {
 	args, argsFile, tenant, persona, traceparent string
+	start                                        string // "cold" or "warm" (skill run --start)
 	deadline                                     time.Duration
 	stateDir, profilesDir, runDir, logLevel      string
 	socketDir                                    string
@@ -57,6 +58,7 @@ func newRunCmd() *cobra.Command {
 	fl.StringVar(&f.runDir, "run-dir", "/run/cyberos", "runtime state: containers, rootfs skeleton, locks")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
 	fl.BoolVar(&f.json, "json", false, "print the envelope as one JSON object")
+	fl.StringVar(&f.start, "start", supervisor.StartCold, "cold, or warm: make the sandbox ahead as the daemon's pool does, then hand it this invocation")
 	fl.BoolVar(&f.allowDegraded, "allow-degraded", false, "run even where the platform cannot enforce every control (macOS)")
 	fl.IntVar(&f.limits.RateLimitPerMinute, "rate-limit-per-minute", supervisor.DefaultRateLimitPerMinute, "tool calls per minute (a frontmatter may lower it)")
 	fl.IntVar(&f.limits.MaxBrokerConnections, "max-broker-connections", supervisor.DefaultMaxBrokerConnections, "simultaneous broker connections")
@@ -96,6 +98,9 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		if v.n < 0 {
 			return &exitError{exitUsage, fmt.Errorf("--%s: must not be negative, got %d", v.flag, v.n)}
 		}
+	}
+	if f.start != "" && f.start != supervisor.StartCold && f.start != supervisor.StartWarm {
+		return &exitError{exitUsage, fmt.Errorf("--start: want %s or %s, got %q", supervisor.StartCold, supervisor.StartWarm, f.start)}
 	}
 	log, err := newLogger(f.logLevel)
 	if err != nil {
@@ -138,7 +143,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	}
-	env, err := sup.Run(supervisor.Request{
+	env, err := runOnce(sup, supervisor.Request{
 		SkillDir:    dir,
 		Args:        args,
 		TenantID:    f.tenant,
@@ -148,7 +153,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		Defaults:    limitsOnly(f.limits),
 
 		SeccompRecorder: f.recorder,
-	})
+	}, f.start == supervisor.StartWarm)
 	switch {
 	case errors.Is(err, supervisor.ErrInvalidSkill), errors.Is(err, supervisor.ErrInvalidRequest):
 		return &exitError{exitUsage, err}
@@ -162,6 +167,28 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return &exitError{exitRefused, err}
 	}
 	return writeEnvelope(out, env, f.json)
+}
+
+// runOnce runs req; warm, in a sandbox made first as the daemon's warm
+// pool makes one (and claimed as the daemon claims it), so that a warm
+// start can be tried, and tested, like a cold one.
+func runOnce(sup *supervisor.Supervisor, req supervisor.Request, warm bool) (supervisor.Envelope, error) {
+	if !warm {
+		return sup.Run(req)
+	}
+	if req.SeccompRecorder != nil {
+		return supervisor.Envelope{}, fmt.Errorf("%w: --start warm: a recorded run starts cold", supervisor.ErrInvalidRequest)
+	}
+	pool, err := supervisor.NewWarmPool(sup, supervisor.WarmConfig{MaxSandboxes: 1, MaxPerSkill: 1, NoRefill: true})
+	if err != nil {
+		return supervisor.Envelope{}, fmt.Errorf("%w: --start warm: %v", supervisor.ErrRefused, err)
+	}
+	defer pool.Close()
+	sup.Warm = pool
+	if err := pool.Make(req); err != nil {
+		return supervisor.Envelope{}, fmt.Errorf("--start warm: %w", err)
+	}
+	return sup.Run(req)
 }
 
 // limitsOnly is Defaults carrying only the cost bounds of `skill run`'s
