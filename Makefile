@@ -46,8 +46,9 @@ RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./superviso
 test-tools: ## promtool into .cache/bin, for the tests of /metrics and of the alerting rules (a few minutes the first time)
 	@bash scripts/install-deps.sh promtool
 
-test: deps test-tools lint ## unit + root integration tests, the race detector on RACE_PKGS, and the macOS and FreeBSD builds
+test: deps test-tools lint ## unit + root integration tests (the sandbox and broker suites twice: cold and warm starts), the race detector on RACE_PKGS, and the macOS and FreeBSD builds
 	CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...
+	CYBEROS_IT_START=warm CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./integration/
 	CGO_ENABLED=1 $(GO) test -race -tags $(TAGS) -count=1 -timeout 20m $(RACE_PKGS)
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
 	@echo "macOS build: ok"

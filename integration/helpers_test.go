@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,39 @@ import (
 // cyberos-tool and probes/<name>, built beforehand; TestMain then builds nothing.
 const prebuiltEnv = "CYBEROS_IT_PREBUILT"
 
+// startEnv, when "warm", runs this package's sandbox and broker suites
+// (warmSuite) again with every `skill run` starting warm (--start warm): a
+// sandbox made ahead as the daemon's pool makes it, then handed the
+// invocation. Same tests, same assertions; each run must report start warm.
+const startEnv = "CYBEROS_IT_START"
+
+// warmSuite is what the warm pass runs when no -test.run is given: every
+// test of a sandbox's containment, its limits, the broker and the tools
+// that runs skills through `skill run`.
+var warmSuite = strings.Join([]string{
+	// sandbox_test.go
+	"TestInsideTheSandbox", "TestHostSeesUnprivilegedUID", "TestOOMIsKilled", "TestPidsMax",
+	"TestDeadlineKillsEverything", "TestOutcomes", "TestConcurrentInvocationsLeaveNothing",
+	"TestBadInputIsRefused", "TestCrashLeftoversAreCleaned",
+	// hostile_test.go
+	"TestLandlockConfinesSkill", "TestHostile.*",
+	// seccomp_test.go, cgroup_test.go
+	"TestProfilesTrySyscalls", "TestStrictProfileRunsExamples", "TestDockerDefaultProfile",
+	"TestSeccompCommandsExitStatus", "TestCgroupLimitsApplied", "TestDeadlineKillsThroughCgroup",
+	// broker_test.go, egress_test.go, policyin_test.go
+	"TestBroker.*", "TestHttpFetchCannotReachHost", "TestSkillCannotRewritePolicy",
+	// userns_test.go, leaks_test.go, scale_test.go, install_test.go
+	"TestInotifyExhaustionIsContained", "TestDefaultProfileRefusesInotify",
+	"TestConcurrentSandboxesHaveDistinctHostUIDs", "TestLeak.*", "TestKeyringNoneMadePerSandbox",
+	"TestSkillsRunUnderAStrictUmask",
+	// audit_test.go: the rows of an invocation, and of one whose supervisor died
+	"TestAuditHundredParallelRuns", "TestAuditKill9ClosesOrphanAsLost", "TestAuditTamperIsDetected",
+	"TestAuditNoRawArgs", "TestAuditFullStateDirRefuses", "TestDeadlineOutlivesASupervisorKill",
+}, "|")
+
+// itStart is startEnv's value: "cold" (the default) or "warm".
+var itStart = "cold"
+
 // Built once by TestMain: the real cyberos binary and the probe programs.
 var (
 	cyberosBin string
@@ -29,6 +63,18 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	switch v := os.Getenv(startEnv); v {
+	case "", "cold":
+	case "warm":
+		itStart = v
+		if f := flag.Lookup("test.run"); f.Value.String() == "" {
+			_ = f.Value.Set("^(" + warmSuite + ")$")
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "%s=%q: want cold or warm\n", startEnv, v)
+		os.Exit(2)
+	}
 	os.Exit(run(m))
 }
 
@@ -177,6 +223,7 @@ type envelope struct {
 		Landlock      string   `json:"landlock"`
 		CgroupMode    string   `json:"cgroup_mode"`
 		NotEnforced   []string `json:"not_enforced"`
+		Start         string   `json:"start"`
 	} `json:"containment"`
 	Stats struct {
 		MemoryPeakBytes uint64 `json:"memory_peak_bytes"`
@@ -203,12 +250,17 @@ func (e *env) run(dir string, extra ...string) result {
 		if err := json.Unmarshal(out.Bytes(), &r.env); err != nil {
 			e.t.Fatalf("envelope is not JSON: %v\n%s\nstderr: %s", err, out.String(), r.stderr)
 		}
+		if s := r.env.Containment.Start; s != "" && s != itStart {
+			e.t.Fatalf("%s=%s, but the skill's sandbox started %s\nstdout: %s\nstderr: %s", startEnv, itStart, s, r.stdout, r.stderr)
+		}
 	}
 	return r
 }
 
+// command is `cyberos skill run DIR --json` with this env's dirs, starting
+// as startEnv says, plus extra flags.
 func (e *env) command(dir string, extra ...string) *exec.Cmd {
-	args := append([]string{"skill", "run", dir, "--json",
+	args := append([]string{"skill", "run", dir, "--json", "--start", itStart,
 		"--state-dir", e.stateDir, "--run-dir", e.runDir,
 		"--seccomp-profiles", filepath.Join(repoRoot, "seccomp-profiles")}, extra...)
 	return exec.Command(cyberosBin, args...)

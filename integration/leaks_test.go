@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,9 +230,24 @@ func TestLeakMountinfoHostPaths(t *testing.T) {
 	out, r := e.leaks(t, "mounts", "")
 	skillDir := filepath.Join(e.base, "skills", "mounts")
 	binDir := filepath.Dir(cyberosBin)
+	// The socket is named by the sandbox's id: the invocation's for a cold
+	// start, the warm sandbox's own (warm-<ULID>) for a warm one.
+	sock := filepath.Join(e.runDir, "sockets", "cyberos-skill-broker."+r.env.InvocationID+".sock")
+	if itStart == "warm" {
+		re := regexp.MustCompile(`^` + regexp.QuoteMeta(filepath.Join(e.runDir, "sockets", "cyberos-skill-broker.")) + `warm-[0-9A-Z]{26}\.sock$`)
+		sock = ""
+		for _, m := range out.Mounts {
+			if m.Point == "/run/cyberos/broker.sock" && re.MatchString(m.Root) {
+				sock = m.Root
+			}
+		}
+		if sock == "" {
+			t.Fatalf("no warm sandbox's broker socket mounted at /run/cyberos/broker.sock: %+v", out.Mounts)
+		}
+	}
 	wantPaths := []string{
 		filepath.Join(e.runDir, "rootfs"),
-		filepath.Join(e.runDir, "sockets", "cyberos-skill-broker."+r.env.InvocationID+".sock"),
+		sock,
 		skillDir,
 		"/usr",
 	}

@@ -327,6 +327,7 @@ func TestBadInputIsRefused(t *testing.T) {
 	cases := []struct {
 		name, fm, main, want string
 		mutate               func(dir string)
+		flags                []string
 	}{
 		{name: "malformed yaml", fm: "allowed_tools: [Read\n", main: ok, want: "invalid YAML"},
 		{name: "wrong type", fm: "x-memory-mb: lots\n", main: ok, want: "x-memory-mb"},
@@ -346,6 +347,7 @@ func TestBadInputIsRefused(t *testing.T) {
 			os.Rename(filepath.Join(d, "SKILL.md"), other)
 			os.Symlink(other, filepath.Join(d, "SKILL.md"))
 		}},
+		{name: "unknown start", fm: "", main: ok, want: `--start: want cold or warm, got "tepid"`, flags: []string{"--start", "tepid"}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -353,7 +355,7 @@ func TestBadInputIsRefused(t *testing.T) {
 			if c.mutate != nil {
 				c.mutate(dir)
 			}
-			r := e.run(dir)
+			r := e.run(dir, c.flags...)
 			if r.code != 2 {
 				t.Fatalf("exit %d, want 2\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 			}
