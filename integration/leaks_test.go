@@ -230,15 +230,17 @@ func TestLeakMountinfoHostPaths(t *testing.T) {
 	out, r := e.leaks(t, "mounts", "")
 	skillDir := filepath.Join(e.base, "skills", "mounts")
 	binDir := filepath.Dir(cyberosBin)
+	hm := hostMounts(t)
 	// The socket is named by the sandbox's id: the invocation's for a cold
 	// start, the warm sandbox's own (warm-<ULID>) for a warm one.
-	sock := filepath.Join(e.runDir, "sockets", "cyberos-skill-broker."+r.env.InvocationID+".sock")
+	sockets := filepath.Join(e.runDir, "sockets")
+	sock := filepath.Join(sockets, "cyberos-skill-broker."+r.env.InvocationID+".sock")
 	if itStart == "warm" {
-		re := regexp.MustCompile(`^` + regexp.QuoteMeta(filepath.Join(e.runDir, "sockets", "cyberos-skill-broker.")) + `warm-[0-9A-Z]{26}\.sock$`)
+		re := regexp.MustCompile(`^cyberos-skill-broker\.warm-[0-9A-Z]{26}\.sock$`)
 		sock = ""
 		for _, m := range out.Mounts {
-			if m.Point == "/run/cyberos/broker.sock" && re.MatchString(m.Root) {
-				sock = m.Root
+			if m.Point == "/run/cyberos/broker.sock" && filepath.Dir(m.Root) == hm.rel(sockets) && re.MatchString(filepath.Base(m.Root)) {
+				sock = filepath.Join(sockets, filepath.Base(m.Root))
 			}
 		}
 		if sock == "" {
@@ -263,7 +265,6 @@ func TestLeakMountinfoHostPaths(t *testing.T) {
 			wantPaths = append(wantPaths, top)
 		}
 	}
-	hm := hostMounts(t)
 	var want []string
 	for _, p := range wantPaths {
 		if rel := hm.rel(p); rel != "/" && !slices.Contains(want, rel) {
