@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/goccy/go-yaml"
@@ -72,7 +73,9 @@ type Fleet struct {
 // Kubernetes DaemonSet sets it to the node's name).
 const HostIDEnv = "CYBEROS_HOST_ID"
 
-var hostIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// hostIDPattern is compiled on first use: its {0,62} makes a large program,
+// which every start of the binary (each `skill run`) paid in its inits.
+var hostIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
 // Enabled says whether this daemon ships to a fleet's PostgreSQL.
 func (f Fleet) Enabled() bool { return f.PostgresDSN != "" || f.PostgresDSNFile != "" }
@@ -106,8 +109,8 @@ func (f Fleet) ResolvedHostID() (string, error) {
 		}
 		id, key = h, "fleet.host_id (the hostname)"
 	}
-	if !hostIDPattern.MatchString(id) {
-		return "", fmt.Errorf("%w: %s: %q must match %s", ErrConfig, key, id, hostIDPattern)
+	if !hostIDPattern().MatchString(id) {
+		return "", fmt.Errorf("%w: %s: %q must match %s", ErrConfig, key, id, hostIDPattern())
 	}
 	return id, nil
 }
@@ -366,8 +369,8 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
-	if c.Fleet.HostID != "" && !hostIDPattern.MatchString(c.Fleet.HostID) {
-		return bad("fleet.host_id", "%q must match %s", c.Fleet.HostID, hostIDPattern)
+	if c.Fleet.HostID != "" && !hostIDPattern().MatchString(c.Fleet.HostID) {
+		return bad("fleet.host_id", "%q must match %s", c.Fleet.HostID, hostIDPattern())
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
 		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)
