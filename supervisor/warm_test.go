@@ -226,6 +226,33 @@ func TestWarmPoolMakeHandsOverOne(t *testing.T) {
 	}
 }
 
+// TestWarmPoolMadeButUnclaimedIsDestroyed: a sandbox Make made for an
+// invocation refused afterwards (its SKILL.md broken in between) is never
+// activated, and Close destroys it.
+func TestWarmPoolMadeButUnclaimedIsDestroyed(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}}
+	s := newSupWith(t, r)
+	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 1, MaxPerSkill: 1, NoRefill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Warm = pool
+	dir := skillDir(t, "")
+	if err := pool.Make(Request{SkillDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: [\n---\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(Request{SkillDir: dir}); !errors.Is(err, ErrInvalidSkill) {
+		t.Fatalf("run of a broken skill: %v, want ErrInvalidSkill", err)
+	}
+	pool.Close()
+	if r.made.Load() != 1 || r.closed.Load() != 1 || len(r.activated) != 0 {
+		t.Errorf("made %d, destroyed %d, activated %v: want the one sandbox destroyed, never activated", r.made.Load(), r.closed.Load(), r.activated)
+	}
+}
+
 // TestWarmPoolDropsAnEditedSkillsSandboxes: after SKILL.md changes, the
 // next invocation is a new shape: it does not get the old shape's
 // sandbox, and the old shape's ready sandboxes are destroyed.
