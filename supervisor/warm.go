@@ -305,8 +305,8 @@ func (p *WarmPool) fillLocked(e *warmEntry) {
 	}
 }
 
-// refill makes one sandbox of e's shape in the background, one of at most
-// a CPU's worth at a time.
+// refill makes one sandbox of e's shape in the background, with at most
+// half as many refills at once as the runtime has CPUs (p.refills).
 func (p *WarmPool) refill(e *warmEntry) {
 	defer p.wg.Done()
 	select {
@@ -323,8 +323,9 @@ func (p *WarmPool) refill(e *warmEntry) {
 }
 
 // fill makes one sandbox of e's shape, whose budget was taken, and keeps
-// it ready; a sandbox that could not be made, or whose shape is gone or
-// pool closed meanwhile, gives its budget back.
+// it ready. One that could not be made gives its budget back, and so does
+// one made after its shape was dropped or the pool closed, which is
+// destroyed.
 func (p *WarmPool) fill(e *warmEntry) error {
 	t0 := time.Now()
 	box, err := p.make(e)
