@@ -81,18 +81,25 @@ func (warmProc) Exec(context.Context, sandbox.ExecSpec) (sandbox.ExecExit, error
 	return sandbox.ExecExit{}, errors.New("fake: no exec")
 }
 
+// warmSup is a supervisor on r with a warm pool of cfg as its Warm, and a
+// skill folder.
+func warmSup(t *testing.T, r *warmRunner, cfg WarmConfig) (*Supervisor, *WarmPool, string) {
+	t.Helper()
+	s := newSupWith(t, r)
+	pool, err := NewWarmPool(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Warm = pool
+	return s, pool, skillDir(t, "")
+}
+
 // TestWarmPoolHandsEachSandboxOnce: concurrent invocations of one skill
 // through the pool; no warm sandbox is activated twice, some are
 // activated, and Close leaves none ready. Run under -race.
 func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}}
-	s := newSupWith(t, r)
-	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 4, MaxPerSkill: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Warm = pool
-	dir := skillDir(t, "")
+	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 4, MaxPerSkill: 4})
 	var wg sync.WaitGroup
 	var starts sync.Map
 	var slots, released atomic.Int64
@@ -162,14 +169,8 @@ func TestStartSlotRefusalRunsNothing(t *testing.T) {
 // at the claim, and the invocation starts cold.
 func TestWarmPoolSkipsDeadSandboxes(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}, kill: true}
-	s := newSupWith(t, r)
-	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 2})
 	defer pool.Close()
-	s.Warm = pool
-	dir := skillDir(t, "")
 	for i := range 5 {
 		env, err := s.Run(Request{SkillDir: dir})
 		if err != nil || env.Outcome != OutcomeSuccess || env.Containment.Start != StartCold {
@@ -191,13 +192,7 @@ func TestWarmPoolSkipsDeadSandboxes(t *testing.T) {
 // refuses it, and past the budget Make says so.
 func TestWarmPoolMakeHandsOverOne(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}}
-	s := newSupWith(t, r)
-	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 1, MaxPerSkill: 1, NoRefill: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Warm = pool
-	dir := skillDir(t, "")
+	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 1, MaxPerSkill: 1, NoRefill: true})
 	if err := pool.Make(Request{SkillDir: dir, TenantID: "not-a-uuid"}); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("Make of a bad request: %v, want ErrInvalidRequest", err)
 	}
@@ -231,13 +226,7 @@ func TestWarmPoolMakeHandsOverOne(t *testing.T) {
 // activated, and Close destroys it.
 func TestWarmPoolMadeButUnclaimedIsDestroyed(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}}
-	s := newSupWith(t, r)
-	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 1, MaxPerSkill: 1, NoRefill: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Warm = pool
-	dir := skillDir(t, "")
+	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 1, MaxPerSkill: 1, NoRefill: true})
 	if err := pool.Make(Request{SkillDir: dir}); err != nil {
 		t.Fatal(err)
 	}
@@ -258,14 +247,8 @@ func TestWarmPoolMadeButUnclaimedIsDestroyed(t *testing.T) {
 // sandbox, and the old shape's ready sandboxes are destroyed.
 func TestWarmPoolDropsAnEditedSkillsSandboxes(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}}
-	s := newSupWith(t, r)
-	pool, err := NewWarmPool(s, WarmConfig{MaxSandboxes: 4, MaxPerSkill: 2, NoRefill: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 4, MaxPerSkill: 2, NoRefill: true})
 	defer pool.Close()
-	s.Warm = pool
-	dir := skillDir(t, "")
 	for range 2 {
 		if err := pool.Make(Request{SkillDir: dir}); err != nil {
 			t.Fatal(err)
