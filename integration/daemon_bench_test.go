@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cyberos/supervisor/internal/testutil"
 )
 
 // BenchmarkDaemon: invocations/s of a trivial skill (prints {}) through
@@ -142,7 +144,7 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 		next <- struct{}{}
 	}
 	close(next)
-	cpu0, t0 := busyCPU(b), time.Now()
+	cpu0, t0 := testutil.BusyCPU(b), time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
@@ -162,7 +164,7 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 		}()
 	}
 	wg.Wait()
-	el, cpu := time.Since(t0), busyCPU(b)-cpu0
+	el, cpu := time.Since(t0), testutil.BusyCPU(b)-cpu0
 	if len(lat) == 0 {
 		return
 	}
@@ -171,33 +173,6 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, fmt.Sprintf("c%d-%s-p50-ms", conc, mode))
 	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, fmt.Sprintf("c%d-%s-p95-ms", conc, mode))
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(lat)), fmt.Sprintf("c%d-%s-cpu-ms", conc, mode))
-}
-
-// busyCPU is the time all CPUs have spent busy since boot: /proc/stat's
-// cpu line without idle and iowait, in USER_HZ ticks (10 ms).
-func busyCPU(tb testing.TB) time.Duration {
-	tb.Helper()
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		tb.Fatalf("/proc/stat: unexpected first line %q", line)
-	}
-	var ticks int64
-	for i, v := range f[1:] {
-		if i == 3 || i == 4 { // idle, iowait
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			tb.Fatalf("/proc/stat: %q: %v", line, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // vmRSS reads VmRSS (KiB) of pid.

@@ -1,9 +1,12 @@
-// Package testutil holds helpers shared by tests: the root gate and polling.
+// Package testutil holds helpers shared by tests: the root gate, polling,
+// and what benchmarks read of the machine.
 package testutil
 
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,4 +67,31 @@ func RequiresTool(t testing.TB, env, def, hint string) string {
 	}
 	t.Skipf("SKIPPED %s: needs %s (set %s, or %s)", t.Name(), path, env, hint)
 	return ""
+}
+
+// BusyCPU is the time all CPUs have spent busy since boot: /proc/stat's
+// cpu line without idle and iowait, in USER_HZ ticks (10 ms).
+func BusyCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		tb.Fatalf("/proc/stat: unexpected first line %q", line)
+	}
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			tb.Fatalf("/proc/stat: %q: %v", line, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }

@@ -36,6 +36,10 @@ import (
 // The benchmarks this tool reads and the issue 19 targets it checks.
 const (
 	coldBench = "BenchmarkColdStart" // in-process start per variant: <variant>-median-ms, <variant>-p95-ms
+	// floorVariant is coldBench's libcontainer container with DESIGN.md's
+	// namespaces and nothing of cyberos's; it also reports the rate of
+	// eight at a time (-c8-starts/s) and their machine CPU (-c8-cpu-ms).
+	floorVariant = "libcontainer-floor"
 	// Daemon benchmarks are those whose name contains this; their per-concurrency
 	// metrics are c<N>[-<series>]-inv/s, -p50-ms, -p95-ms and -cpu-ms (the
 	// machine's busy CPU time per invocation), and cpus (its CPU count).
@@ -55,6 +59,9 @@ const (
 	targetBrokerOne   = 2.0                                           // ≥ 2× the MCP SDK, one client
 	targetBrokerEight = 10.0                                          // ≥ 10× at 8 callers
 	targetRSSKiB      = 1024.0                                        // daemon RSS per active invocation (BenchmarkDaemon RSS-KiB/active-inv)
+	// flushBench is the disk alone: one write and fdatasync (p50-ms), what
+	// every durably audited call waits for at least once.
+	flushBench = "BenchmarkEmitFlush"
 )
 
 func main() {
@@ -201,8 +208,12 @@ type report struct {
 	warmOther []variant // daemon warm latencies reported without a concurrency
 	broker    []brokerRow
 	rssPerInv float64 // BenchmarkDaemon's RSS-KiB/active-inv, NaN when absent
-	cpus      float64 // BenchmarkDaemon's cpus, NaN when absent
-	missing   []string
+	// floorRate and floorCPU: the floor variant eight at a time, starts/s
+	// and machine CPU ms per start; NaN when absent.
+	floorRate, floorCPU float64
+	flushMS             float64 // flushBench's p50-ms, NaN when absent
+	cpus                float64 // BenchmarkDaemon's cpus, NaN when absent
+	missing             []string
 }
 
 // res0 turns a NaN-for-absent figure into a figure and whether it is there.
@@ -259,6 +270,17 @@ func build(res results) report {
 	rep.cpus = math.NaN()
 	if v, ok := res.median(daemonBench, "cpus"); ok {
 		rep.cpus = v
+	}
+	rep.floorRate, rep.floorCPU = math.NaN(), math.NaN()
+	if v, ok := res.median(coldBench, floorVariant+"-c8-starts/s"); ok {
+		rep.floorRate = v
+	}
+	if v, ok := res.median(coldBench, floorVariant+"-c8-cpu-ms"); ok {
+		rep.floorCPU = v
+	}
+	rep.flushMS = math.NaN()
+	if v, ok := res.median(flushBench, "p50-ms"); ok {
+		rep.flushMS = v
 	}
 	for _, s := range rep.series {
 		if !math.IsNaN(s.points[0].p50) && s.points[0].conc == 1 {
@@ -501,8 +523,9 @@ func (rep report) markdown(inputs []string) string {
 
 	b.WriteString("\n## Targets (issue 19), same run\n\n")
 	c, okC := rep.refs["cyberos"]
-	fmt.Fprintf(&b, "- cyberos cold start in process ≤ %g× bwrap: %s\n", targetColdVsBwrap, against(c/bwrap, okC && okB, c/bwrap <= targetColdVsBwrap, "×"))
-	fmt.Fprintf(&b, "- cyberos cold start in process ≤ %g× runc: %s\n", targetColdVsRunc, against(c/runc, okC && okR, c/runc <= targetColdVsRunc, "×"))
+	floor, okF := rep.refs[floorVariant]
+	fmt.Fprintf(&b, "- cyberos cold start in process ≤ %g× bwrap: %s%s\n", targetColdVsBwrap, against(c/bwrap, okC && okB, c/bwrap <= targetColdVsBwrap, "×"), floorAlone(floor, bwrap, okF && okB))
+	fmt.Fprintf(&b, "- cyberos cold start in process ≤ %g× runc: %s%s\n", targetColdVsRunc, against(c/runc, okC && okR, c/runc <= targetColdVsRunc, "×"), floorAlone(floor, runc, okF && okR))
 	warm := false
 	for _, v := range rep.start {
 		if !strings.HasPrefix(v.name, "daemon ") || !strings.Contains(v.name, "warm") {
@@ -528,10 +551,14 @@ func (rep report) markdown(inputs []string) string {
 	if !rated {
 		fmt.Fprintf(&b, "- daemon throughput at concurrency %d ≥ %g/s: — (no figure)\n", targetRateConc, targetRate)
 	}
+	if !math.IsNaN(rep.floorRate) {
+		fmt.Fprintf(&b, "  - %s alone, eight at a time in process: %s starts/s, %s ms of machine CPU each: the most a daemon built on the library reaches here\n",
+			floorVariant, num(rep.floorRate), num(rep.floorCPU))
+	}
 	rss, okRSS := res0(rep.rssPerInv)
 	fmt.Fprintf(&b, "- daemon RSS per active invocation < %g KiB: %s\n", targetRSSKiB, against(rss, okRSS, rss < targetRSSKiB, " KiB"))
 	one, okOne := rep.brokerRatio(brokerOne)
-	fmt.Fprintf(&b, "- broker, one client, ≥ %g× the MCP SDK: %s\n", targetBrokerOne, against(one, okOne, one >= targetBrokerOne, "×"))
+	fmt.Fprintf(&b, "- broker, one client, ≥ %g× the MCP SDK: %s%s\n", targetBrokerOne, against(one, okOne, one >= targetBrokerOne, "×"), rep.flushBudget())
 	eight, okEight := rep.brokerRatio(brokerCallers)
 	fmt.Fprintf(&b, "- broker, 8 callers, ≥ %g× the MCP SDK: %s\n", targetBrokerEight, against(eight, okEight, eight >= targetBrokerEight, "×"))
 
@@ -542,6 +569,28 @@ func (rep report) markdown(inputs []string) string {
 		}
 	}
 	return b.String()
+}
+
+// flushBudget says how much of the per-call time the one-client broker
+// target leaves goes to the disk's fdatasync alone, or nothing when either
+// figure is missing.
+func (rep report) flushBudget() string {
+	i := slices.IndexFunc(rep.broker, func(r brokerRow) bool { return r.name == brokerOne })
+	if i < 0 || math.IsNaN(rep.flushMS) || rep.broker[i].mcp <= 0 {
+		return ""
+	}
+	budget := 1e6 / (targetBrokerOne * rep.broker[i].mcp) // µs a call
+	return fmt.Sprintf("; %g× leaves %.0f µs a call, and one write and fdatasync of this disk alone takes %.0f µs of it (%s p50)",
+		targetBrokerOne, budget, rep.flushMS*1000, flushBench)
+}
+
+// floorAlone is the floor variant's ratio to a reference, said after a
+// cold-start target, or nothing when either figure is missing.
+func floorAlone(floor, ref float64, ok bool) string {
+	if !ok || ref == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s alone (the library with DESIGN.md's namespaces, nothing of cyberos's): %.2f×", floorVariant, floor/ref)
 }
 
 // cpuBound says what the machine's CPU time per invocation allows on its

@@ -294,6 +294,17 @@ func TestBrokerTargets(t *testing.T) {
 			t.Errorf("bench.md lacks %q:\n%s", want, md)
 		}
 	}
+	if strings.Contains(md, "fdatasync") {
+		t.Errorf("bench.md gives the disk's share without BenchmarkEmitFlush:\n%s", md)
+	}
+	flush := "BenchmarkEmitFlush-2   \t   40000\t    121170 ns/op\t         0.1180 p50-ms\t         0.1560 p95-ms\n"
+	if res, err = parse(strings.NewReader(brokerLines + flush)); err != nil {
+		t.Fatal(err)
+	}
+	md = build(res).markdown([]string{"raw.txt"})
+	if want := "- broker, one client, ≥ 2× the MCP SDK: 1.06× (missed); 2× leaves 226 µs a call, and one write and fdatasync of this disk alone takes 118 µs of it (BenchmarkEmitFlush p50)\n"; !strings.Contains(md, want) {
+		t.Errorf("bench.md lacks %q:\n%s", want, md)
+	}
 	md = build(results{}).markdown(nil)
 	if !strings.Contains(md, "- broker, one client, ≥ 2× the MCP SDK: — (no figure or reference)") {
 		t.Errorf("no broker lines: %s", md)
@@ -314,5 +325,34 @@ func TestBrokerStalledReference(t *testing.T) {
 	}
 	if strings.Contains(md, "callers=8: the MCP reference was run again") {
 		t.Errorf("bench.md names a case that did not stall:\n%s", md)
+	}
+}
+
+// The libcontainer floor, when the cold-start lines report it, is a row of
+// the start table and is said beside the cold-start and throughput
+// targets; input without it says nothing of it.
+func TestFloorBesideTargets(t *testing.T) {
+	floor := strings.ReplaceAll(coldLines, "0.6758 cyberos/runc", "0.6758 cyberos/runc\t        28.00 libcontainer-floor-median-ms\t        31.00 libcontainer-floor-p95-ms\t        43.00 libcontainer-floor-c8-starts/s\t        46.50 libcontainer-floor-c8-cpu-ms")
+	res, err := parse(strings.NewReader(floor + daemonLines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := build(res).markdown([]string{"raw.txt"})
+	for _, want := range []string{
+		"| libcontainer-floor | 28.0 | 31.0 |",
+		"- cyberos cold start in process ≤ 2× bwrap: 3.38× (missed); libcontainer-floor alone (the library with DESIGN.md's namespaces, nothing of cyberos's): 2.80×\n",
+		"- cyberos cold start in process ≤ 0.5× runc: 0.65× (missed); libcontainer-floor alone (the library with DESIGN.md's namespaces, nothing of cyberos's): 0.54×\n",
+		"  - libcontainer-floor alone, eight at a time in process: 43.0 starts/s, 46.5 ms of machine CPU each",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("bench.md lacks %q:\n%s", want, md)
+		}
+	}
+	res, err = parse(strings.NewReader(coldLines + daemonLines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := build(res).markdown(nil); strings.Contains(md, "libcontainer-floor") {
+		t.Errorf("bench.md names a floor the input lacks:\n%s", md)
 	}
 }

@@ -231,7 +231,9 @@ func (w *world) helperPid(tb testing.TB) int {
 // seccomp profile, read-only rootfs, cyberos-init), from Check to Release
 // (the runner calls of one invocation, see runProfile), interleaved in the
 // same run with the floor (unshare) and, where installed, bwrap and runc
-// run with equivalent settings; and a warm sandbox's invocation (made a
+// run with equivalent settings, and libcontainer-floor (floorConfig: the
+// library with DESIGN.md's namespaces and nothing of ours, also run eight
+// at a time after the loop); and a warm sandbox's invocation (made a
 // round ahead, as the daemon's pool makes it): cyberos-warm is Activate to
 // the end of Close, cyberos-warm-answer Activate and Wait (what the
 // daemon's answer waits for). Reports medians, p95 and ratios. Run with:
@@ -273,6 +275,13 @@ func BenchmarkColdStart(b *testing.B) {
 			return d
 		}},
 		{"unshare", w.command(b, "unshare", "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--mount-proc", "/bin/true")},
+		{"libcontainer-floor", func(i int) time.Duration {
+			d, err := w.floorStart(fmt.Sprintf("floor-%d-%d", os.Getpid(), i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return d
+		}},
 	}
 	if _, err := exec.LookPath("bwrap"); err == nil {
 		variants = append(variants, struct {
@@ -304,7 +313,12 @@ func BenchmarkColdStart(b *testing.B) {
 			samples[v.name] = append(samples[v.name], v.run(i))
 		}
 	}
+	// The floor against the daemon's concurrency target: eight at a time,
+	// after the timed loop.
+	rate, cpuPer := w.floorRate(b, 48, 8)
 	b.StopTimer()
+	b.ReportMetric(rate, "libcontainer-floor-c8-starts/s")
+	b.ReportMetric(ms(cpuPer), "libcontainer-floor-c8-cpu-ms")
 	floor := median(samples["unshare"])
 	for _, v := range variants {
 		s := samples[v.name]
