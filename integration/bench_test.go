@@ -3,17 +3,22 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 )
 
 // mcpServerEnv makes this test binary serve one noop MCP tool over stdio.
@@ -34,12 +39,47 @@ func init() {
 	os.Exit(0)
 }
 
+// echoServerEnv makes this test binary echo every read back on each of the
+// env value's count of sockets, from fd 3 on: the least a call across a
+// process boundary costs (runEcho).
+const echoServerEnv = "CYBEROS_BENCH_ECHO_SERVER"
+
+func init() {
+	n, err := strconv.Atoi(os.Getenv(echoServerEnv))
+	if err != nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		c, err := net.FileConn(os.NewFile(uintptr(3+i), "echo"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		wg.Go(func() {
+			buf := make([]byte, 4096)
+			for {
+				k, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				if _, err := c.Write(buf[:k]); err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	os.Exit(0)
+}
+
 // BenchmarkToolCallVsMCP: back-to-back tool calls for 5 s each, in the same
 // run: (a) from inside a real sandbox through the broker, enforced and
 // audited to the durable store — the tool is Read of a 5-byte allowed file
 // (the cheapest real tool: one openat2 + read); (b) the MCP Go SDK serving a
-// noop tool over stdio to an SDK client. Reports calls/s, p50, p99 and the
-// ratio. go test -tags seccomp -run '^$' -bench ToolCallVsMCP -benchtime 1x ./integration/
+// noop tool over stdio to an SDK client; (c) a bare echo over a Unix socket
+// to another process (runEcho), the floor of any such call on this machine.
+// Reports calls/s, p50, p99 and the ratio. go test -tags seccomp -run '^$' -bench ToolCallVsMCP -benchtime 1x ./integration/
 func BenchmarkToolCallVsMCP(b *testing.B) {
 	e := newEnv(b)
 	data := filepath.Join(e.base, "data")
@@ -59,6 +99,7 @@ func BenchmarkToolCallVsMCP(b *testing.B) {
 
 		mcpRate, mcpP50, mcpP99 := runMCP(b, seconds*time.Second)
 		reportVsMCP(b, ours, mcpRate, mcpP50, mcpP99)
+		runEcho(b, seconds*time.Second, 1)
 	}
 }
 
@@ -81,7 +122,8 @@ func reportVsMCP(b *testing.B, ours map[string]float64, mcpRate, mcpP50, mcpP99 
 // against eight callers on one MCP SDK session; sandboxes=8 is eight
 // sandboxes at once through one daemon (one audit store), each with one
 // caller, against eight MCP server processes with one client each. Group
-// commit lets concurrent calls share an fdatasync.
+// commit lets concurrent calls share an fdatasync. callers=8 also runs the
+// bare echo floor with eight connections (runEcho).
 //
 //	go test -tags seccomp -run '^$' -bench ToolCallsConcurrentVsMCP -benchtime 1x ./integration/
 func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
@@ -106,6 +148,7 @@ func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
 			json.Unmarshal(r.env.Result, &ours)
 			rate, p50, p99 := runMCPConcurrent(b, seconds*time.Second, 1, n)
 			reportVsMCP(b, ours, rate, p50, p99)
+			runEcho(b, seconds*time.Second, n)
 		}
 	})
 	b.Run(fmt.Sprintf("sandboxes=%d", n), func(b *testing.B) {
@@ -214,4 +257,70 @@ func runMCPOnce(b *testing.B, d time.Duration, servers, callers int) (rate, p50,
 	lat := slices.Concat(lats...)
 	slices.Sort(lat)
 	return float64(len(lat)) / total.Seconds(), float64(lat[len(lat)/2].Microseconds()), float64(lat[len(lat)*99/100].Microseconds()), lat[len(lat)-1]
+}
+
+// echoMessage is about a Read call's JSON-RPC request in size.
+const echoMessage = 160
+
+// runEcho sends echoMessage bytes and reads them back for d, on each of
+// conns Unix socket connections at once, to one echo process (this binary
+// with echoServerEnv): no JSON, tool or audit, only the two processes'
+// socket round trip. Reports echo-calls/s and echo-p50-µs.
+func runEcho(b *testing.B, d time.Duration, conns int) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", echoServerEnv, conns))
+	clients := make([]net.Conn, conns)
+	for i := range clients {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		theirs, ours := os.NewFile(uintptr(fds[0]), "echo"), os.NewFile(uintptr(fds[1]), "client")
+		cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
+		c, err := net.FileConn(ours)
+		ours.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cmd.Wait() }()
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	lats := make([][]time.Duration, conns)
+	errs := make([]error, conns)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range clients {
+		wg.Go(func() {
+			defer c.Close() // ends the echo server's reader
+			msg, buf := make([]byte, echoMessage), make([]byte, echoMessage)
+			for time.Since(start) < d {
+				t0 := time.Now()
+				if _, err := c.Write(msg); err != nil {
+					errs[i] = err
+					return
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					errs[i] = err
+					return
+				}
+				lats[i] = append(lats[i], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	total := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	lat := slices.Concat(lats...)
+	slices.Sort(lat)
+	b.ReportMetric(float64(len(lat))/total.Seconds(), "echo-calls/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "echo-p50-µs")
 }

@@ -68,7 +68,8 @@ echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, inte
 go test "${static[@]}" -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark' | tee -a "$raw"
 
 echo
-echo "== tool calls from inside a sandbox through the broker (enforced, audited durably) vs the MCP Go SDK over stdio, 5 s each"
+echo "== tool calls from inside a sandbox through the broker (enforced, audited durably) vs the MCP Go SDK over stdio, 5 s each;"
+echo "   and a bare echo over a Unix socket to another process, the floor of any call across a process boundary"
 go test -tags seccomp -run '^$' -bench BenchmarkToolCallVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw"
 echo "   the same with 8 callers in one sandbox, and 8 sandboxes with one caller each, against 8 MCP callers:"
 go test -tags seccomp -run '^$' -bench BenchmarkToolCallsConcurrentVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw"

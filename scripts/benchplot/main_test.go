@@ -302,8 +302,22 @@ func TestBrokerTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	md = build(res).markdown([]string{"raw.txt"})
-	if want := "- broker, one client, ≥ 2× the MCP SDK: 1.06× (missed); 2× leaves 226 µs a call, and one write and fdatasync of this disk alone takes 118 µs of it (BenchmarkEmitFlush p50)\n"; !strings.Contains(md, want) {
+	if want := "- broker, one client, ≥ 2× the MCP SDK: 1.06× (missed); 2× leaves 226 µs a call: one write and fdatasync of this disk 118 µs (BenchmarkEmitFlush p50)\n"; !strings.Contains(md, want) {
 		t.Errorf("bench.md lacks %q:\n%s", want, md)
+	}
+	echo := strings.Replace(brokerLines, "1.059 broker/mcp", "1.059 broker/mcp\t     26279 echo-calls/s\t        38.00 echo-p50-µs", 1)
+	echo = strings.Replace(echo, "2.05 broker/mcp", "2.05 broker/mcp\t    110775 echo-calls/s\t        42.00 echo-p50-µs", 1)
+	if res, err = parse(strings.NewReader(echo + flush)); err != nil {
+		t.Fatal(err)
+	}
+	md = build(res).markdown([]string{"raw.txt"})
+	for _, want := range []string{
+		"2× leaves 226 µs a call: one write and fdatasync of this disk 118 µs (BenchmarkEmitFlush p50), a bare echo to another process over a Unix socket 38 µs (p50)\n",
+		"- broker, 8 callers, ≥ 10× the MCP SDK: 2.05× (missed); a bare echo over eight Unix socket connections reaches 110775/s (76.9× MCP): the socket is not the bound\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("bench.md lacks %q:\n%s", want, md)
+		}
 	}
 	md = build(results{}).markdown(nil)
 	if !strings.Contains(md, "- broker, one client, ≥ 2× the MCP SDK: — (no figure or reference)") {
