@@ -38,6 +38,26 @@ BenchmarkChain-2   	   12345	     98765 ns/op	    4096 B/op	      50 allocs/op
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
+// markdownOf is the bench.md that input's lines make.
+func markdownOf(t *testing.T, input string) string {
+	t.Helper()
+	res, err := parse(strings.NewReader(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return build(res).markdown([]string{"raw.txt"})
+}
+
+// wantLines fails t for each of wants that md lacks.
+func wantLines(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(md, want) {
+			t.Errorf("bench.md lacks %q:\n%s", want, md)
+		}
+	}
+}
+
 func TestParseMedians(t *testing.T) {
 	res, err := parse(strings.NewReader(coldLines), strings.NewReader(daemonLines))
 	if err != nil {
@@ -298,27 +318,13 @@ func TestBrokerTargets(t *testing.T) {
 		t.Errorf("bench.md gives the disk's share without BenchmarkEmitFlush:\n%s", md)
 	}
 	flush := "BenchmarkEmitFlush-2   \t   40000\t    121170 ns/op\t         0.1180 p50-ms\t         0.1560 p95-ms\n"
-	if res, err = parse(strings.NewReader(brokerLines + flush)); err != nil {
-		t.Fatal(err)
-	}
-	md = build(res).markdown([]string{"raw.txt"})
-	if want := "- broker, one client, ≥ 2× the MCP SDK: 1.06× (missed); 2× leaves 226 µs a call: one write and fdatasync of this disk 118 µs (BenchmarkEmitFlush p50)\n"; !strings.Contains(md, want) {
-		t.Errorf("bench.md lacks %q:\n%s", want, md)
-	}
+	wantLines(t, markdownOf(t, brokerLines+flush),
+		"- broker, one client, ≥ 2× the MCP SDK: 1.06× (missed); 2× leaves 226 µs a call: one write and fdatasync of this disk 118 µs (BenchmarkEmitFlush p50)\n")
 	echo := strings.Replace(brokerLines, "1.059 broker/mcp", "1.059 broker/mcp\t     26279 echo-calls/s\t        38.00 echo-p50-µs", 1)
 	echo = strings.Replace(echo, "2.05 broker/mcp", "2.05 broker/mcp\t    110775 echo-calls/s\t        42.00 echo-p50-µs", 1)
-	if res, err = parse(strings.NewReader(echo + flush)); err != nil {
-		t.Fatal(err)
-	}
-	md = build(res).markdown([]string{"raw.txt"})
-	for _, want := range []string{
+	wantLines(t, markdownOf(t, echo+flush),
 		"2× leaves 226 µs a call: one write and fdatasync of this disk 118 µs (BenchmarkEmitFlush p50), a bare echo to another process over a Unix socket 38 µs (p50)\n",
-		"- broker, 8 callers, ≥ 10× the MCP SDK: 2.05× (missed); a bare echo over eight Unix socket connections reaches 110775/s (76.9× MCP): the socket is not the bound\n",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("bench.md lacks %q:\n%s", want, md)
-		}
-	}
+		"- broker, 8 callers, ≥ 10× the MCP SDK: 2.05× (missed); a bare echo over eight Unix socket connections reaches 110775/s (76.9× MCP): the socket is not the bound\n")
 	md = build(results{}).markdown(nil)
 	if !strings.Contains(md, "- broker, one client, ≥ 2× the MCP SDK: — (no figure or reference)") {
 		t.Errorf("no broker lines: %s", md)
@@ -347,26 +353,12 @@ func TestBrokerStalledReference(t *testing.T) {
 // targets; input without it says nothing of it.
 func TestFloorBesideTargets(t *testing.T) {
 	floor := strings.ReplaceAll(coldLines, "0.6758 cyberos/runc", "0.6758 cyberos/runc\t        28.00 libcontainer-floor-median-ms\t        31.00 libcontainer-floor-p95-ms\t        43.00 libcontainer-floor-c8-starts/s\t        46.50 libcontainer-floor-c8-cpu-ms")
-	res, err := parse(strings.NewReader(floor + daemonLines))
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := build(res).markdown([]string{"raw.txt"})
-	for _, want := range []string{
+	wantLines(t, markdownOf(t, floor+daemonLines),
 		"| libcontainer-floor | 28.0 | 31.0 |",
 		"- cyberos cold start in process ≤ 2× bwrap: 3.38× (missed); libcontainer-floor alone (the library with DESIGN.md's namespaces, nothing of cyberos's): 2.80×\n",
 		"- cyberos cold start in process ≤ 0.5× runc: 0.65× (missed); libcontainer-floor alone (the library with DESIGN.md's namespaces, nothing of cyberos's): 0.54×\n",
-		"  - libcontainer-floor alone, eight at a time in process: 43.0 starts/s, 46.5 ms of machine CPU each",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("bench.md lacks %q:\n%s", want, md)
-		}
-	}
-	res, err = parse(strings.NewReader(coldLines + daemonLines))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if md := build(res).markdown(nil); strings.Contains(md, "libcontainer-floor") {
+		"  - libcontainer-floor alone, eight at a time in process: 43.0 starts/s, 46.5 ms of machine CPU each")
+	if md := markdownOf(t, coldLines+daemonLines); strings.Contains(md, "libcontainer-floor") {
 		t.Errorf("bench.md names a floor the input lacks:\n%s", md)
 	}
 }
