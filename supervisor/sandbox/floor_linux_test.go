@@ -48,27 +48,24 @@ func (w *world) floorConfig(id string) *configs.Config {
 	}
 }
 
-// floorStart makes, runs and destroys one floor container (floorConfig)
-// whose init is /usr/bin/true, through the runner's own creation helper,
-// and returns how long that took: what a sandbox costs on this machine
-// before anything cyberos adds to it. Safe from several goroutines.
-func (w *world) floorStart(id string) (time.Duration, error) {
+// floorRun makes one floor container (floorConfig) through the runner's
+// own creation helper, runs args as its init with stdout and stderr to out,
+// which must exit 0, and destroys it. Safe from several goroutines.
+func (w *world) floorRun(id string, args []string, out *os.File) error {
 	helper, err := w.runner.spawner()
 	if err != nil {
-		return 0, err
+		return err
 	}
-	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	null, err := os.Open(os.DevNull)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer null.Close()
-	t0 := time.Now()
 	c, proc, err := helper.Create(w.runner.stateRoot(), id, w.floorConfig(id), &spawn.Proc{
-		Args: []string{"/usr/bin/true"}, Env: []string{"PATH=/usr/bin"}, Cwd: "/",
-		Stdin: null, Stdout: null, Stderr: null,
+		Args: args, Env: []string{"PATH=/usr/bin"}, Cwd: "/", Stdin: null, Stdout: out, Stderr: out,
 	})
 	if c == nil {
-		return 0, fmt.Errorf("floor container %s: %w", id, err)
+		return fmt.Errorf("floor container %s: %w", id, err)
 	}
 	if err == nil {
 		var st unix.WaitStatus
@@ -79,12 +76,23 @@ func (w *world) floorStart(id string) (time.Duration, error) {
 	if derr := c.Destroy(); err == nil {
 		err = derr
 	}
-	d := time.Since(t0)
-	_ = os.RemoveAll(filepath.Join(w.runner.stateRoot(), id))
 	if err != nil {
-		return 0, fmt.Errorf("floor container %s: %w", id, err)
+		return fmt.Errorf("floor container %s: %w", id, err)
 	}
-	return d, nil
+	return nil
+}
+
+// floorStart is one floorRun of /usr/bin/true, timed: what a sandbox costs
+// on this machine before anything cyberos adds to it.
+func (w *world) floorStart(id string) (time.Duration, error) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer null.Close()
+	t0 := time.Now()
+	err = w.floorRun(id, []string{"/usr/bin/true"}, null)
+	return time.Since(t0), err
 }
 
 // floorRate starts n floor containers, conc at a time, and returns them
@@ -125,26 +133,14 @@ func TestLibcontainerFloorRuns(t *testing.T) {
 	w := newWorld(t)
 	w.runOnce(t, fmt.Sprintf("floor-skel-%d", os.Getpid())) // the rootfs skeleton
 	id := fmt.Sprintf("floor-%d", os.Getpid())
-	helper, err := w.runner.spawner()
-	if err != nil {
-		t.Fatal(err)
-	}
 	r, wr, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	null, _ := os.Open(os.DevNull)
-	defer null.Close()
-	c, proc, err := helper.Create(w.runner.stateRoot(), id, w.floorConfig(id), &spawn.Proc{
-		Args: []string{"/bin/sh", "-c", "echo $$; readlink /proc/self/ns/mnt /proc/self/ns/net"}, Env: []string{"PATH=/usr/bin"}, Cwd: "/",
-		Stdin: null, Stdout: wr, Stderr: wr,
-	})
+	err = w.floorRun(id, []string{"/bin/sh", "-c", "echo $$; readlink /proc/self/ns/mnt /proc/self/ns/net"}, wr)
 	wr.Close()
-	if c == nil || err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	if _, err := proc.Wait(); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	var pid int
@@ -161,16 +157,10 @@ func TestLibcontainerFloorRuns(t *testing.T) {
 	if host := mountNS(t, "/proc/self/ns/net"); netns == host {
 		t.Errorf("init ran in the host's network namespace %s", host)
 	}
-	if err := c.Destroy(); err != nil {
-		t.Fatal(err)
-	}
 	if left, _ := filepath.Glob("/sys/fs/cgroup/*" + w.runner.cgroupParent + "/" + id); len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
 	}
 	if _, err := os.Stat(filepath.Join(w.runner.stateRoot(), id)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("state left: %v", err)
-	}
-	if _, err := w.floorStart(id + "-again"); err != nil {
-		t.Fatal(err)
 	}
 }

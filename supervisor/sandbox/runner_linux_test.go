@@ -230,8 +230,8 @@ func (w *world) helperPid(tb testing.TB) int {
 // policy (all namespaces incl. user, cgroup memory+pids limits, the default
 // seccomp profile, read-only rootfs, cyberos-init), from Check to Release
 // (the runner calls of one invocation, see runProfile), interleaved in the
-// same run with the floor (unshare) and, where installed, bwrap and runc
-// run with equivalent settings, and libcontainer-floor (floorConfig: the
+// same run with the kernel's floor (unshare) and, where installed, bwrap
+// and runc run with equivalent settings, and libcontainer-floor (floorConfig: the
 // library with DESIGN.md's namespaces and nothing of ours, also run eight
 // at a time after the loop); and a warm sandbox's invocation (made a
 // round ahead, as the daemon's pool makes it): cyberos-warm is Activate to
@@ -319,13 +319,13 @@ func BenchmarkColdStart(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(rate, "libcontainer-floor-c8-starts/s")
 	b.ReportMetric(ms(cpuPer), "libcontainer-floor-c8-cpu-ms")
-	floor := median(samples["unshare"])
+	unshareMedian := median(samples["unshare"])
 	for _, v := range variants {
 		s := samples[v.name]
 		b.ReportMetric(ms(median(s)), v.name+"-median-ms")
 		b.ReportMetric(ms(p95(s)), v.name+"-p95-ms")
 		if v.name != "unshare" {
-			b.ReportMetric(float64(median(s))/float64(floor), v.name+"/unshare")
+			b.ReportMetric(float64(median(s))/float64(unshareMedian), v.name+"/unshare")
 		}
 	}
 	if r, ok := samples["runc"]; ok {
@@ -333,7 +333,7 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 	b.ReportMetric(ms(median(answer)), "cyberos-warm-answer-median-ms")
 	b.ReportMetric(ms(p95(answer)), "cyberos-warm-answer-p95-ms")
-	b.ReportMetric(float64(median(answer))/float64(floor), "cyberos-warm-answer/unshare")
+	b.ReportMetric(float64(median(answer))/float64(unshareMedian), "cyberos-warm-answer/unshare")
 	// What the supervisor and its creation helper spend per start (user +
 	// system, the container's processes not included): what a busy machine
 	// cannot hide, unlike the wall-clock medians.
