@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
+
+	"github.com/cyberos/supervisor/internal/testutil"
 )
 
 // mcpServerEnv makes this test binary serve one noop MCP tool over stdio.
@@ -79,7 +82,7 @@ func init() {
 // (the cheapest real tool: one openat2 + read); (b) the MCP Go SDK serving a
 // noop tool over stdio to an SDK client; (c) a bare echo over a Unix socket
 // to another process (runEcho), the floor of any such call on this machine.
-// Reports calls/s, p50, p99 and the ratio. go test -tags seccomp -run '^$' -bench ToolCallVsMCP -benchtime 1x ./integration/
+// Reports calls/s, p50, p99, the machine's CPU per call and the ratio. go test -tags seccomp -run '^$' -bench ToolCallVsMCP -benchtime 1x ./integration/
 func BenchmarkToolCallVsMCP(b *testing.B) {
 	e := newEnv(b)
 	data := filepath.Join(e.base, "data")
@@ -90,31 +93,68 @@ func BenchmarkToolCallVsMCP(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		args := fmt.Sprintf(`{"tool":"Read","args":{"path":"%s/x.txt"},"seconds":%d}`, data, seconds)
 		// The cost bounds are the operator's: lifted for the measurement.
+		busy := busyWindow(b, seconds*time.Second)
 		r := e.run(dir, "--args", args, "--rate-limit-per-minute", "1000000", "--max-audit-rows", "100000000")
 		if r.env.Outcome != "success" {
 			b.Fatalf("callbench: %s %s %s", r.env.Outcome, r.env.ErrorMessage, r.stderr)
 		}
 		var ours map[string]float64
 		json.Unmarshal(r.env.Result, &ours)
+		ours["busy"] = busy()
 
-		mcpRate, mcpP50, mcpP99 := runMCP(b, seconds*time.Second)
-		reportVsMCP(b, ours, mcpRate, mcpP50, mcpP99)
+		reportVsMCP(b, ours, runMCP(b, seconds*time.Second))
 		runEcho(b, seconds*time.Second, 1)
 	}
 }
 
-// reportVsMCP reports the broker's figures (the callbench probe's) beside
-// the MCP SDK's of the same run.
-func reportVsMCP(b *testing.B, ours map[string]float64, mcpRate, mcpP50, mcpP99 float64) {
+// reportVsMCP reports the broker's figures (the callbench probe's, and
+// "busy": the machine's busy CPUs while it called) beside the MCP SDK's of
+// the same run, each with the machine's CPU per call, and the machine's
+// CPU count: what a rate target allows per call.
+func reportVsMCP(b *testing.B, ours map[string]float64, ref mcpRun) {
 	b.ReportMetric(ours["calls_per_s"], "broker-calls/s")
 	b.ReportMetric(ours["p50_us"], "broker-p50-µs")
 	b.ReportMetric(ours["p99_us"], "broker-p99-µs")
-	b.ReportMetric(mcpRate, "mcp-calls/s")
-	b.ReportMetric(mcpP50, "mcp-p50-µs")
-	b.ReportMetric(mcpP99, "mcp-p99-µs")
-	b.ReportMetric(ours["calls_per_s"]/mcpRate, "broker/mcp")
+	b.ReportMetric(cpuPerCall(ours["busy"], ours["calls_per_s"]), "broker-cpu-µs")
+	b.ReportMetric(ref.rate, "mcp-calls/s")
+	b.ReportMetric(ref.p50, "mcp-p50-µs")
+	b.ReportMetric(ref.p99, "mcp-p99-µs")
+	b.ReportMetric(cpuPerCall(ref.busy, ref.rate), "mcp-cpu-µs")
+	b.ReportMetric(ours["calls_per_s"]/ref.rate, "broker/mcp")
+	b.ReportMetric(float64(runtime.NumCPU()), "cpus")
 	b.ReportMetric(0, "ns/op")
 }
+
+// busyWindow measures the machine's busy CPUs (all processes, user and
+// system, testutil.BusyCPU) inside a run of d that starts now, from d/5 to
+// 4d/5 after it: away from the run's setup and end (a skill run's sandbox
+// start, an MCP server's start), only its calls. The returned func waits
+// for the window's end and returns the average number of busy CPUs in it.
+func busyWindow(b *testing.B, d time.Duration) func() float64 {
+	type window struct {
+		busy float64
+		err  error
+	}
+	got := make(chan window, 1)
+	go func() {
+		time.Sleep(d / 5)
+		c0, err := testutil.ReadBusyCPU()
+		t0 := time.Now()
+		time.Sleep(3 * d / 5)
+		c1, err1 := testutil.ReadBusyCPU()
+		got <- window{float64(c1-c0) / float64(time.Since(t0)), errors.Join(err, err1)}
+	}()
+	return func() float64 {
+		w := <-got
+		if w.err != nil {
+			b.Fatal(w.err)
+		}
+		return w.busy
+	}
+}
+
+// cpuPerCall is busy CPUs over calls/s: the machine's CPU per call, in µs.
+func cpuPerCall(busy, rate float64) float64 { return busy / rate * 1e6 }
 
 // BenchmarkToolCallsConcurrentVsMCP: as BenchmarkToolCallVsMCP, with
 // concurrent callers, every call durably audited: callers=8 is eight
@@ -140,14 +180,15 @@ func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			a, _ := json.Marshal(args(n))
 			// The cost bounds are the operator's: lifted for the measurement.
+			busy := busyWindow(b, seconds*time.Second)
 			r := e.run(dir, "--args", string(a), "--rate-limit-per-minute", "1000000", "--max-audit-rows", "100000000")
 			if r.env.Outcome != "success" {
 				b.Fatalf("callbench: %s %s %s", r.env.Outcome, r.env.ErrorMessage, r.stderr)
 			}
 			var ours map[string]float64
 			json.Unmarshal(r.env.Result, &ours)
-			rate, p50, p99 := runMCPConcurrent(b, seconds*time.Second, 1, n)
-			reportVsMCP(b, ours, rate, p50, p99)
+			ours["busy"] = busy()
+			reportVsMCP(b, ours, runMCPConcurrent(b, seconds*time.Second, 1, n))
 			runEcho(b, seconds*time.Second, n)
 		}
 	})
@@ -155,6 +196,7 @@ func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
 		d := startDaemon(b, e, "defaults:", "  rate_limit_per_minute: 1000000", "  max_audit_rows: 100000000")
 		for i := 0; i < b.N; i++ {
 			results := make([]map[string]float64, n)
+			busy := busyWindow(b, seconds*time.Second)
 			var wg sync.WaitGroup
 			for k := range results {
 				wg.Add(1)
@@ -174,21 +216,24 @@ func BenchmarkToolCallsConcurrentVsMCP(b *testing.B) {
 			}
 			// The sandboxes run the same seconds at once (their starts are
 			// a small part of it): their rates add up.
-			ours := map[string]float64{}
+			ours := map[string]float64{"busy": busy()}
 			for _, r := range results {
 				ours["calls_per_s"] += r["calls_per_s"]
 				ours["p50_us"] = max(ours["p50_us"], r["p50_us"])
 				ours["p99_us"] = max(ours["p99_us"], r["p99_us"])
 			}
-			rate, p50, p99 := runMCPConcurrent(b, seconds*time.Second, n, 1)
-			reportVsMCP(b, ours, rate, p50, p99)
+			reportVsMCP(b, ours, runMCPConcurrent(b, seconds*time.Second, n, 1))
 		}
 	})
 }
 
-func runMCP(b *testing.B, d time.Duration) (rate, p50, p99 float64) {
+func runMCP(b *testing.B, d time.Duration) mcpRun {
 	return runMCPConcurrent(b, d, 1, 1)
 }
+
+// mcpRun is one MCP reference run: calls/s, p50 and p99 in µs, and the
+// machine's busy CPUs while it called (busyWindow).
+type mcpRun struct{ rate, p50, p99, busy float64 }
 
 // mcpStall is a reference call slow enough to be a stall of the SDK's
 // session (seen on this VM: one call of a 5 s run taking most of it, the
@@ -198,25 +243,24 @@ const mcpStall = time.Second
 // runMCPConcurrent is runMCPOnce, again (at most twice more) while a call
 // stalled: a reference that stalled would make any rate look fast beside
 // it. The runs that stalled are logged and counted (mcp-stalled-runs).
-func runMCPConcurrent(b *testing.B, d time.Duration, servers, callers int) (rate, p50, p99 float64) {
+func runMCPConcurrent(b *testing.B, d time.Duration, servers, callers int) mcpRun {
 	stalled := 0
 	for {
-		var slowest time.Duration
-		rate, p50, p99, slowest = runMCPOnce(b, d, servers, callers)
+		r, slowest := runMCPOnce(b, d, servers, callers)
 		if slowest < mcpStall || stalled == 2 {
-			break
+			b.ReportMetric(float64(stalled), "mcp-stalled-runs")
+			return r
 		}
 		stalled++
-		b.Logf("MCP reference run stalled (a call took %v, %.0f calls/s): run again", slowest, rate)
+		b.Logf("MCP reference run stalled (a call took %v, %.0f calls/s): run again", slowest, r.rate)
 	}
-	b.ReportMetric(float64(stalled), "mcp-stalled-runs")
-	return rate, p50, p99
 }
 
 // runMCPOnce calls the noop tool for d from callers goroutines on each of
 // servers MCP sessions (one server process each); it returns the calls/s
-// of all of them, the p50 and p99 of every call, and the slowest call.
-func runMCPOnce(b *testing.B, d time.Duration, servers, callers int) (rate, p50, p99 float64, slowest time.Duration) {
+// of all of them, the p50 and p99 of every call, the busy CPUs, and the
+// slowest call.
+func runMCPOnce(b *testing.B, d time.Duration, servers, callers int) (mcpRun, time.Duration) {
 	ctx := context.Background()
 	sessions := make([]*mcp.ClientSession, servers)
 	for i := range sessions {
@@ -233,6 +277,7 @@ func runMCPOnce(b *testing.B, d time.Duration, servers, callers int) (rate, p50,
 	lats := make([][]time.Duration, servers*callers)
 	var failed atomic.Value
 	var wg sync.WaitGroup
+	busy := busyWindow(b, d)
 	start := time.Now()
 	for i := range lats {
 		cs := sessions[i/callers]
@@ -256,7 +301,13 @@ func runMCPOnce(b *testing.B, d time.Duration, servers, callers int) (rate, p50,
 	}
 	lat := slices.Concat(lats...)
 	slices.Sort(lat)
-	return float64(len(lat)) / total.Seconds(), float64(lat[len(lat)/2].Microseconds()), float64(lat[len(lat)*99/100].Microseconds()), lat[len(lat)-1]
+	r := mcpRun{
+		rate: float64(len(lat)) / total.Seconds(),
+		p50:  float64(lat[len(lat)/2].Microseconds()),
+		p99:  float64(lat[len(lat)*99/100].Microseconds()),
+		busy: busy(),
+	}
+	return r, lat[len(lat)-1]
 }
 
 // echoMessage is about a Read call's JSON-RPC request in size.
@@ -265,7 +316,7 @@ const echoMessage = 160
 // runEcho sends echoMessage bytes and reads them back for d, on each of
 // conns Unix socket connections at once, to one echo process (this binary
 // with echoServerEnv): no JSON, tool or audit, only the two processes'
-// socket round trip. Reports echo-calls/s and echo-p50-µs.
+// socket round trip. Reports echo-calls/s, echo-p50-µs and echo-cpu-µs.
 func runEcho(b *testing.B, d time.Duration, conns int) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", echoServerEnv, conns))
@@ -295,6 +346,7 @@ func runEcho(b *testing.B, d time.Duration, conns int) {
 	lats := make([][]time.Duration, conns)
 	errs := make([]error, conns)
 	var wg sync.WaitGroup
+	busy := busyWindow(b, d)
 	start := time.Now()
 	for i, c := range clients {
 		wg.Go(func() {
@@ -321,6 +373,8 @@ func runEcho(b *testing.B, d time.Duration, conns int) {
 	}
 	lat := slices.Concat(lats...)
 	slices.Sort(lat)
-	b.ReportMetric(float64(len(lat))/total.Seconds(), "echo-calls/s")
+	rate := float64(len(lat)) / total.Seconds()
+	b.ReportMetric(rate, "echo-calls/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "echo-p50-µs")
+	b.ReportMetric(cpuPerCall(busy(), rate), "echo-cpu-µs")
 }

@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,14 +74,24 @@ func RequiresTool(t testing.TB, env, def, hint string) string {
 // cpu line without idle and iowait, in USER_HZ ticks (10 ms).
 func BusyCPU(tb testing.TB) time.Duration {
 	tb.Helper()
-	b, err := os.ReadFile("/proc/stat")
+	d, err := ReadBusyCPU()
 	if err != nil {
 		tb.Fatal(err)
+	}
+	return d
+}
+
+// ReadBusyCPU is BusyCPU for a goroutine other than the test's, which must
+// not call Fatal: it returns the error instead.
+func ReadBusyCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	if len(f) < 8 || f[0] != "cpu" {
-		tb.Fatalf("/proc/stat: unexpected first line %q", line)
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
 	var ticks int64
 	for i, v := range f[1:] {
@@ -89,9 +100,9 @@ func BusyCPU(tb testing.TB) time.Duration {
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			tb.Fatalf("/proc/stat: %q: %v", line, err)
+			return 0, fmt.Errorf("/proc/stat: %q: %w", line, err)
 		}
 		ticks += n
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }

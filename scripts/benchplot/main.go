@@ -228,6 +228,10 @@ type brokerRow struct {
 	// echo and echoP50: the bare socket echo of the same case (echo-calls/s,
 	// echo-p50-µs); NaN when absent.
 	echo, echoP50 float64
+	// brokerCPU, mcpCPU, echoCPU: the machine's busy CPU per call while
+	// each ran (broker-cpu-µs, mcp-cpu-µs, echo-cpu-µs), and cpus, the
+	// machine's CPU count; NaN when absent.
+	brokerCPU, mcpCPU, echoCPU, cpus float64
 }
 
 // brokerRows picks the broker-vs-MCP benchmarks out of res, sorted by name.
@@ -242,12 +246,18 @@ func (rep *report) brokerRows(res results) {
 			continue
 		}
 		stalled, _ := res.median(name, "mcp-stalled-runs") // 0 when absent
-		row := brokerRow{name: name, broker: bro, mcp: mcp, rate: bro / mcp, stalled: stalled, echo: math.NaN(), echoP50: math.NaN()}
-		if v, ok := res.median(name, "echo-calls/s"); ok {
-			row.echo = v
-		}
-		if v, ok := res.median(name, "echo-p50-µs"); ok {
-			row.echoP50 = v
+		row := brokerRow{name: name, broker: bro, mcp: mcp, rate: bro / mcp, stalled: stalled}
+		for _, f := range []struct {
+			unit string
+			v    *float64
+		}{
+			{"echo-calls/s", &row.echo}, {"echo-p50-µs", &row.echoP50}, {"broker-cpu-µs", &row.brokerCPU},
+			{"mcp-cpu-µs", &row.mcpCPU}, {"echo-cpu-µs", &row.echoCPU}, {"cpus", &row.cpus},
+		} {
+			*f.v = math.NaN()
+			if v, ok := res.median(name, f.unit); ok {
+				*f.v = v
+			}
 		}
 		rep.broker = append(rep.broker, row)
 	}
@@ -520,16 +530,17 @@ func (rep report) markdown(inputs []string) string {
 		}
 	})
 
-	section(&b, "Broker vs the MCP Go SDK (audited calls/s)", len(rep.broker), "| case | broker calls/s | MCP calls/s | × MCP |\n|---|---|---|---|\n", func() {
-		for _, r := range rep.broker {
-			fmt.Fprintf(&b, "| %s | %s | %s | %.2f× |\n", r.name, num(r.broker), num(r.mcp), r.rate)
-		}
-		for _, r := range rep.broker {
-			if r.stalled > 0 {
-				fmt.Fprintf(&b, "\n%s: the MCP reference was run again %g time(s) after a call of it stalled (over a second); the figure is from the run that did not.\n", r.name, r.stalled)
+	section(&b, "Broker vs the MCP Go SDK (audited calls/s)", len(rep.broker),
+		"| case | broker calls/s | MCP calls/s | × MCP | machine CPU µs a call, broker | the same, MCP |\n|---|---|---|---|---|---|\n", func() {
+			for _, r := range rep.broker {
+				fmt.Fprintf(&b, "| %s | %s | %s | %.2f× | %s | %s |\n", r.name, num(r.broker), num(r.mcp), r.rate, num(r.brokerCPU), num(r.mcpCPU))
 			}
-		}
-	})
+			for _, r := range rep.broker {
+				if r.stalled > 0 {
+					fmt.Fprintf(&b, "\n%s: the MCP reference was run again %g time(s) after a call of it stalled (over a second); the figure is from the run that did not.\n", r.name, r.stalled)
+				}
+			}
+		})
 
 	b.WriteString("\n## Targets (issue 19), same run\n\n")
 	c, okC := rep.refs["cyberos"]
@@ -570,7 +581,7 @@ func (rep report) markdown(inputs []string) string {
 	one, okOne := rep.brokerRatio(brokerOne)
 	fmt.Fprintf(&b, "- broker, one client, ≥ %g× the MCP SDK: %s%s\n", targetBrokerOne, against(one, okOne, one >= targetBrokerOne, "×"), rep.flushBudget())
 	eight, okEight := rep.brokerRatio(brokerCallers)
-	fmt.Fprintf(&b, "- broker, 8 callers, ≥ %g× the MCP SDK: %s%s\n", targetBrokerEight, against(eight, okEight, eight >= targetBrokerEight, "×"), rep.echoBeside())
+	fmt.Fprintf(&b, "- broker, 8 callers, ≥ %g× the MCP SDK: %s%s%s\n", targetBrokerEight, against(eight, okEight, eight >= targetBrokerEight, "×"), rep.echoBeside(), rep.cpuBudget())
 
 	if len(rep.missing) > 0 {
 		b.WriteString("\n## Not found in the input\n\n")
@@ -612,6 +623,27 @@ func (rep report) echoBeside() string {
 	}
 	r := rep.broker[i]
 	return fmt.Sprintf("; a bare echo over eight Unix socket connections reaches %s/s (%.1f× MCP): the socket is not the bound", num(r.echo), r.echo/r.mcp)
+}
+
+// cpuBudget says how much machine CPU a call the eight-caller target
+// leaves on this machine, beside what a broker call, an SDK call and a bare
+// echo took, or nothing when the run lacks the CPU figures.
+func (rep report) cpuBudget() string {
+	i := slices.IndexFunc(rep.broker, func(r brokerRow) bool { return r.name == brokerCallers })
+	if i < 0 {
+		return ""
+	}
+	r := rep.broker[i]
+	if math.IsNaN(r.cpus) || math.IsNaN(r.brokerCPU) || math.IsNaN(r.mcpCPU) {
+		return ""
+	}
+	want := targetBrokerEight * r.mcp
+	s := fmt.Sprintf("; %g× is %s calls/s, which leaves %.0f µs of machine CPU a call on %g CPUs: a broker call took %.0f µs, an SDK call %.0f µs",
+		targetBrokerEight, num(want), r.cpus/want*1e6, r.cpus, r.brokerCPU, r.mcpCPU)
+	if !math.IsNaN(r.echoCPU) {
+		s += fmt.Sprintf(", a bare echo %.0f µs", r.echoCPU)
+	}
+	return s
 }
 
 // floorAlone is the floor variant's ratio to a reference, said after a

@@ -325,6 +325,14 @@ func TestBrokerTargets(t *testing.T) {
 	wantLines(t, markdownOf(t, echo+flush),
 		"2× leaves 226 µs a call: one write and fdatasync of this disk 118 µs (BenchmarkEmitFlush p50), a bare echo to another process over a Unix socket 38 µs (p50)\n",
 		"- broker, 8 callers, ≥ 10× the MCP SDK: 2.05× (missed); a bare echo over eight Unix socket connections reaches 110775/s (76.9× MCP): the socket is not the bound\n")
+	if strings.Contains(md, "machine CPU a call") {
+		t.Errorf("bench.md gives a CPU budget without the CPU figures:\n%s", md)
+	}
+	cpu := strings.Replace(echo, "9000 mcp-p99-µs", "9000 mcp-p99-µs\t       331.5 broker-cpu-µs\t       754.5 mcp-cpu-µs\t        27.26 echo-cpu-µs\t         2.000 cpus", 1)
+	wantLines(t, markdownOf(t, cpu),
+		"| BenchmarkToolCallsConcurrentVsMCP/callers=8 | 2954 | 1441 | 2.05× | 332 | 754 |\n",
+		"| BenchmarkToolCallsConcurrentVsMCP/sandboxes=8 | 2718 | 1373 | 1.98× | — | — |\n",
+		"(76.9× MCP): the socket is not the bound; 10× is 14410 calls/s, which leaves 139 µs of machine CPU a call on 2 CPUs: a broker call took 332 µs, an SDK call 754 µs, a bare echo 27 µs\n")
 	md = build(results{}).markdown(nil)
 	if !strings.Contains(md, "- broker, one client, ≥ 2× the MCP SDK: — (no figure or reference)") {
 		t.Errorf("no broker lines: %s", md)
