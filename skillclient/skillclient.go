@@ -4,6 +4,7 @@
 package skillclient
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,6 +62,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	conn   net.Conn
+	rd     *bufio.Reader // conn's responses: a header and its body in one read
 	nextID uint64
 	broken error
 }
@@ -82,7 +84,7 @@ func Dial(path string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("skillclient: %w", err)
 	}
-	return &Client{conn: c}, nil
+	return &Client{conn: c, rd: bufio.NewReader(c)}, nil
 }
 
 // Close closes the connection.
@@ -218,7 +220,7 @@ func (c *Client) roundTrip(body []byte) ([]byte, error) {
 		return nil, err
 	}
 	var hdr [wire.HeaderLen]byte
-	if _, err := io.ReadFull(c.conn, hdr[:]); err != nil {
+	if _, err := io.ReadFull(c.rd, hdr[:]); err != nil {
 		return nil, err
 	}
 	n := wire.BodyLen(hdr[:])
@@ -226,7 +228,7 @@ func (c *Client) roundTrip(body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("response of %d bytes over the cap", n)
 	}
 	raw := make([]byte, n)
-	if _, err := io.ReadFull(c.conn, raw); err != nil {
+	if _, err := io.ReadFull(c.rd, raw); err != nil {
 		return nil, err
 	}
 	return raw, nil
