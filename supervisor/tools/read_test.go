@@ -56,7 +56,13 @@ func TestReadSymlinkedParentRefused(t *testing.T) {
 	w := ftNew(t)
 	ftSymlink(t, w.outside, w.in("out"))
 	ftSymlink(t, "/etc", w.in("etc"))
-	for _, p := range []string{w.in("out/secret"), w.in("etc/passwd")} {
+	// Nothing behind the symlink is looked up: a FIFO there, or no file at
+	// all, is refused as the symlink it is reached through (no hang, and
+	// no oracle of what exists outside).
+	if err := unix.Mkfifo(filepath.Join(w.outside, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{w.in("out/secret"), w.in("etc/passwd"), w.in("out/fifo"), w.in("out/missing")} {
 		_, err := w.call(t, NewRead(), map[string]any{"path": p})
 		ftDenied(t, err, policy.ReasonFile, "symlink")
 	}

@@ -48,6 +48,7 @@ func TestFileToolsRefuseSkillFolders(t *testing.T) {
 		w.in("skills/a/SKILL.md"), w.in("skills/a/main"), w.in("skills/a/sub/data.txt"), w.in("skills/a/new.txt"),
 		w.in("skills/a/../b/SKILL.md"), w.in("skills/a/../b/main"), w.in("skills/b/sub/../main"),
 		w.in("data/SKILL.md"),
+		w.in("skills/a"), w.in("skills/a/sub"), // the folder itself, a directory in it
 	}
 	for _, p := range paths {
 		_, err := w.call(t, NewRead(), map[string]any{"path": p})
