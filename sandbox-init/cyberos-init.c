@@ -519,7 +519,14 @@ int main(int argc, char **argv) {
 		perror("cyberos-init: pipe");
 		return 127;
 	}
-	pid_t child = fork();
+	/* vfork: until its execve the child runs in this process's memory, so
+	 * starting it copies no page tables and makes no page of this process
+	 * copy-on-write, which a fork would. The child only sets its signal
+	 * mask and execs, or writes errno to the pipe and exits. A profile
+	 * that refuses vfork gets a fork instead. */
+	pid_t child = vfork();
+	if (child < 0 && (errno == EPERM || errno == ENOSYS))
+		child = fork();
 	if (child < 0) {
 		report("exec", errno);
 		perror("cyberos-init: fork");
