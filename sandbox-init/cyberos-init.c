@@ -3,7 +3,8 @@
  *
  * It starts the skill as its only child, forwards termination signals (the
  * deadline's SIGTERM among them) to it, reaps every orphan, and when the
- * skill ends writes how it ended to fd 3 for the supervisor:
+ * skill ends kills what the skill left behind and writes how it ended to
+ * fd 3 for the supervisor:
  *   "exit N\n", "signal N\n", "exec ERRNO\n" when the entrypoint could
  *   not be executed, or "landlock ERRNO\n" when Landlock could not be
  *   applied (the skill was not started).
@@ -299,6 +300,27 @@ static void report(const char *what, int n) {
 	dprintf(STATUS_FD, "%s %d\n", what, n);
 }
 
+/* finish ends the sandbox with its skill: as the pid namespace's init it
+ * kills what the skill left behind (its orphans are this process's
+ * children now) and reaps them, then reports how the skill ended and
+ * closes its ends of the status and output pipes. The supervisor's reads
+ * of them then end at once, not once this process's exit has torn the
+ * sandbox's namespaces down, and no process of the sandbox is left but
+ * this one. A kill that a profile refuses leaves them to the kernel, which
+ * kills them when this exits. Outside a pid namespace (tests run it on
+ * the host) kill(-1) would reach every process of its uid: not sent. */
+static int finish(const char *what, int n, int code) {
+	if (getpid() == 1 && kill(-1, SIGKILL) == 0)
+		while (waitpid(-1, NULL, 0) > 0)
+			;
+	report(what, n);
+	close(STATUS_FD);
+	close(0);
+	close(1);
+	close(2);
+	return code;
+}
+
 static int usage(void) {
 	fprintf(stderr, "usage: cyberos-init [--seccomp FD:FLAGS] [--rlimit RES:SOFT:HARD]... [--landlock ABI] [--deadline-ms N] [--control] [--exec] -- PROGRAM [ARGS...]\n"
 			"       cyberos-init --userns-hold\n");
@@ -572,9 +594,7 @@ int main(int argc, char **argv) {
 		if (sig == SIGALRM && si.si_code == SI_KERNEL) {
 			/* Our deadline timer, not a SIGALRM a process sent. */
 			fprintf(stderr, "cyberos-init: deadline backstop reached: killing the sandbox\n");
-			kill(-1, SIGKILL);
-			report("signal", SIGKILL);
-			return 128 + SIGKILL;
+			return finish("signal", SIGKILL, 128 + SIGKILL);
 		}
 		if (sig != SIGCHLD) {
 			for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
@@ -587,14 +607,10 @@ int main(int argc, char **argv) {
 		while ((p = waitpid(-1, &ws, WNOHANG)) > 0) {
 			if (p != child)
 				continue; /* an orphan, reaped */
-			if (WIFSIGNALED(ws)) {
-				report("signal", WTERMSIG(ws));
-				return 128 + WTERMSIG(ws);
-			}
-			if (WIFEXITED(ws)) {
-				report("exit", WEXITSTATUS(ws));
-				return WEXITSTATUS(ws);
-			}
+			if (WIFSIGNALED(ws))
+				return finish("signal", WTERMSIG(ws), 128 + WTERMSIG(ws));
+			if (WIFEXITED(ws))
+				return finish("exit", WEXITSTATUS(ws), WEXITSTATUS(ws));
 		}
 	}
 }

@@ -891,9 +891,10 @@ func (s *Supervisor) metrics() *telemetry.Metrics {
 }
 
 // teardown destroys the invocation's sandbox (and a warm one it claimed
-// but never activated). Every process of the sandbox is gone once Wait
-// returned, and the completed row is durable: what is left (cgroups,
-// container state, the id range) need not delay the answer, so it goes on
+// but never activated). Every process of the sandbox but its exiting init
+// is gone once Wait returned, and the completed row is durable: what is
+// left (init's reap, cgroups, container state, the id range) need not
+// delay the answer, so it goes on
 // in the background, at most MaxTeardowns at once; past that, in line.
 // Drain waits for it.
 func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {

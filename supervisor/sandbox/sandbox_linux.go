@@ -1116,11 +1116,13 @@ func (p *linuxProcess) container() (*spawn.Container, error) {
 // cyberos-init saw it. When init itself was killed (the deadline, the OOM
 // killer) there is no report and init's own status is returned.
 //
-// It first reads init's status pipe to EOF, which comes when init exits:
-// a pipe read parks the goroutine on the runtime's poller, where wait4
-// would hold an OS thread per waiting sandbox. The reap that follows is
-// then immediate. When init reported, Wait returns without waiting for
-// that reap (a helper round trip): Close collects it.
+// It first reads init's status pipe to EOF, which comes when init closes
+// it after its report, every other process of the sandbox killed and
+// reaped, or when init exits: a pipe read parks the goroutine on the
+// runtime's poller, where wait4 would hold an OS thread per waiting
+// sandbox. When init reported, Wait returns without waiting for its reap
+// (a helper round trip, and init's exit tearing down the namespaces):
+// Close collects it.
 func (p *linuxProcess) Wait() (Exit, error) {
 	report, reported := readInitStatus(p.status)
 	reap := make(chan error, 1)
@@ -1147,7 +1149,7 @@ func (p *linuxProcess) Wait() (Exit, error) {
 }
 
 // reapGrace is how long Close waits for the reap of an init that reported
-// (its status pipe is at EOF, so it has exited) before it kills the
+// (its status pipe is at EOF, so it is exiting) before it kills the
 // sandbox, in case that init is still alive after all.
 const reapGrace = time.Second
 
@@ -1168,9 +1170,10 @@ func (p *linuxProcess) collectReap() {
 }
 
 // outputDrain bounds how long Wait reads the skill's output after the
-// sandbox's init ended. The kernel has killed and reaped every other
-// process of the pid namespace by then, so the pipes are at EOF unless a
-// process outside the sandbox holds one.
+// sandbox's init reported or ended. Init (or the kernel, when init itself
+// was killed) has killed every other process of the pid namespace by
+// then, so the pipes are at EOF unless a process outside the sandbox
+// holds one.
 const outputDrain = 5 * time.Second
 
 // drainOutput waits for the stdout and stderr copies to reach EOF.
