@@ -124,6 +124,10 @@ func TestAC03StartedFailureBlocksDispatch(t *testing.T) {
 	if rows, _ := s.store(t).Rows(context.Background(), audit.Filter{}); len(rows) != 0 {
 		t.Errorf("%d rows written", len(rows))
 	}
+	// The broker started beside the row is closed: no socket is left.
+	if ents, err := os.ReadDir(s.SocketDir); err != nil || len(ents) != 0 {
+		t.Errorf("socket dir after the refused invocation: %v, %v; want it empty", ents, err)
+	}
 }
 
 func TestAC04CompletedFailureLogsSev1AndKeepsEffects(t *testing.T) {

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"runtime/debug"
+	"sync"
 	"syscall"
 
 	"github.com/cyberos/supervisor/policy"
@@ -55,10 +56,37 @@ func costLimits(pol *policy.Policy, d *Defaults) limits {
 // errNotRunning: a tool that needs the sandbox was called before it ran.
 var errNotRunning = errors.New("the sandbox is not running")
 
+// startBrokerAsync starts inv's broker in the background; the returned
+// function waits for it (and may be called more than once). A panic there
+// is the start's error.
+func (s *Supervisor) startBrokerAsync(inv *invocation, log *slog.Logger) func() (*broker.Broker, error) {
+	type started struct {
+		brk *broker.Broker
+		err error
+	}
+	c := make(chan started, 1)
+	go func() {
+		var r started
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("supervisor panic during broker start", "panic", p, "stack", string(debug.Stack()))
+				r = started{err: fmt.Errorf("panic: %v", p)}
+			}
+			c <- r
+		}()
+		r.brk, r.err = s.startBroker(inv, log)
+	}()
+	return sync.OnceValues(func() (*broker.Broker, error) {
+		r := <-c
+		return r.brk, r.err
+	})
+}
+
 // startBroker starts the invocation's broker: its socket is owned by the
 // skill's host uid, only the sandbox's own processes may connect, and Bash
 // runs inside the sandbox once it is running.
-func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbox.Process], log *slog.Logger) (*broker.Broker, error) {
+func (s *Supervisor) startBroker(inv *invocation, log *slog.Logger) (*broker.Broker, error) {
+	running := &inv.running
 	env := &tools.Env{
 		SkillID:      inv.common.SkillID,
 		InvocationID: inv.common.InvocationID,
@@ -106,6 +134,7 @@ func (s *Supervisor) startBroker(inv *invocation, running *atomic.Pointer[sandbo
 		SocketUID:      uid,
 		SocketGID:      gid,
 		AllowPeer:      func(pid int32) bool { return s.Runner.Owns(inv.spec.ID, pid) },
+		Hold:           inv.durable,
 		NoConnectAfter: s.NoConnectAfter,
 		RatePerMinute:  inv.limits.ratePerMinute,
 		MaxConns:       inv.limits.maxConns,

@@ -424,6 +424,13 @@ type invocation struct {
 	warm        *warmBox        // the warm sandbox claimed, nil for a cold start
 	releaseSlot func()          // gives back a cold start's StartSlot; nil without one
 	proc        sandbox.Process // the started sandbox, destroyed by teardown
+	// running is the started sandbox too, for the broker's Bash tool,
+	// which waits for it; brokerUp returns the broker invoke started,
+	// which accepts no connection before durable is closed (the started
+	// row is durable).
+	running  atomic.Pointer[sandbox.Process]
+	brokerUp func() (*broker.Broker, error)
+	durable  chan struct{}
 }
 
 // prepare validates everything that can be refused before any row is
@@ -618,9 +625,17 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 			return Envelope{}, &AuditEmitError{Stage: "reserve", Err: err}
 		}
 	}
+	// The broker starts while the started row is made durable; it reads
+	// no call before the row is (and no process of the sandbox runs before
+	// dispatch activates or starts it, after the row).
+	inv.durable = make(chan struct{})
+	inv.brokerUp = s.startBrokerAsync(inv, log)
 	started := audit.InvokedStartedPolicy(inv.common, inv.pol.Version, inv.persona, inv.argsHash, inv.policyHash, inv.containment)
 	startedAt := s.now()
 	if _, err := s.emitTimed(ctx, telemetry.StageStart, started); err != nil {
+		if brk, berr := inv.brokerUp(); berr == nil {
+			_ = brk.Close()
+		}
 		s.metrics().AuditEmitFailures.WithLabelValues(telemetry.StageStart).Inc()
 		log.Error("audit: skill.invoked_started not written; skill not dispatched", "err", err)
 		span.SetStatus(codes.Error, "audit start row not written")
@@ -628,6 +643,7 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		release()
 		return Envelope{}, &AuditEmitError{Stage: "start", Err: err}
 	}
+	close(inv.durable)
 	if inv.req.OnStarted != nil {
 		inv.req.OnStarted(Started{InvocationID: inv.common.InvocationID, SkillID: inv.common.SkillID, TenantID: inv.common.TenantID, StartedAt: startedAt})
 	}
@@ -643,6 +659,9 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 
 	t0 := s.now()
 	env, auditMsg := s.dispatchRecovered(inv, log)
+	if brk, err := inv.brokerUp(); err == nil {
+		_ = brk.Close() // closed by dispatch unless it panicked first
+	}
 	env.DurationMS = s.now().Sub(t0).Milliseconds()
 
 	if env.Outcome == OutcomeTimeout {
@@ -730,8 +749,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	deadline := inv.deadline
 	// The broker exists before the skill does: its socket is bind-mounted
 	// into the sandbox. Tool calls that need the sandbox (Bash) wait for it.
-	var running atomic.Pointer[sandbox.Process]
-	brk, err := s.startBroker(inv, &running, log)
+	brk, err := inv.brokerUp()
 	if err != nil {
 		env.Outcome = OutcomeError
 		env.ErrorMessage = "broker did not start: " + err.Error()
@@ -767,7 +785,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 		log.Error("sandbox start", "err", err)
 		return env, "sandbox did not start"
 	}
-	running.Store(&proc)
+	inv.running.Store(&proc)
 	inv.proc = proc
 	if inv.capHit.Load() { // reached while the sandbox was starting
 		_ = proc.KillAll()

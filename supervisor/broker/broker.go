@@ -103,6 +103,11 @@ type Config struct {
 	// peers are closed at once and logged. Nil accepts any pid of an
 	// allowed uid.
 	AllowPeer func(pid int32) bool
+	// Hold, when set, keeps the broker from accepting a connection until
+	// it is closed: the supervisor starts the broker while the started row
+	// is made durable, and closes Hold once it is, so that no call is read
+	// before. Connections wait in the listen backlog meanwhile.
+	Hold <-chan struct{}
 	// NoConnectAfter: when no accepted connection arrived this long after
 	// Start, a skill.no_connect row is emitted (once) and OnNoConnect
 	// called; the broker keeps listening. Default 60 s; negative disables.
@@ -417,6 +422,13 @@ func (b *Broker) noConnect() {
 
 func (b *Broker) accept() {
 	defer b.wg.Done()
+	if b.cfg.Hold != nil {
+		select {
+		case <-b.cfg.Hold:
+		case <-b.ctx.Done():
+			return
+		}
+	}
 	var backoff time.Duration
 	for {
 		c, err := b.ln.AcceptUnix()

@@ -1114,3 +1114,40 @@ func TestAcceptRate(t *testing.T) {
 		t.Fatal("more than a batch without waiting")
 	}
 }
+
+// Hold: until it is closed no connection is accepted, so no call is read
+// or audited (the supervisor closes it once the started row is durable);
+// then the waiting connection is served. A broker closed while holding
+// ends without serving it.
+func TestHoldDelaysEveryCall(t *testing.T) {
+	hold := make(chan struct{})
+	e := startEnv(t, func(c *Config) { c.Hold = hold })
+	c := e.dial() // queued in the listen backlog
+	c.send([]byte(callBody(1, "Bash", `{"cmd":"true"}`, "")))
+	if b, err := c.tryRecv(200 * time.Millisecond); err == nil {
+		t.Fatalf("answered while held: %s", b)
+	}
+	if rows := e.audit.all(); len(rows) != 0 {
+		t.Fatalf("rows written while held: %+v", rows)
+	}
+	close(hold)
+	if r := decodeWire(t, c.recv()); r.Error == nil || r.reason() != "tool_not_in_allowed_tools" {
+		t.Fatalf("after the hold: %+v, want the call judged (denied)", r)
+	}
+	if rows := e.audit.all(); len(rows) == 0 {
+		t.Fatal("no row for the call judged after the hold")
+	}
+
+	e2 := startEnv(t, func(c *Config) { c.Hold = make(chan struct{}) })
+	c2 := e2.dial()
+	c2.send([]byte(`{"jsonrpc":"2.0","id":1,"method":"broker.status"}`))
+	if err := e2.b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c2.tryRecv(time.Second); err == nil {
+		t.Fatalf("a broker closed while holding answered: %s", b)
+	}
+	if rows := e2.audit.all(); len(rows) != 0 {
+		t.Fatalf("rows written by a broker closed while holding: %+v", rows)
+	}
+}
