@@ -100,6 +100,7 @@
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STATUS_FD 3
@@ -300,6 +301,40 @@ static void report(const char *what, int n) {
 	dprintf(STATUS_FD, "%s %d\n", what, n);
 }
 
+/* REAP_GRACE_MS bounds how long finish waits for the processes it
+ * killed: one the kernel keeps (stuck in an uninterruptible wait) is left
+ * to it, as every one was when this exited without waiting. */
+#define REAP_GRACE_MS 1000
+
+static long long monotonic_ms(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* reap_killed reaps this process's children until none is left or
+ * REAP_GRACE_MS has passed. SIGCHLD is blocked (main), so sigtimedwait
+ * waits for the next one to end. */
+static void reap_killed(void) {
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	long long until = monotonic_ms() + REAP_GRACE_MS;
+	for (;;) {
+		pid_t p = waitpid(-1, NULL, WNOHANG);
+		if (p > 0 || (p < 0 && errno == EINTR))
+			continue;
+		if (p < 0)
+			return; /* ECHILD: none left */
+		long long left = until - monotonic_ms();
+		if (left <= 0)
+			return;
+		struct timespec ts = {left / 1000, (left % 1000) * 1000000L};
+		if (sigtimedwait(&chld, NULL, &ts) < 0 && errno == EAGAIN)
+			return;
+	}
+}
+
 /* finish ends the sandbox with its skill: as the pid namespace's init it
  * kills what the skill left behind (its orphans are this process's
  * children now) and reaps them, then reports how the skill ended and
@@ -311,8 +346,7 @@ static void report(const char *what, int n) {
  * the host) kill(-1) would reach every process of its uid: not sent. */
 static int finish(const char *what, int n, int code) {
 	if (getpid() == 1 && kill(-1, SIGKILL) == 0)
-		while (waitpid(-1, NULL, 0) > 0)
-			;
+		reap_killed();
 	report(what, n);
 	close(STATUS_FD);
 	close(0);

@@ -1,14 +1,18 @@
 package sandbox
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cyberos/supervisor/cgroups"
+	"github.com/cyberos/supervisor/internal/testutil"
 )
 
 // TestWaitReturnsWithTheSandboxEmpty: a skill that leaves a process behind,
@@ -53,4 +57,61 @@ func TestWaitReturnsWithTheSandboxEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("warm", p)
+}
+
+// TestInitReportsWhenAProcessWillNotDie: cyberos-init, as a pid
+// namespace's init, waits a bounded time (REAP_GRACE_MS) for what it killed
+// when its skill ended, then reports anyway: a process the kernel keeps
+// must not keep Wait from returning. The kept process is one a cgroup v1
+// freezer holds (a frozen task there does not die of SIGKILL until thawed).
+func TestInitReportsWhenAProcessWillNotDie(t *testing.T) {
+	testutil.RequiresRoot(t)
+	if _, err := os.Stat("/sys/fs/cgroup/freezer/cgroup.procs"); err != nil {
+		t.Skip("no cgroup v1 freezer on this host: nothing here keeps a SIGKILLed process alive")
+	}
+	_, initBin := hostInit(t, 0o755)
+	cg := filepath.Join("/sys/fs/cgroup/freezer", fmt.Sprintf("cyberos-test-freeze-%d", os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	thaw := func() { _ = os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("THAWED"), 0o644) }
+	t.Cleanup(func() {
+		thaw()
+		testutil.WaitFor(t, 10*time.Second, func() bool { return os.Remove(cg) == nil })
+	})
+	// The skill leaves a sleep frozen in cg and ends.
+	script := `sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > ` + cg + `/cgroup.procs && echo FROZEN > ` + cg + `/freezer.state &&
+while [ "$(cat ` + cg + `/freezer.state)" != FROZEN ]; do sleep 0.01; done`
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	cmd := exec.Command(initBin, "--", "/bin/sh", "-c", script)
+	cmd.ExtraFiles = []*os.File{sw}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Close()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	t0 := time.Now()
+	_ = sr.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(sr)
+	took := time.Since(t0)
+	if err != nil || string(b) != "exit 0\n" {
+		t.Fatalf("status %q, %v after %v; want \"exit 0\" while the frozen process lives", b, err, took)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("init exited (%v) with a process of its namespace still frozen", err)
+	default:
+	}
+	thaw()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("init did not exit once the frozen process was thawed and died")
+	}
 }
