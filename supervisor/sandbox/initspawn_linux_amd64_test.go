@@ -3,12 +3,9 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/cyberos/supervisor/internal/testutil"
@@ -82,19 +79,8 @@ func TestInitStartsTheSkillWithVfork(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		sr, sw, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(initBin, "--seccomp", fmt.Sprintf("%d:%d", initFilterFD, prog.Flags), "--", program)
-		cmd.ExtraFiles = []*os.File{sw, nil, f} // fds 3, 4 (closed) and initFilterFD
-		var errBuf strings.Builder
-		cmd.Stderr = &errBuf
-		_ = cmd.Run()
-		sw.Close()
-		b, _ := io.ReadAll(sr)
-		sr.Close()
-		return cmd.ProcessState.ExitCode(), string(b), errBuf.String()
+		return runHostInit(t, initBin, []string{"--seccomp", fmt.Sprintf("%d:%d", initFilterFD, prog.Flags), "--", program},
+			func(status *os.File) []*os.File { return []*os.File{status, nil, f} }, nil) // fds 3, 4 (closed) and initFilterFD
 	}
 	for _, c := range []struct {
 		name, profile, program, status string

@@ -35,6 +35,27 @@ func hostInit(t *testing.T, dirMode os.FileMode) (dir, bin string) {
 	return dir, bin
 }
 
+// runHostInit runs cyberos-init on the host with args; files lays out its
+// ExtraFiles (fd 3 on) given the write end of a status pipe. It returns the
+// exit code, what init wrote to the status pipe, and its stderr.
+func runHostInit(t *testing.T, initBin string, args []string, files func(status *os.File) []*os.File, attr *syscall.SysProcAttr) (code int, status, stderr string) {
+	t.Helper()
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	cmd := exec.Command(initBin, args...)
+	cmd.ExtraFiles = files(sw)
+	cmd.SysProcAttr = attr
+	var errBuf strings.Builder
+	cmd.Stderr = &errBuf
+	_ = cmd.Run()
+	sw.Close()
+	b, _ := io.ReadAll(sr)
+	return cmd.ProcessState.ExitCode(), string(b), errBuf.String()
+}
+
 // TestInitLoadsSeccompOrStartsNothing runs the real cyberos-init outside a
 // sandbox with --seccomp: as root it loads default.json's program and the
 // program it starts runs filtered (Seccomp: 2, and a call default.json
@@ -66,28 +87,17 @@ func TestInitLoadsSeccompOrStartsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		sr, sw, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
 		args := []string{"--seccomp", fmt.Sprintf("%d:%d", initFilterFD, p.Flags), "--", "/bin/sh", "-c", script}
-		extra := []*os.File{sw, nil, f} // fds 3, 4 (closed) and initFilterFD
+		files := func(status *os.File) []*os.File { return []*os.File{status, nil, f} } // fds 3, 4 (closed) and initFilterFD
 		if execMode {
 			args = []string{"--seccomp", fmt.Sprintf("%d:%d", execFilterFD, p.Flags), "--exec", "--", "/bin/sh", "-c", script}
-			extra = []*os.File{f}
+			files = func(*os.File) []*os.File { return []*os.File{f} }
 		}
-		cmd := exec.Command(initBin, args...)
-		cmd.ExtraFiles = extra
-		var errBuf strings.Builder
-		cmd.Stderr = &errBuf
+		var attr *syscall.SysProcAttr
 		if unprivileged {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			attr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		}
-		_ = cmd.Run()
-		sw.Close()
-		b, _ := io.ReadAll(sr)
-		sr.Close()
-		return cmd.ProcessState.ExitCode(), string(b), errBuf.String()
+		return runHostInit(t, initBin, args, files, attr)
 	}
 
 	code, status, stderr := run(prog, false, false)
