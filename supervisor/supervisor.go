@@ -909,12 +909,12 @@ func (s *Supervisor) metrics() *telemetry.Metrics {
 }
 
 // teardown destroys the invocation's sandbox (and a warm one it claimed
-// but never activated). Every process of the sandbox but its exiting init
-// is gone once Wait returned, and the completed row is durable: what is
-// left (init's reap, cgroups, container state, the id range) need not
-// delay the answer, so it goes on
-// in the background, at most MaxTeardowns at once; past that, in line.
-// Drain waits for it.
+// but never activated). Once Wait returned, the sandbox's init has killed
+// and reaped every other process of it (but one the kernel keeps past
+// init's bound), and the completed row is durable: what is left (init's
+// reap, cgroups, container state, the id range) need not delay the
+// answer, so it goes on in the background, at most MaxTeardowns at once;
+// past that, in line. Drain waits for it.
 func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {
 	proc, warm := inv.proc, inv.warm
 	if proc == nil && warm == nil {

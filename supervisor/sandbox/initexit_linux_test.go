@@ -115,3 +115,33 @@ while [ "$(cat ` + cg + `/freezer.state)" != FROZEN ]; do sleep 0.01; done`
 		t.Fatal("init did not exit once the frozen process was thawed and died")
 	}
 }
+
+// TestInitOutsideAPidNamespaceKillsNothing: cyberos-init kills what its
+// skill left only as pid 1 of a pid namespace. Run on the host (as tests
+// do), kill(-1) would reach every process of its uid, and as root every
+// process of the host: a process of the same uid, not its child, outlives
+// its skill's end. An otherwise unused uid keeps a failure to that process.
+func TestInitOutsideAPidNamespaceKillsNothing(t *testing.T) {
+	testutil.RequiresRoot(t)
+	_, initBin := hostInit(t, 0o755)
+	cred := &syscall.Credential{Uid: 54321, Gid: 54321}
+	bystander := exec.Command("/bin/sleep", "60")
+	bystander.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if err := bystander.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan error, 1)
+	go func() { gone <- bystander.Wait() }()
+	t.Cleanup(func() { _ = bystander.Process.Kill(); <-gone })
+	code, status, stderr := runHostInit(t, initBin, []string{"--", "/bin/true"},
+		func(status *os.File) []*os.File { return []*os.File{status} }, &syscall.SysProcAttr{Credential: cred})
+	if code != 0 || status != "exit 0\n" {
+		t.Fatalf("init: exit %d, status %q, stderr %q; want 0, \"exit 0\"", code, status, stderr)
+	}
+	select {
+	case err := <-gone:
+		gone <- err
+		t.Fatalf("a process of init's uid outside its sandbox was killed: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
