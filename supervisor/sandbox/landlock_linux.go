@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -69,14 +70,12 @@ func profileLacks(sc *configs.Seccomp, names []string) string {
 	if sc == nil {
 		return names[0]
 	}
-	allowed := map[string]bool{}
-	for _, s := range sc.Syscalls {
-		if s != nil && s.Action == configs.Allow && len(s.Args) == 0 {
-			allowed[s.Name] = true
-		}
-	}
+	// A scan per name: names holds a few, and building a map of the whole
+	// profile on every Check cost more than the scans.
 	for _, n := range names {
-		if !allowed[n] {
+		if !slices.ContainsFunc(sc.Syscalls, func(s *configs.Syscall) bool {
+			return s != nil && s.Name == n && s.Action == configs.Allow && len(s.Args) == 0
+		}) {
 			return n
 		}
 	}

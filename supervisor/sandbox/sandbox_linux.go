@@ -536,7 +536,7 @@ func buildSkeleton(dir, stamp string) error {
 // Check loads the seccomp profile the spec names and says what Start will
 // enforce.
 func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
-	sc, profileHash, err := seccomp.LoadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
+	sc, profileHash, err := seccomp.LoadProfileShared(spec.ProfilesDir, spec.SeccompProfile)
 	if err != nil {
 		return Containment{}, err
 	}

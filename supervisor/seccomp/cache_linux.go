@@ -24,7 +24,7 @@ type profileCache struct {
 
 type cachedProfile struct {
 	sum [32]byte
-	cfg *configs.Seccomp // never handed out: callers get a clone
+	cfg *configs.Seccomp // read-only once cached
 }
 
 // maxCachedProfiles bounds the cache; a daemon uses a handful of profiles.
@@ -32,8 +32,9 @@ const maxCachedProfiles = 64
 
 var profiles profileCache
 
-// get returns a copy of the config cached for path when it was built from
-// bytes hashing to sum, else nil.
+// get returns the config cached for path when it was built from bytes
+// hashing to sum, else nil. The result is shared: LoadProfileHashed hands
+// out copies, LoadProfileShared this one, to callers that only read it.
 func (c *profileCache) get(path string, sum [32]byte) *configs.Seccomp {
 	c.mu.Lock()
 	e, ok := c.m[path]
@@ -41,7 +42,7 @@ func (c *profileCache) get(path string, sum [32]byte) *configs.Seccomp {
 	if !ok || e.sum != sum {
 		return nil
 	}
-	return cloneSeccomp(e.cfg)
+	return e.cfg
 }
 
 // put records cfg, checked from bytes hashing to sum, as path's profile.

@@ -41,11 +41,17 @@ func sumOf(t *testing.T, path string) string {
 // mtime), after a swap for an invalid profile (refused as without a cache),
 // after the swap back; a file that became world-writable or a symlink is
 // refused although its bytes were cached; a caller changing the config it
-// got does not change what the next caller gets.
+// got does not change what the next caller gets. LoadProfileShared, which
+// hands out the cached config itself, honours edits alike.
 func TestProfileCacheHonoursEdits(t *testing.T) {
+	t.Run("LoadProfileHashed", func(t *testing.T) { profileCacheHonoursEdits(t, LoadProfileHashed, true) })
+	t.Run("LoadProfileShared", func(t *testing.T) { profileCacheHonoursEdits(t, LoadProfileShared, false) })
+}
+
+func profileCacheHonoursEdits(t *testing.T, loadFn func(dir, name string) (*configs.Seccomp, string, error), copies bool) {
 	dir := t.TempDir()
 	path := writeProfile(t, dir, "p", okProfile)
-	load := func() (*configs.Seccomp, string, error) { return LoadProfileHashed(dir, "p") }
+	load := func() (*configs.Seccomp, string, error) { return loadFn(dir, "p") }
 
 	checked := profiles.checked.Load()
 	cfg, hash, err := load()
@@ -55,10 +61,11 @@ func TestProfileCacheHonoursEdits(t *testing.T) {
 	if hash != sumOf(t, path) || !reflect.DeepEqual(cfg, fresh(t, path)) {
 		t.Fatalf("first load: hash %s, config %+v", hash, cfg)
 	}
-	// A caller may change its copy (the recorder builds on it).
-	cfg.DefaultAction = configs.Allow
-	cfg.Syscalls[0].Action = configs.Allow
-	cfg.Syscalls[3].Args[0].Value = 0
+	if copies { // a caller may change its copy (the recorder builds on it)
+		cfg.DefaultAction = configs.Allow
+		cfg.Syscalls[0].Action = configs.Allow
+		cfg.Syscalls[3].Args[0].Value = 0
+	}
 	for range 5 {
 		again, h, err := load()
 		if err != nil || h != hash || !reflect.DeepEqual(again, fresh(t, path)) {

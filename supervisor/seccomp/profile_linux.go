@@ -90,6 +90,17 @@ func LoadProfile(dir, name string) (*configs.Seccomp, error) {
 // checking of its bytes is skipped when the same path last held bytes with
 // the same SHA-256 (profileCache), so an edit counts from the next call on.
 func LoadProfileHashed(dir, name string) (*configs.Seccomp, string, error) {
+	cfg, sum, err := LoadProfileShared(dir, name)
+	if err != nil {
+		return nil, "", err
+	}
+	return cloneSeccomp(cfg), sum, nil
+}
+
+// LoadProfileShared is LoadProfileHashed without the copy: the config it
+// returns is the one cached for every later load of the same bytes, for a
+// caller that only reads it (a sandbox's Check). It must not be changed.
+func LoadProfileShared(dir, name string) (*configs.Seccomp, string, error) {
 	if !profileNameRE().MatchString(name) {
 		return nil, "", fmt.Errorf("%w: profile name %q: must match %s", ErrProfile, name, profileNameRE())
 	}
@@ -108,7 +119,7 @@ func LoadProfileHashed(dir, name string) (*configs.Seccomp, string, error) {
 		return nil, "", err
 	}
 	profiles.put(path, sum, cfg)
-	return cloneSeccomp(cfg), hex.EncodeToString(sum[:]), nil
+	return cfg, hex.EncodeToString(sum[:]), nil
 }
 
 // LoadProfileFile is LoadProfile for a file named by its path (the operator
