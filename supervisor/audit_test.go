@@ -446,7 +446,7 @@ func TestPolicyHashInStartedRow(t *testing.T) {
 	if h := hashOf(Request{SkillDir: dir}); h == first || len(h) != 64 {
 		t.Errorf("a changed frontmatter leaves policy_hash %q", h)
 	}
-	inv, err := s.prepare(Request{SkillDir: dir})
+	inv, err := s.prepare(Request{SkillDir: dir}, NewID())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,13 +112,13 @@ func BenchmarkPrepare(b *testing.B) {
 	}
 	s := &Supervisor{Runner: runner, StateDir: state, ProfilesDir: profiles, Tools: tools.Registry(), SocketDir: socketDir(b)}
 	req := Request{SkillDir: skill}
-	inv, err := s.prepare(req)
+	inv, err := s.prepare(req, NewID())
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Run("prepare", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.prepare(req); err != nil {
+			if _, err := s.prepare(req, NewID()); err != nil {
 				b.Fatal(err)
 			}
 		}

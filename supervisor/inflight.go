@@ -111,3 +111,64 @@ func (s *Supervisor) Reconcile(ctx context.Context, store Reconciler) ([]string,
 	}
 	return closed, errors.Join(errs...)
 }
+
+// holds are what an invocation keeps on the state dir from before its
+// started row until after its completed row: the in-flight lock and the
+// journal space reserved for its terminal rows. Run takes them on another
+// goroutine while prepare checks the request: both are file system work
+// that the checks need not wait for, nor the checks for them.
+type holds struct {
+	stateDir, id string
+	done         chan struct{}
+	lock         *os.File
+	lockErr      error
+	release      func() // the reservation's; nil without one
+	reserveErr   error
+}
+
+// takeHolds starts taking id's lock, then its reservation when the audit
+// store reserves; wait returns once both are taken or refused.
+func (s *Supervisor) takeHolds(id string) *holds {
+	h := &holds{stateDir: s.StateDir, id: id, done: make(chan struct{})}
+	r, reserves := s.Audit.(Reserver)
+	go func() {
+		defer close(h.done)
+		defer func() {
+			if p := recover(); p != nil { // as the handler's own recovery would
+				h.reserveErr = fmt.Errorf("panic while reserving: %v", p)
+			}
+		}()
+		if h.lock, h.lockErr = lockInflight(h.stateDir, id); h.lockErr != nil || !reserves {
+			return
+		}
+		h.release, h.reserveErr = r.Reserve(id)
+	}()
+	return h
+}
+
+func (h *holds) wait() { <-h.done }
+
+// keepReservation hands the reservation to the caller (a completed row
+// still to be written keeps its space); end then leaves it.
+func (h *holds) keepReservation() func() {
+	h.wait()
+	rel := h.release
+	h.release = nil
+	if rel == nil {
+		rel = func() {}
+	}
+	return rel
+}
+
+// end releases the reservation and the lock, whichever were taken.
+func (h *holds) end() {
+	h.wait()
+	if h.release != nil {
+		h.release()
+		h.release = nil
+	}
+	if h.lock != nil {
+		releaseInflight(h.stateDir, h.id, h.lock)
+		h.lock = nil
+	}
+}

@@ -394,11 +394,14 @@ func freeBytes(dir string) (free, size int64, ok bool) {
 // returned error means nothing ran (ErrInvalidSkill, ErrRefused,
 // ErrAuditStart); otherwise the Envelope carries the outcome.
 func (s *Supervisor) Run(req Request) (Envelope, error) {
-	inv, err := s.prepare(req)
+	id := NewID()
+	h := s.takeHolds(id)
+	inv, err := s.prepare(req, id)
 	if err != nil {
+		h.end()
 		return Envelope{}, err
 	}
-	return s.invoke(inv)
+	return s.invoke(inv, h)
 }
 
 // invocation is a validated request, ready to audit and dispatch.
@@ -431,12 +434,14 @@ type invocation struct {
 	running  atomic.Pointer[sandbox.Process]
 	brokerUp func() (*broker.Broker, error)
 	durable  chan struct{}
+	holds    *holds // the in-flight lock and reservation, ended by teardown
 }
 
 // prepare validates everything that can be refused before any row is
 // written: the skill folder, the args, the deadline, the traceparent, what
-// the sandbox would enforce, and the state directory.
-func (s *Supervisor) prepare(req Request) (*invocation, error) {
+// the sandbox would enforce, and the state directory. id is the
+// invocation's.
+func (s *Supervisor) prepare(req Request, id string) (*invocation, error) {
 	pol, err := policy.LoadDir(req.SkillDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %v", ErrInvalidSkill, req.SkillDir, err)
@@ -506,7 +511,7 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 		}
 	}
 	inv.env = Envelope{
-		InvocationID: NewID(),
+		InvocationID: id,
 		RequestID:    req.RequestID,
 		SkillID:      pol.Name,
 		Version:      pol.Version,
@@ -569,16 +574,26 @@ func (s *Supervisor) prepare(req Request) (*invocation, error) {
 }
 
 // invoke is invoke-with-audit: started row, dispatch (panics recovered),
-// timeout row, completed row. Only a failed started row stops it.
-func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
+// timeout row, completed row. Only a failed started row stops it. h are
+// the invocation's lock and reservation, which it ends.
+func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error) {
 	ctx := context.Background()
 	log := s.logger().With("invocation_id", inv.common.InvocationID, "skill_id", inv.common.SkillID,
 		"tenant_id", inv.common.TenantID, "trace_id", inv.common.TraceID)
-	lock, err := lockInflight(s.StateDir, inv.common.InvocationID)
-	if err != nil {
-		return Envelope{}, fmt.Errorf("%w: %v", ErrRefused, err)
+	h.wait()
+	if h.lockErr != nil {
+		h.end()
+		return Envelope{}, fmt.Errorf("%w: %v", ErrRefused, h.lockErr)
 	}
-	defer releaseInflight(s.StateDir, inv.common.InvocationID, lock)
+	// From the teardown on, it ends the holds (after the answer, when
+	// there is a sandbox to destroy); before that, a return ends them.
+	handed := false
+	defer func() {
+		if !handed {
+			h.end()
+		}
+	}()
+	var err error
 	// The sandbox's own host identity, taken before the started row (which
 	// records it) and the broker socket (which it owns): a warm sandbox's,
 	// or one reserved now for a cold start.
@@ -606,8 +621,9 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		defer s.Runner.Release(inv.spec.ID)
 	}
 	inv.ident.Describe(&inv.containment)
-	// Registered after the inflight lock's release, so it runs first: the
-	// sandbox is destroyed once the completed row is durable.
+	// The sandbox is destroyed, and the holds ended, once the completed
+	// row is durable.
+	inv.holds, handed = h, true
 	defer s.teardown(inv, log)
 
 	spanCtx, span := s.tracer().Start(telemetry.ContextWithRemoteParent(ctx, inv.trace), "skill.invoke",
@@ -615,15 +631,12 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		trace.WithAttributes(telemetry.Attrs(attribute.String("skill_id", inv.common.SkillID), attribute.String("invocation_id", inv.common.InvocationID),
 			attribute.String("tenant_id", inv.common.TenantID), attribute.String("skill_version", inv.pol.Version))...))
 	inv.spanCtx = spanCtx
-	release := func() {}
-	if r, ok := s.Audit.(Reserver); ok {
-		if release, err = r.Reserve(inv.common.InvocationID); err != nil {
-			s.metrics().AuditEmitFailures.WithLabelValues(telemetry.StageStart).Inc()
-			log.Error("audit: no journal space reserved for the terminal rows; skill not dispatched", "err", err)
-			span.SetStatus(codes.Error, "audit space not reserved")
-			span.End()
-			return Envelope{}, &AuditEmitError{Stage: "reserve", Err: err}
-		}
+	if err := h.reserveErr; err != nil {
+		s.metrics().AuditEmitFailures.WithLabelValues(telemetry.StageStart).Inc()
+		log.Error("audit: no journal space reserved for the terminal rows; skill not dispatched", "err", err)
+		span.SetStatus(codes.Error, "audit space not reserved")
+		span.End()
+		return Envelope{}, &AuditEmitError{Stage: "reserve", Err: err}
 	}
 	// The broker starts while the started row is made durable; it reads
 	// no call before the row is (and no process of the sandbox runs before
@@ -640,7 +653,6 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		log.Error("audit: skill.invoked_started not written; skill not dispatched", "err", err)
 		span.SetStatus(codes.Error, "audit start row not written")
 		span.End()
-		release()
 		return Envelope{}, &AuditEmitError{Stage: "start", Err: err}
 	}
 	close(inv.durable)
@@ -678,11 +690,8 @@ func (s *Supervisor) invoke(inv *invocation) (envOut Envelope, _ error) {
 		// ends first, the next start closes the invocation as lost.
 		s.metrics().AuditEmitFailures.WithLabelValues(telemetry.StageCompleted).Inc()
 		log.Error("audit: skill.invoked_completed not written; sev-1, effects not reversed", "severity", "sev-1", "err", err)
-		go s.retryCompleted(completed, log, release)
+		go s.retryCompleted(completed, log, h.keepReservation())
 		incomplete = fmt.Errorf("%w: invocation %s: %v", ErrAuditIncomplete, inv.common.InvocationID, err)
-	}
-	if incomplete == nil {
-		release()
 	}
 	s.metrics().InvokedTotal.WithLabelValues(inv.common.SkillID, string(env.Outcome)).Inc()
 	s.metrics().InvokedDuration.WithLabelValues(inv.common.SkillID).Observe(time.Duration(env.DurationMS * int64(time.Millisecond)).Seconds())
@@ -909,15 +918,16 @@ func (s *Supervisor) metrics() *telemetry.Metrics {
 }
 
 // teardown destroys the invocation's sandbox (and a warm one it claimed
-// but never activated). Once Wait returned, the sandbox's init has killed
-// and reaped every other process of it (but one the kernel keeps past
-// init's bound), and the completed row is durable: what is left (init's
-// reap, cgroups, container state, the id range) need not delay the
-// answer, so it goes on in the background, at most MaxTeardowns at once;
-// past that, in line. Drain waits for it.
+// but never activated) and ends its holds. Once Wait returned, the
+// sandbox's init has killed and reaped every other process of it (but one
+// the kernel keeps past init's bound), and the completed row is durable:
+// what is left (the holds, init's reap, cgroups, container state, the id
+// range) need not delay the answer, so it goes on in the background, at
+// most MaxTeardowns at once; past that, in line. Drain waits for it.
 func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {
-	proc, warm := inv.proc, inv.warm
+	proc, warm, h := inv.proc, inv.warm, inv.holds
 	if proc == nil && warm == nil {
+		h.end()
 		return
 	}
 	work := func() {
@@ -926,6 +936,7 @@ func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {
 				log.Error("supervisor panic during sandbox cleanup", "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
+		h.end()
 		if proc != nil {
 			if err := proc.Close(); err != nil {
 				log.Error("sandbox cleanup", "err", err)

@@ -232,7 +232,7 @@ func (p *WarmPool) entryLocked(key string, inv *invocation) (e *warmEntry, dead 
 // --start warm` does before its invocation. req is validated as Run
 // validates it, and refused with the same errors.
 func (p *WarmPool) Make(req Request) error {
-	inv, err := p.sup.prepare(req)
+	inv, err := p.sup.prepare(req, NewID())
 	if err != nil {
 		return err
 	}
