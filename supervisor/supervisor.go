@@ -435,6 +435,10 @@ type invocation struct {
 	brokerUp func() (*broker.Broker, error)
 	durable  chan struct{}
 	holds    *holds // the in-flight lock and reservation, ended by teardown
+	// ended is what "invocation ended" says once the skill ended; the
+	// teardown writes the line, after the answer (a stalled log sink
+	// must not hold it).
+	ended []any
 }
 
 // prepare validates everything that can be refused before any row is
@@ -675,6 +679,9 @@ func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error
 		_ = brk.Close() // closed by dispatch unless it panicked first
 	}
 	env.DurationMS = s.now().Sub(t0).Milliseconds()
+	if inv.ended != nil {
+		inv.ended = append(inv.ended, "duration_ms", env.DurationMS)
+	}
 
 	if env.Outcome == OutcomeTimeout {
 		if _, err := s.Audit.Emit(ctx, audit.Timeout(inv.common, env.DeadlineMS, env.SignalSent)); err != nil {
@@ -875,7 +882,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	} else {
 		env.ErrorMessage = v.errorMessage
 	}
-	log.Info("invocation ended", "outcome", env.Outcome, "exit_code", exit.Code, "signal", signalName(exit.Signal))
+	inv.ended = []any{"outcome", env.Outcome, "exit_code", exit.Code, "signal", signalName(exit.Signal)}
 	return env, v.auditMsg
 }
 
@@ -936,6 +943,13 @@ func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {
 				log.Error("supervisor panic during sandbox cleanup", "panic", r, "stack", string(debug.Stack()))
 			}
 		}()
+		if inv.ended != nil {
+			if brk, err := inv.brokerUp(); err == nil {
+				st := brk.Stats()
+				inv.ended = append(inv.ended, "tool_calls", st.ToolCalls, "denied", st.Denied)
+			}
+			log.Info("invocation ended", inv.ended...)
+		}
 		h.end()
 		if proc != nil {
 			if err := proc.Close(); err != nil {

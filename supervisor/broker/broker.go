@@ -253,7 +253,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b.wg.Add(1)
 	go b.accept()
-	log.Info("broker: listening", "socket", path)
+	log.Debug("broker: listening", "socket", path)
 	return b, nil
 }
 
@@ -397,7 +397,7 @@ func (b *Broker) Close() error {
 				err = rerr
 			}
 		}
-		b.log.Info("broker: closed", "tool_calls", b.d.toolCalls.Load(), "denied", b.d.denied.Load())
+		b.log.Debug("broker: closed", "tool_calls", b.d.toolCalls.Load(), "denied", b.d.denied.Load())
 	})
 	return err
 }
