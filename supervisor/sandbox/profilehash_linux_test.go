@@ -8,8 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cyberos/supervisor/supervisor/seccomp"
 )
 
 // TestStartLoadsTheCheckedProfile: the profile the started row names (the
@@ -80,5 +83,32 @@ func TestStartLoadsTheCheckedProfile(t *testing.T) {
 	w.runProfile(t, id, s)
 	if cont.SeccompProfileHash != hash(strict) {
 		t.Errorf("containment names %s, want the edited file's %s", cont.SeccompProfileHash, hash(strict))
+	}
+}
+
+// TestCheckLeavesTheSharedProfileAlone: Check reads the profile config the
+// seccomp cache shares with every later load of the same bytes; after
+// Checks under two profiles it still equals the file's own decoding.
+func TestCheckLeavesTheSharedProfileAlone(t *testing.T) {
+	w := newWorld(t)
+	for _, name := range []string{"default", "strict"} {
+		shared, _, err := seccomp.LoadProfileShared(w.profiles, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, fresh, err := seccomp.LoadProfileFile(filepath.Join(w.profiles, name+".json")) // not through the cache
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := w.spec(fmt.Sprintf("shared-%s-%d", name, os.Getpid()), io.Discard)
+		s.SeccompProfile = name
+		for range 3 {
+			if _, err := w.runner.Check(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !reflect.DeepEqual(shared, fresh) {
+			t.Errorf("%s: Check changed the shared profile config", name)
+		}
 	}
 }
