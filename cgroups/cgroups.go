@@ -91,6 +91,10 @@ func System() Hierarchy {
 // Hierarchy.Stats.
 func ReadStats(path string) (Stats, error) { return System().Stats(path) }
 
+// ReadOOMKills reads the OOM kills of cgroup path on this host; see
+// Hierarchy.OOMKills.
+func ReadOOMKills(path string) (uint64, error) { return System().OOMKills(path) }
+
 // KillAll kills every process of cgroup path on this host; see
 // Hierarchy.KillAll.
 func KillAll(path string) error { return System().KillAll(path) }

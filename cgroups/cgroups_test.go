@@ -139,6 +139,9 @@ func TestStats(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("Stats = %+v, want %+v", got, tc.want)
 			}
+			if n, err := h.OOMKills(inv); err != nil || n != tc.want.OOMKills {
+				t.Errorf("OOMKills = %d, %v; want %d, as Stats reads it", n, err, tc.want.OOMKills)
+			}
 		})
 	}
 }
@@ -155,6 +158,9 @@ func TestStatsNotExist(t *testing.T) {
 			_, err := Hierarchy{Root: root, Mode: mode}.Stats(inv)
 			if !errors.Is(err, ErrNotExist) {
 				t.Fatalf("Stats of a missing cgroup: %v, want ErrNotExist", err)
+			}
+			if _, err := (Hierarchy{Root: root, Mode: mode}).OOMKills(inv); !errors.Is(err, ErrNotExist) {
+				t.Fatalf("OOMKills of a missing cgroup: %v, want ErrNotExist", err)
 			}
 		})
 	}

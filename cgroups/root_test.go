@@ -266,6 +266,9 @@ func TestRootStatsOOM(t *testing.T) {
 	if st.OOMKills < 1 {
 		t.Errorf("OOMKills = %d, want >= 1", st.OOMKills)
 	}
+	if n, err := ReadOOMKills(c.path); err != nil || n != st.OOMKills {
+		t.Errorf("ReadOOMKills = %d, %v; want Stats' %d", n, err, st.OOMKills)
+	}
 	// The kernel charges a page or a few past the limit before reclaim and
 	// the OOM killer act (seen: limit + 4 KiB), so allow 1 MiB of slack.
 	if st.MemoryPeakBytes < 16<<20 || st.MemoryPeakBytes > 33<<20 {
@@ -306,6 +309,9 @@ func TestRootStatsPidsLimit(t *testing.T) {
 	if st.OOMKills != 0 {
 		t.Errorf("OOMKills = %d, want 0", st.OOMKills)
 	}
+	if n, err := ReadOOMKills(c.path); err != nil || n != 0 {
+		t.Errorf("ReadOOMKills = %d, %v; want 0", n, err)
+	}
 	if st.MemoryPeakBytes == 0 {
 		t.Errorf("MemoryPeakBytes = 0")
 	}
@@ -313,8 +319,12 @@ func TestRootStatsPidsLimit(t *testing.T) {
 
 func TestRootStatsNotExist(t *testing.T) {
 	testutil.RequiresRoot(t)
-	if _, err := ReadStats("/cyberos-test-absent-" + randomID(t)); !errors.Is(err, ErrNotExist) {
+	absent := "/cyberos-test-absent-" + randomID(t)
+	if _, err := ReadStats(absent); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("ReadStats of a missing cgroup: %v, want ErrNotExist", err)
+	}
+	if _, err := ReadOOMKills(absent); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("ReadOOMKills of a missing cgroup: %v, want ErrNotExist", err)
 	}
 }
 
@@ -538,13 +548,23 @@ func testRemoveLeftovers(t *testing.T, h Hierarchy) {
 // go test -run '^$' -bench BenchmarkStats ./cgroups/
 func BenchmarkStats(b *testing.B) {
 	c := newTestCgroup(b, System(), cgOpts{memory: 32 << 20, pids: 16})
-	for b.Loop() {
-		st, err := ReadStats(c.path)
-		if err != nil {
-			b.Fatal(err)
+	b.Run("Stats", func(b *testing.B) {
+		for b.Loop() {
+			st, err := ReadStats(c.path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if st.MemoryLimitBytes != 32<<20 || st.PidsLimit != 16 {
+				b.Fatalf("stats %+v: want the 32 MiB and 16 pids limits", st)
+			}
 		}
-		if st.MemoryLimitBytes != 32<<20 || st.PidsLimit != 16 {
-			b.Fatalf("stats %+v: want the 32 MiB and 16 pids limits", st)
+	})
+	// What an invocation reads before its completed row.
+	b.Run("OOMKills", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ReadOOMKills(c.path); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
 }

@@ -54,14 +54,9 @@ func (h Hierarchy) Stats(path string) (Stats, error) {
 		return Stats{}, err
 	}
 	p := cleanPath(path)
-	// v2 keeps every controller's files in one directory; v1 has one
-	// hierarchy per controller.
-	memDir := filepath.Join(h.root(), "memory", p)
-	pidsDir := filepath.Join(h.root(), "pids", p)
+	memDir, pidsDir := h.dirs(p)
 	peak, limit, oom := "memory.max_usage_in_bytes", "memory.limit_in_bytes", "memory.oom_control"
 	if h.Mode == Unified {
-		memDir = filepath.Join(h.root(), p)
-		pidsDir = memDir
 		peak, limit, oom = "memory.peak", "memory.max", "memory.events"
 	}
 	var st Stats
@@ -89,6 +84,40 @@ func (h Hierarchy) Stats(path string) (Stats, error) {
 	return st, nil
 }
 
+// OOMKills reads Stats' OOMKills alone, one file: what an invocation's
+// outcome needs before its completed row, the rest of Stats after it. A
+// missing memory cgroup is an error wrapping ErrNotExist.
+func (h Hierarchy) OOMKills(path string) (uint64, error) {
+	if err := h.checkMode(); err != nil {
+		return 0, err
+	}
+	memDir, _ := h.dirs(cleanPath(path))
+	name := filepath.Join(memDir, "memory.oom_control")
+	if h.Mode == Unified {
+		name = filepath.Join(memDir, "memory.events")
+	}
+	b, err := readSmall(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !dirExists(memDir):
+		return 0, fmt.Errorf("cgroups: oom kills of %s (%v): %w", path, h.Mode, ErrNotExist)
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, nil // a kernel without the file, as Stats reads it
+	case err != nil:
+		return 0, err
+	}
+	return parseStat(name, b, "oom_kill")
+}
+
+// dirs are cgroup p's memory and pids directories: v2 keeps every
+// controller's files in one, v1 has one hierarchy per controller.
+func (h Hierarchy) dirs(p string) (mem, pids string) {
+	if h.Mode == Unified {
+		d := filepath.Join(h.root(), p)
+		return d, d
+	}
+	return filepath.Join(h.root(), "memory", p), filepath.Join(h.root(), "pids", p)
+}
+
 func dirExists(d string) bool {
 	fi, err := os.Stat(d)
 	return err == nil && fi.IsDir()
@@ -104,6 +133,11 @@ func readStatFile(name, key string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseStat(name, b, key)
+}
+
+// parseStat is readStatFile's parse of file name's content b.
+func parseStat(name string, b []byte, key string) (uint64, error) {
 	if key == "" {
 		return parseValue(name, string(bytes.TrimSpace(b)))
 	}

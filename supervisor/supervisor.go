@@ -435,6 +435,9 @@ type invocation struct {
 	brokerUp func() (*broker.Broker, error)
 	durable  chan struct{}
 	holds    *holds // the in-flight lock and reservation, ended by teardown
+	// stats gets the sandbox's accounting, read beside the completed row,
+	// once dispatch saw the skill end.
+	stats chan cgroups.Stats
 	// ended is what "invocation ended" says once the skill ended; the
 	// teardown writes the line, after the answer (a stalled log sink
 	// must not hold it).
@@ -690,7 +693,11 @@ func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error
 	}
 	completed := audit.InvokedCompletedAbuse(inv.common, string(env.Outcome), env.DurationMS, env.ResultHash, auditMsg, env.ProtocolAbuse)
 	var incomplete error
-	if err := s.emitCompleted(ctx, completed); err != nil {
+	err = s.emitCompleted(ctx, completed)
+	if inv.stats != nil {
+		env.Stats = <-inv.stats
+	}
+	if err != nil {
 		// sev-1: the skill's effects stand (they cannot be reversed), and
 		// the caller is told the record is not durable: never a plain
 		// success. The row is retried in the background; if this process
@@ -858,11 +865,21 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	termTimer.Stop()
 	killTimer.Stop()
 	timersMu.Unlock()
-	stats, serr := proc.Stats()
-	if serr != nil {
-		log.Warn("cgroup stats", "err", serr)
+	// The outcome needs the OOM kills; the rest of the accounting only
+	// fills the envelope, and is read while the completed row becomes
+	// durable (invoke waits for it after the row).
+	oomKills, oerr := proc.OOMKills()
+	if oerr != nil {
+		log.Warn("cgroup oom kills", "err", oerr)
 	}
-	env.Stats = stats
+	inv.stats = make(chan cgroups.Stats, 1)
+	go func() {
+		st, serr := proc.Stats()
+		if serr != nil {
+			log.Warn("cgroup stats", "err", serr)
+		}
+		inv.stats <- st
+	}()
 	env.ProtocolAbuse = brk.ProtocolAbuse()
 	env.LogTail = inv.stderr.Tail(LogTailBytes)
 	s.writeLog(env.InvocationID, inv.stderr.Bytes(), log)
@@ -870,7 +887,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	v := classify(ending{
 		waitErr: werr, exit: exit, capHit: inv.capHit.Load(),
 		termSent: termSent.Load(), killSent: killSent.Load(), stopSent: stopSent.Load(),
-		oomKills: stats.OOMKills, stdoutOverflow: inv.stdout.overflow, stdout: inv.stdout.Bytes(), logTail: env.LogTail,
+		oomKills: oomKills, stdoutOverflow: inv.stdout.overflow, stdout: inv.stdout.Bytes(), logTail: env.LogTail,
 		deadline: deadline, maxAuditRows: inv.limits.maxAuditRows, memoryMB: inv.pol.MemoryMB,
 	})
 	env.Outcome = v.outcome

@@ -29,6 +29,7 @@ type fakeRunner struct {
 	ignoreTerm     bool          // keep running after SIGTERM, until KillAll
 	hang           bool          // never end by itself
 	closeGate      chan struct{} // when set, Close waits for it
+	statsGate      chan struct{} // when set, Stats waits for it
 	startErr       error
 	checkErr       error
 	panicInWait    bool
@@ -105,7 +106,13 @@ func (p *fakeProc) Wait() (sandbox.Exit, error) {
 	return p.f.exit, nil
 }
 
-func (p *fakeProc) Stats() (cgroups.Stats, error) { return p.f.stats, nil }
+func (p *fakeProc) Stats() (cgroups.Stats, error) {
+	if p.f.statsGate != nil {
+		<-p.f.statsGate
+	}
+	return p.f.stats, nil
+}
+func (p *fakeProc) OOMKills() (uint64, error) { return p.f.stats.OOMKills, nil }
 func (p *fakeProc) Exec(context.Context, sandbox.ExecSpec) (sandbox.ExecExit, error) {
 	return sandbox.ExecExit{}, errors.New("fake: no exec")
 }

@@ -74,6 +74,7 @@ func (warmProc) Terminate() error                 { return nil }
 func (warmProc) KillAll() error                   { return nil }
 func (warmProc) Wait() (sandbox.Exit, error)      { return sandbox.Exit{}, nil }
 func (warmProc) Stats() (cgroups.Stats, error)    { return cgroups.Stats{}, nil }
+func (warmProc) OOMKills() (uint64, error)        { return 0, nil }
 func (warmProc) Close() error                     { return nil }
 func (warmProc) StartLatency() time.Duration      { return 0 }
 func (warmProc) Containment() sandbox.Containment { return sandbox.Containment{Platform: "fake"} }

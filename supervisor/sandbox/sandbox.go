@@ -229,6 +229,9 @@ type Process interface {
 	Wait() (Exit, error)
 	// Stats reads resource accounting; valid until Close.
 	Stats() (cgroups.Stats, error)
+	// OOMKills reads Stats' OOMKills alone, a cheaper read; valid until
+	// Close.
+	OOMKills() (uint64, error)
 	// Close removes the container, its cgroup, mounts and scratch.
 	Close() error
 	// Exec runs another process inside the running sandbox (the Bash tool):

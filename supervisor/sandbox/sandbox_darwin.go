@@ -166,6 +166,9 @@ func (p *darwinProcess) Stats() (cgroups.Stats, error) {
 	return cgroups.Stats{}, errors.New("no cgroup accounting on macOS")
 }
 
+// OOMKills is 0: no kernel OOM accounting to read here (Stats says so).
+func (p *darwinProcess) OOMKills() (uint64, error) { return 0, nil }
+
 func (p *darwinProcess) Close() error {
 	p.runner.mu.Lock()
 	delete(p.runner.groups, p.id)

@@ -1229,6 +1229,8 @@ func scan(b []byte, format string, n *int) bool {
 
 func (p *linuxProcess) Stats() (cgroups.Stats, error) { return cgroups.ReadStats(p.cgroupPath()) }
 
+func (p *linuxProcess) OOMKills() (uint64, error) { return cgroups.ReadOOMKills(p.cgroupPath()) }
+
 // Close kills what is left, then destroys the container (cgroup and state)
 // and releases the lock. Order matters: Signal(SIGKILL) → reap → Destroy;
 // Destroy on a running container may refuse (DESIGN.md).

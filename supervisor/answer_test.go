@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/cgroups"
 )
 
 // gatedHandler, at level info, holds every record until open is closed,
@@ -83,5 +86,50 @@ func TestAStalledLogDoesNotHoldTheAnswer(t *testing.T) {
 		if got[k] != want {
 			t.Errorf("invocation ended: %s=%q, want %q (%v)", k, got[k], want, got)
 		}
+	}
+}
+
+// completedRowGate closes gate once a skill.invoked_completed row is
+// durable.
+type completedRowGate struct {
+	Auditor
+	gate chan struct{}
+}
+
+func (g completedRowGate) Emit(ctx context.Context, d audit.Draft) (audit.Row, error) {
+	r, err := g.Auditor.Emit(ctx, d)
+	if d.Kind == audit.KindInvokedCompleted {
+		close(g.gate)
+	}
+	return r, err
+}
+
+// TestStatsReadBesideTheCompletedRow: the outcome needs only the OOM
+// kills; the rest of the accounting (memory and pids peaks, limit hits)
+// does not delay the completed row, and still fills the envelope. Here
+// the accounting is only readable once the row is durable.
+func TestStatsReadBesideTheCompletedRow(t *testing.T) {
+	gate := make(chan struct{})
+	want := cgroups.Stats{MemoryPeakBytes: 12 << 20, MemoryLimitBytes: 512 << 20, PidsPeak: 3, PidsLimit: 64, PidsLimitHits: 1}
+	f := &fakeRunner{stdout: "{}", stats: want, statsGate: gate}
+	s := newSup(t, f)
+	s.Audit = completedRowGate{Auditor: s.Audit, gate: gate}
+	done := make(chan struct{})
+	var env Envelope
+	var err error
+	go func() {
+		defer close(done)
+		env, err = s.Run(Request{SkillDir: skillDir(t, "")})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the completed row waited for the accounting")
+	}
+	if err != nil || env.Outcome != OutcomeSuccess {
+		t.Fatalf("%v %+v", err, env)
+	}
+	if env.Stats != want {
+		t.Errorf("envelope stats %+v, want %+v", env.Stats, want)
 	}
 }
