@@ -55,9 +55,9 @@ func (h Hierarchy) Stats(path string) (Stats, error) {
 	}
 	p := cleanPath(path)
 	memDir, pidsDir := h.dirs(p)
-	peak, limit, oom := "memory.max_usage_in_bytes", "memory.limit_in_bytes", "memory.oom_control"
+	peak, limit, oom := "memory.max_usage_in_bytes", "memory.limit_in_bytes", h.oomFile()
 	if h.Mode == Unified {
-		peak, limit, oom = "memory.peak", "memory.max", "memory.events"
+		peak, limit = "memory.peak", "memory.max"
 	}
 	var st Stats
 	files := []statFile{
@@ -92,10 +92,7 @@ func (h Hierarchy) OOMKills(path string) (uint64, error) {
 		return 0, err
 	}
 	memDir, _ := h.dirs(cleanPath(path))
-	name := filepath.Join(memDir, "memory.oom_control")
-	if h.Mode == Unified {
-		name = filepath.Join(memDir, "memory.events")
-	}
+	name := filepath.Join(memDir, h.oomFile())
 	b, err := readSmall(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !dirExists(memDir):
@@ -106,6 +103,14 @@ func (h Hierarchy) OOMKills(path string) (uint64, error) {
 		return 0, err
 	}
 	return parseStat(name, b, "oom_kill")
+}
+
+// oomFile is the memory controller's file holding the oom_kill count.
+func (h Hierarchy) oomFile() string {
+	if h.Mode == Unified {
+		return "memory.events"
+	}
+	return "memory.oom_control"
 }
 
 // dirs are cgroup p's memory and pids directories: v2 keeps every

@@ -438,9 +438,10 @@ type invocation struct {
 	// stats gets the sandbox's accounting, read beside the completed row,
 	// once dispatch saw the skill end.
 	stats chan cgroups.Stats
-	// ended is what "invocation ended" says once the skill ended; the
-	// teardown writes the line, after the answer (a stalled log sink
-	// must not hold it).
+	// exit is how the skill ended, once dispatch saw it end.
+	exit *sandbox.Exit
+	// ended is what "invocation ended" says; the teardown writes the
+	// line, after the answer (a stalled log sink must not hold it).
 	ended []any
 }
 
@@ -682,8 +683,12 @@ func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error
 		_ = brk.Close() // closed by dispatch unless it panicked first
 	}
 	env.DurationMS = s.now().Sub(t0).Milliseconds()
-	if inv.ended != nil {
-		inv.ended = append(inv.ended, "duration_ms", env.DurationMS)
+	if inv.exit != nil {
+		inv.ended = []any{"outcome", env.Outcome, "exit_code", inv.exit.Code, "signal", signalName(inv.exit.Signal), "duration_ms", env.DurationMS}
+		if brk, err := inv.brokerUp(); err == nil {
+			st := brk.Stats() // final: the broker is closed
+			inv.ended = append(inv.ended, "tool_calls", st.ToolCalls, "denied", st.Denied)
+		}
 	}
 
 	if env.Outcome == OutcomeTimeout {
@@ -899,7 +904,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	} else {
 		env.ErrorMessage = v.errorMessage
 	}
-	inv.ended = []any{"outcome", env.Outcome, "exit_code", exit.Code, "signal", signalName(exit.Signal)}
+	inv.exit = &exit
 	return env, v.auditMsg
 }
 
@@ -961,10 +966,6 @@ func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {
 			}
 		}()
 		if inv.ended != nil {
-			if brk, err := inv.brokerUp(); err == nil {
-				st := brk.Stats()
-				inv.ended = append(inv.ended, "tool_calls", st.ToolCalls, "denied", st.Denied)
-			}
 			log.Info("invocation ended", inv.ended...)
 		}
 		h.end()
