@@ -212,11 +212,10 @@ func (j *journal) write(data []byte, start, size int64) (err error) {
 	}
 	newSize := size
 	if end > size {
-		// Preallocate a chunk; on a nearly full disk, give the space back
-		// and grow by just this batch (a plain append).
+		// Preallocate a chunk; on a nearly full disk, grow by just this
+		// batch (a plain append).
 		newSize = (end/journalChunk + 1) * journalChunk
-		if err := j.zero(size, newSize); err != nil {
-			_ = j.w.Truncate(size)
+		if !j.preallocate(size, newSize) {
 			newSize = end
 		}
 	}
@@ -246,15 +245,37 @@ func (j *journal) reserve(end, size int64) {
 		return
 	}
 	grown := (end/journalChunk + 2) * journalChunk
-	if err := j.zero(size, grown); err == nil {
-		err = datasync(j.w)
-		if err == nil {
-			j.wsize = grown
-			return
-		}
+	if !j.preallocate(size, grown) {
+		return
+	}
+	if datasync(j.w) == nil {
+		j.wsize = grown
+		return
 	}
 	_ = j.w.Truncate(size)
 	j.wsize = size
+}
+
+// chunkHeadroom is the free space preallocation leaves on the journal's
+// filesystem. On a fuller disk the journal grows by what it needs: a chunk
+// of zeros would fill the disk, if only until given back, and every other
+// writer there (another process's rows, the supervisor's free-space check
+// before an invocation) would find it full.
+const chunkHeadroom = 2 * journalChunk
+
+// preallocate extends the file from size to target with written zeros
+// when its filesystem has room for them and chunkHeadroom (or does not
+// say), and reports whether it did; on failure the file is cut back to
+// size. It does not fdatasync.
+func (j *journal) preallocate(size, target int64) bool {
+	if free, ok := freeSpace(j.w); ok && free < target-size+chunkHeadroom {
+		return false
+	}
+	if j.zero(size, target) != nil {
+		_ = j.w.Truncate(size)
+		return false
+	}
+	return true
 }
 
 // clearAfter zeros whatever a crash left beyond the end (must hold the

@@ -28,3 +28,19 @@ func flock(f *os.File, how int) error {
 // unlock releases f's lock. LOCK_UN never waits and cannot fail on an open
 // f; closing f would release the lock in any case.
 func unlock(f *os.File) { _ = flock(f, lockNone) }
+
+// freeSpace returns the bytes free on f's filesystem, counting those kept
+// for root when running as root (as the supervisor's free-space check
+// does); ok is false when the filesystem does not say (ramfs counts
+// nothing).
+func freeSpace(f *os.File) (free int64, ok bool) {
+	var st unix.Statfs_t
+	if unix.Fstatfs(int(f.Fd()), &st) != nil || st.Blocks == 0 {
+		return 0, false
+	}
+	blocks := int64(st.Bavail) // uint64 on Linux, int64 on some systems
+	if os.Geteuid() == 0 {
+		blocks = int64(st.Bfree)
+	}
+	return blocks * int64(st.Bsize), true
+}

@@ -249,13 +249,12 @@ func (s *Store) makeRoom(end, size int64) (int64, error) {
 }
 
 // grow extends the file from size to past need with written zeros, a
-// chunk boundary when the disk allows, else just need, and fdatasyncs
+// chunk boundary when the disk has room for it, else just need, and fdatasyncs
 // (exclusive lock held). On failure the file is cut back to size.
 func (j *journal) grow(size, need int64) error {
 	target := (need/journalChunk + 1) * journalChunk
-	err := j.zero(size, target)
-	if err != nil {
-		_ = j.w.Truncate(size)
+	var err error
+	if !j.preallocate(size, target) {
 		target = need
 		err = j.zero(size, target)
 	}

@@ -42,7 +42,7 @@ func verifyOK(t *testing.T, s *Store) {
 // invocation's timeout and completed rows land, also when they share a
 // batch with a refused plain row.
 func TestReserveFullDisk(t *testing.T) {
-	dir := mountTmpfs(t, "6m")
+	dir := mountTmpfs(t, "20m") // room for a preallocated chunk and its headroom
 	holder := openStore(t, dir)
 	other := openStore(t, dir)
 	emitAll(t, other, NoConnect(common("warm"), 1)) // the journal has its chunk
@@ -113,7 +113,7 @@ func TestReserveFullDisk(t *testing.T) {
 	emitAll(t, other, NoConnect(common("after"), 1))
 	holder.Close()
 	other.Close()
-	remount(t, dir, 0, "size=32m") // room for the index, a copy of the rows
+	remount(t, dir, 0, "size=48m") // room for the index, a copy of the rows
 	s := openStore(t, dir)
 	verifyOK(t, s)
 	rows, err := s.Rows(context.Background(), Filter{InvocationID: "inv-a"})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -122,4 +124,50 @@ func TestStateDirFull(t *testing.T) {
 	}
 	// And the store works again.
 	emitAll(t, s, NoConnect(common("after"), 1))
+}
+
+// TestPreallocationLeavesANearlyFullDiskAlone: on a filesystem with less
+// than a chunk and its headroom free, the journal grows by what its rows and
+// reservations need, never by a chunk of zeros that would fill the disk
+// (the supervisor's free-space check, run beside a Reserve, saw such a
+// chunk as a full state dir); with room to spare it still preallocates.
+func TestPreallocationLeavesANearlyFullDiskAlone(t *testing.T) {
+	for _, tc := range []struct {
+		size  string
+		chunk bool // a chunk preallocated
+	}{
+		{"1m", false},
+		{"10m", false},
+		{"64m", true},
+	} {
+		t.Run(tc.size, func(t *testing.T) {
+			dir := mountTmpfs(t, tc.size)
+			s := openStore(t, dir)
+			emitAll(t, s, invocation("inv")...)
+			release, err := s.Reserve("inv-2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			fi, err := os.Stat(filepath.Join(dir, JournalName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st unix.Statfs_t
+			if err := unix.Statfs(dir, &st); err != nil {
+				t.Fatal(err)
+			}
+			free := int64(st.Bfree) * st.Bsize
+			t.Logf("journal %d bytes, %d KiB free", fi.Size(), free>>10)
+			if tc.chunk {
+				if fi.Size() < journalChunk {
+					t.Errorf("journal %d bytes with %d KiB free, want a preallocated chunk (%d)", fi.Size(), free>>10, journalChunk)
+				}
+				return
+			}
+			if fi.Size() >= 256<<10 {
+				t.Errorf("journal %d bytes on a %s disk: preallocated a chunk it has no room for", fi.Size(), tc.size)
+			}
+		})
+	}
 }
