@@ -234,8 +234,9 @@ func (s *Store) applied(off int64) {
 func (s *Store) journalRows(from, upTo int64) ([]Row, int64, error) {
 	s.pendMu.Lock()
 	pend := slices.Clone(s.pending)
+	held := s.pendRows
 	s.pendMu.Unlock()
-	var rows []Row
+	rows := make([]Row, 0, held) // most of them, in one allocation
 	cur := from
 	for cur < upTo {
 		i := slices.IndexFunc(pend, func(a appended) bool { return a.end > cur })

@@ -387,11 +387,18 @@ func BenchmarkFdatasync(b *testing.B) {
 }
 
 // BenchmarkApply measures the index applier's work per row (see applyIdle):
-// each iteration enqueues 500 tool-call rows, untimed, waits until they are
-// durable, then times catchUp, which applies them to the index in one
-// transaction. Reported: µs of apply per row.
+// each iteration enqueues a batch of tool-call rows, untimed, waits until
+// they are durable, then times catchUp, which applies them to the index in
+// one transaction. Batches of 500 rows, and of half maxPendingRows, near
+// what a busy writer hands over at once (at maxPendingRows the background
+// applier would start on its own). Reported: µs of apply per row.
 func BenchmarkApply(b *testing.B) {
-	const rows = 500
+	for _, rows := range []int{500, maxPendingRows / 2} {
+		b.Run(fmt.Sprintf("rows=%d", rows), func(b *testing.B) { benchApply(b, rows) })
+	}
+}
+
+func benchApply(b *testing.B, rows int) {
 	s := openStore(b, b.TempDir())
 	ctx := context.Background()
 	c := common("01HZKBENCH000001")
