@@ -238,21 +238,20 @@ func (j *journal) write(data []byte, start, size int64) (err error) {
 
 // reserve extends the journal with written zeros when less than half a
 // chunk is left after end, so appends find their space allocated (must hold
-// the exclusive lock). On a full disk it gives the space back and leaves
+// the exclusive lock). On a nearly full disk (see preallocate) it leaves
 // the appends to grow the file themselves.
 func (j *journal) reserve(end, size int64) {
 	if size-end >= journalChunk/2 {
 		return
 	}
 	grown := (end/journalChunk + 2) * journalChunk
-	if !j.preallocate(size, grown) {
-		return
+	if j.preallocate(size, grown) {
+		if datasync(j.w) == nil {
+			j.wsize = grown
+			return
+		}
+		_ = j.w.Truncate(size)
 	}
-	if datasync(j.w) == nil {
-		j.wsize = grown
-		return
-	}
-	_ = j.w.Truncate(size)
 	j.wsize = size
 }
 
