@@ -1079,52 +1079,60 @@ func TestLoneEmitCommitsInline(t *testing.T) {
 // TestInlineAndSyncerCommitsKeepOrder: emitters committing inline and the
 // syncer committing batches of several, side by side (run with -race):
 // every row once, in a verified chain, and each enqueued row before the
-// row its caller emitted next.
+// row its caller emitted next. Which path an append takes is the
+// scheduler's choice (under -race sixteen callers can keep the syncer busy
+// for a whole round), so rounds run until both have, at most ten.
 func TestInlineAndSyncerCommitsKeepOrder(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	inline, syncer := committer(s)
 	ctx := context.Background()
 	const callers, each = 16, 40
-	var wg sync.WaitGroup
-	for k := range callers {
-		wg.Go(func() {
-			c := common(fmt.Sprintf("caller-%02d", k))
-			if _, err := s.Emit(ctx, ToolCallStarted(c, "0", "Read", "")); err != nil {
-				t.Error(err)
-				return
-			}
-			for i := range each {
-				wait, err := s.Enqueue(ctx, ToolCallCompleted(c, fmt.Sprint(i), "Read", OutcomeSuccess, 1, "", ""))
-				if err != nil {
+	rounds := 0
+	for ; rounds < 10 && (rounds == 0 || inline.Load() == 0 || syncer.Load() == 0); rounds++ {
+		var wg sync.WaitGroup
+		for k := range callers {
+			wg.Go(func() {
+				c := common(fmt.Sprintf("round-%d-caller-%02d", rounds, k))
+				if _, err := s.Emit(ctx, ToolCallStarted(c, "0", "Read", "")); err != nil {
 					t.Error(err)
 					return
 				}
-				next, err := s.Emit(ctx, ToolCallStarted(c, fmt.Sprint(i+1), "Read", ""))
-				if err != nil {
+				for i := range each {
+					wait, err := s.Enqueue(ctx, ToolCallCompleted(c, fmt.Sprint(i), "Read", OutcomeSuccess, 1, "", ""))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					next, err := s.Emit(ctx, ToolCallStarted(c, fmt.Sprint(i+1), "Read", ""))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if first, err := wait(); err != nil || first.Seq >= next.Seq {
+						t.Errorf("%s call %d: enqueued row %d (%v) not before the next emitted %d", c.InvocationID, i, first.Seq, err, next.Seq)
+						return
+					}
+				}
+				if _, err := s.Emit(ctx, ToolCallCompleted(c, fmt.Sprint(each), "Read", OutcomeSuccess, 1, "", "")); err != nil {
 					t.Error(err)
-					return
 				}
-				if first, err := wait(); err != nil || first.Seq >= next.Seq {
-					t.Errorf("%s call %d: enqueued row %d (%v) not before the next emitted %d", c.InvocationID, i, first.Seq, err, next.Seq)
-					return
-				}
-			}
-			if _, err := s.Emit(ctx, ToolCallCompleted(c, fmt.Sprint(each), "Read", OutcomeSuccess, 1, "", "")); err != nil {
-				t.Error(err)
-			}
-		})
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
 	}
-	wg.Wait()
 	rep, err := s.Verify(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.OK || rep.Rows != 2*callers*(each+1) {
-		t.Fatalf("report: rows %d (want %d) ok %v problems %v", rep.Rows, 2*callers*(each+1), rep.OK, rep.Problems[:min(3, len(rep.Problems))])
+	if want := rounds * 2 * callers * (each + 1); !rep.OK || rep.Rows != want {
+		t.Fatalf("report: rows %d (want %d) ok %v problems %v", rep.Rows, want, rep.OK, rep.Problems[:min(3, len(rep.Problems))])
 	}
-	t.Logf("%d appends inline, %d by the syncer", inline.Load(), syncer.Load())
+	t.Logf("%d rounds: %d appends inline, %d by the syncer", rounds, inline.Load(), syncer.Load())
 	if inline.Load() == 0 || syncer.Load() == 0 {
-		t.Fatalf("%d appends inline, %d by the syncer: both paths must have run", inline.Load(), syncer.Load())
+		t.Fatalf("%d appends inline, %d by the syncer in %d rounds: both paths must have run", inline.Load(), syncer.Load(), rounds)
 	}
 }
 
