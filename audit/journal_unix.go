@@ -29,18 +29,36 @@ func flock(f *os.File, how int) error {
 // f; closing f would release the lock in any case.
 func unlock(f *os.File) { _ = flock(f, lockNone) }
 
-// freeSpace returns the bytes free on f's filesystem, counting those kept
-// for root when running as root (as the supervisor's free-space check
-// does); ok is false when the filesystem does not say (ramfs counts
-// nothing).
+// FreeSpace returns what this process may still write on the filesystem
+// holding path (root may use the blocks reserved for it) and the
+// filesystem's size; ok is false when the filesystem does not say (ramfs
+// counts nothing).
+func FreeSpace(path string) (free, size int64, ok bool) {
+	var st unix.Statfs_t
+	if unix.Statfs(path, &st) != nil {
+		return 0, 0, false
+	}
+	return space(&st)
+}
+
+// freeSpace is FreeSpace's free bytes for the filesystem holding open
+// file f.
 func freeSpace(f *os.File) (free int64, ok bool) {
 	var st unix.Statfs_t
-	if unix.Fstatfs(int(f.Fd()), &st) != nil || st.Blocks == 0 {
+	if unix.Fstatfs(int(f.Fd()), &st) != nil {
 		return 0, false
+	}
+	free, _, ok = space(&st)
+	return free, ok
+}
+
+func space(st *unix.Statfs_t) (free, size int64, ok bool) {
+	if st.Blocks == 0 {
+		return 0, 0, false
 	}
 	blocks := int64(st.Bavail) // uint64 on Linux, int64 on some systems
 	if os.Geteuid() == 0 {
 		blocks = int64(st.Bfree)
 	}
-	return blocks * int64(st.Bsize), true
+	return blocks * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), true
 }

@@ -354,7 +354,7 @@ func (s *Supervisor) checkStateDir() error {
 	if err := unix.Access(s.StateDir, unix.W_OK); err != nil {
 		return fmt.Errorf("%w: state dir %s is not writable: %v", ErrRefused, s.StateDir, err)
 	}
-	if free, size, ok := freeBytes(s.StateDir); ok && free < s.minFree(size) {
+	if free, size, ok := audit.FreeSpace(s.StateDir); ok && free < s.minFree(size) {
 		return fmt.Errorf("%w: state dir %s has %d KiB free, below the %d KiB kept for the audit rows of running invocations", ErrRefused, s.StateDir, free>>10, s.minFree(size)>>10)
 	}
 	return nil
@@ -371,20 +371,6 @@ func (s *Supervisor) minFree(fsBytes int64) int64 {
 		return s.MinFreeBytes
 	}
 	return min(DefaultMinFreeBytes, fsBytes/16)
-}
-
-// freeBytes is what this process may still write on dir's filesystem
-// (root may use the blocks reserved for it), and the filesystem's size.
-func freeBytes(dir string) (free, size int64, ok bool) {
-	var st unix.Statfs_t
-	if unix.Statfs(dir, &st) != nil || st.Blocks == 0 { // ramfs counts nothing
-		return 0, 0, false
-	}
-	blocks := int64(st.Bavail) // uint64 on Linux, int64 on some systems
-	if os.Geteuid() == 0 {
-		blocks = int64(st.Bfree)
-	}
-	return blocks * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), true
 }
 
 // Run performs one invocation, audited as spec 000 §1 says: the
