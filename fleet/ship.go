@@ -40,9 +40,9 @@ var ErrDiverged = errors.New("fleet: the local audit chain does not continue the
 // NewPool parses dsn and makes a pool that connects on first use, so a
 // daemon starts while PostgreSQL is away (its rows wait in the journal).
 func NewPool(dsn string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("fleet: postgres dsn: %w", err)
+		return nil, err
 	}
 	cfg.MaxConns = max(cfg.MaxConns, 4)
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
