@@ -227,6 +227,12 @@ func TestCheckRuntimeRefusesWhatIsNotSetUp(t *testing.T) {
 	pg.Psql("postgres", "CREATE ROLE shared LOGIN IN ROLE cyberos_runtime")
 	pg.Psql("checked", "INSERT INTO cyberos_hosts (role_name, host_id) VALUES ('shared', '*')")
 	shared := newPool(t, db2dsn(pg, "shared", "checked"))
+	if s, err := SharedRole(ctx, shared); err != nil || !s {
+		t.Errorf("SharedRole of the role bound to '*': %v %v, want true", s, err)
+	}
+	if s, err := SharedRole(ctx, db.host("host-a")); err != nil || s {
+		t.Errorf("SharedRole of host A's own role: %v %v, want false", s, err)
+	}
 	for _, h := range []string{"node-1", "node-2"} {
 		st := newStore(t)
 		emit(t, st, "11111111-1111-1111-1111-111111111111", 1)

@@ -97,3 +97,14 @@ func CheckRuntime(ctx context.Context, q querier, hostID string) error {
 	}
 	return nil
 }
+
+// SharedRole says whether cyberos_hosts binds the session's role to every
+// host id ('*'): each host using it may then read and append under any
+// host's id, which a daemon says in its log at start.
+func SharedRole(ctx context.Context, q querier) (bool, error) {
+	var bound *string
+	if err := q.QueryRow(ctx, `SELECT cyberos_host_id()`).Scan(&bound); err != nil {
+		return false, fmt.Errorf("fleet: read the role's binding: %w", err)
+	}
+	return bound != nil && *bound == "*", nil
+}

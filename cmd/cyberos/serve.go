@@ -215,6 +215,10 @@ func checkFleet(pool *pgxpool.Pool, host string, log *slog.Logger) error {
 		return err
 	case err != nil:
 		log.Warn("the fleet's PostgreSQL cannot be checked at start; audit rows wait in the journal and memory calls fail until it can", "err", err)
+		return nil
+	}
+	if shared, err := fleet.SharedRole(ctx, pool); err == nil && shared {
+		log.Warn("the fleet's PostgreSQL binds this daemon's role to every host id ('*'): any host sharing it may read and append under this host's id (docs/fleet.md, Roles)")
 	}
 	return nil
 }
