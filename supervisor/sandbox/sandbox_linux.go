@@ -773,7 +773,8 @@ func (p *linuxProcess) openPipes() (childEnds, error) {
 const maxControl = 64 << 10
 
 // controlMessage is cyberos-init's --control message: NUL-terminated
-// fields, the deadline backstop in ms, then the environment.
+// fields, the deadline backstop in ms, then the environment, and an empty
+// field that ends it (the pipe stays open after it: the lifeline).
 func controlMessage(a Activation) ([]byte, error) {
 	var ms int64
 	if a.Deadline > 0 {
@@ -786,6 +787,7 @@ func controlMessage(a Activation) ([]byte, error) {
 		}
 		b = append(append(b, kv...), 0)
 	}
+	b = append(b, 0)
 	if len(b) > maxControl {
 		return nil, fmt.Errorf("sandbox: the invocation's environment is %d bytes, more than %d", len(b), maxControl)
 	}
@@ -878,13 +880,11 @@ func (p *linuxProcess) activate(a Activation, since time.Time) error {
 	}
 	ctl := p.control
 	p.control = nil
-	_, err = ctl.Write(msg)
-	if cerr := ctl.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if _, err = ctl.Write(msg); err != nil {
+		ctl.Close()
 		return fmt.Errorf("sandbox: hand the invocation to its init: %w", err)
 	}
+	p.lifeline = ctl
 	p.copies = make(chan struct{}, 2)
 	copyOut := func(dst io.Writer, src *os.File) {
 		if dst == nil {
@@ -1062,6 +1062,10 @@ type linuxProcess struct {
 	// control is the write end of init's control pipe until activation;
 	// stdin, stdout and stderr are our ends of the skill's stdio.
 	control, stdin, stdout, stderr *os.File
+	// lifeline is the control pipe's write end after activation, held until
+	// cleanup: this process holds the only one, so when it dies cyberos-init
+	// reads EOF and kills the sandbox (TestSandboxEndsWithItsSupervisor).
+	lifeline *os.File
 	// copies gets one value as each of stdout and stderr reaches EOF.
 	copies chan struct{}
 	notify *notifyListener
@@ -1286,7 +1290,7 @@ func (p *linuxProcess) cleanup() error {
 	if p.lock != nil {
 		p.lock.Close()
 	}
-	for _, f := range []*os.File{p.status, p.control, p.stdin, p.stdout, p.stderr} {
+	for _, f := range []*os.File{p.status, p.control, p.lifeline, p.stdin, p.stdout, p.stderr} {
 		if f != nil {
 			f.Close()
 		}
