@@ -7,9 +7,13 @@ package integration
 // moments (its pid 1 watches the supervisor), not at its deadline.
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,4 +93,109 @@ func TestSandboxEndsWithItsSupervisor(t *testing.T) {
 		t.Errorf("the next start left the killed daemon's sandbox cgroup %s", id)
 	}
 	d2.stop(30 * time.Second)
+}
+
+// Several supervisors on one run dir (and one broker socket dir, as the
+// defaults give them) beside a daemon's long invocations: `skill run`s,
+// cold and warm, and a second daemon started, stopped, killed and
+// restarted. The long invocations run to their end with every tool call
+// answered, their broker sockets stay, and every other run succeeds.
+func TestSupervisorsShareARunDir(t *testing.T) {
+	e := newEnv(t)
+	sockets := filepath.Join(e.runDir, "sockets")
+	data := filepath.Join(e.base, "data")
+	must(t, os.MkdirAll(data, 0o755))
+	must(t, os.WriteFile(filepath.Join(data, "x.txt"), []byte("x"), 0o644))
+	// Twelve tool calls half a second apart; any refused one ends it in error.
+	e.skill("long", "effort_minutes: 1\nallowed_tools: [Read]\nx-allowed-files: ['"+data+"/**']\n", `#!/bin/sh
+i=0
+while [ $i -lt 12 ]; do
+  /run/cyberos/bin/cyberos-tool call Read '{"path":"`+data+`/x.txt"}' >/dev/null || exit 3
+  /bin/sleep 0.5
+  i=$((i+1))
+done
+echo '{"calls":12}'
+`)
+	a := startDaemon(t, e, "cgroup_placement: root", "socket_dir: "+sockets)
+	type answer struct {
+		code int
+		env  envelope
+		raw  string
+	}
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			code, env, raw := a.invoke(map[string]any{"skill_id": "long"})
+			answers <- answer{code, env, raw}
+		}()
+	}
+	ids := a.running(t, 2)
+	alive := func(when string) {
+		t.Helper()
+		for _, id := range ids {
+			if len(sandboxProcs(e.runDir, id)) < 2 {
+				t.Errorf("%s: the daemon's sandbox %s was ended", when, id)
+			}
+			if _, err := os.Lstat(filepath.Join(sockets, "cyberos-skill-broker."+id+".sock")); err != nil {
+				t.Errorf("%s: the broker socket of the daemon's live invocation %s: %v", when, id, err)
+			}
+		}
+	}
+
+	// Others on the same run dir and socket dir, each with its own state dir.
+	other := newEnv(t)
+	other.runDir = e.runDir
+	quick := other.skill("quick", "", "#!/bin/sh\necho '{}'\n")
+	skillRun := func(start string) *exec.Cmd {
+		return cyberos("skill", "run", quick, "--json", "--start", start, "--state-dir", other.stateDir, "--run-dir", e.runDir,
+			"--seccomp-profiles", filepath.Join(repoRoot, "seccomp-profiles"))
+	}
+	var wg sync.WaitGroup
+	runs := func(n int) {
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := []string{"cold", "warm"}[i%2]
+				var out, errb bytes.Buffer
+				c := skillRun(start)
+				c.Stdout, c.Stderr = &out, &errb
+				err := c.Run()
+				var env envelope
+				_ = json.Unmarshal(out.Bytes(), &env)
+				if err != nil || env.Outcome != "success" {
+					t.Errorf("skill run --start %s beside the daemon: %v, outcome %q\n%s%s", start, err, env.Outcome, out.String(), errb.String())
+				}
+			}()
+		}
+	}
+	bConfig := []string{"cgroup_placement: root", "socket_dir: " + sockets}
+	runs(4)
+	b := startDaemon(t, other, bConfig...)
+	runs(4)
+	alive("a second daemon started")
+	if code, env, raw := b.invoke(map[string]any{"skill_id": "quick"}); code != 200 || env.Outcome != "success" {
+		t.Errorf("the second daemon's invocation: %d %s", code, raw)
+	}
+	b.stop(30 * time.Second)
+	alive("the second daemon stopped")
+	b = startDaemon(t, other, bConfig...)
+	if err := killPid(b.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	<-b.exited
+	runs(2)
+	b = startDaemon(t, other, bConfig...) // a restart after a crash
+	alive("the second daemon restarted after kill -9")
+	wg.Wait()
+	b.stop(30 * time.Second)
+	alive("the skill runs ended")
+
+	for range 2 {
+		ans := <-answers
+		if ans.code != 200 || ans.env.Outcome != "success" || string(bytes.TrimSpace(ans.env.Result)) != `{"calls":12}` {
+			t.Errorf("the daemon's long invocation beside the others: %d %s", ans.code, ans.raw)
+		}
+	}
+	t.Logf("long invocations %v ran to their end", ids)
 }

@@ -151,6 +151,8 @@ type LinuxRunner struct {
 	// runner's containers; started again if it died.
 	helperMu sync.Mutex
 	helper   *spawn.Client
+	// leftovers are what NewLinuxRunner's CleanLeftovers removed.
+	leftovers []string
 }
 
 var _ Runner = (*LinuxRunner)(nil)
@@ -205,11 +207,15 @@ func NewLinuxRunner(cfg Options) (_ *LinuxRunner, err error) {
 	}
 	r.userNS, r.userNSWhy, r.ownedNS, r.ownedNSWhy = probeUserNS(cfg.DisableUserNS, cfg.InitBinary, cfg.HostIDBase)
 	r.landlockABI, r.landlockErr = kernelLandlockABI()
-	if _, err := r.CleanLeftovers(); err != nil {
+	if r.leftovers, err = r.CleanLeftovers(); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
+
+// Leftovers are the ids of the sandboxes of dead supervisors that
+// NewLinuxRunner removed: their broker sockets are stale too.
+func (r *LinuxRunner) Leftovers() []string { return r.leftovers }
 
 // spawner returns the runner's creation helper, starting it the first time
 // and again when the last one died (its sandboxes keep running, and the
