@@ -402,11 +402,21 @@ func tryLock(path string) (*os.File, bool) {
 	if err != nil {
 		return nil, false
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil || !stillAt(f, path) {
 		f.Close()
 		return nil, false
 	}
 	return f, true
+}
+
+// stillAt reports whether f is the file at path. A sandbox's lock file is
+// unlinked when it ends; a lock taken on the unlinked file (opened just
+// before) guards nothing, and the sandbox made again under that id (a warm
+// one whose init died) holds a new file at path: a cleaner must not take
+// that one for a leftover's.
+func stillAt(f *os.File, path string) bool {
+	var have, at unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &have) == nil && unix.Lstat(path, &at) == nil && have.Dev == at.Dev && have.Ino == at.Ino
 }
 
 // prepareRootfs builds, once per run dir, the empty skeleton every sandbox
