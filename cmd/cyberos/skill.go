@@ -31,6 +31,7 @@ type runFlags struct {
 	deadline                                     time.Duration
 	stateDir, profilesDir, runDir, logLevel      string
 	socketDir                                    string
+	configPath                                   string // the daemon config whose files are reserved
 	json, allowDegraded, allowLoopbackHTTP       bool
 	recorder                                     *sandbox.SyscallRecorder // seccomp record
 	limits                                       supervisor.Defaults      // the cost bounds only
@@ -64,6 +65,7 @@ func newRunCmd() *cobra.Command {
 	fl.IntVar(&f.limits.MaxBrokerConnections, "max-broker-connections", supervisor.DefaultMaxBrokerConnections, "simultaneous broker connections")
 	fl.IntVar(&f.limits.MaxAuditRows, "max-audit-rows", supervisor.DefaultMaxAuditRows, "audit rows of the invocation; reached: it is ended as killed")
 	fl.StringVar(&f.socketDir, "socket-dir", "", "private directory of broker sockets (default <run-dir>/sockets)")
+	fl.StringVar(&f.configPath, "config", "", "a daemon config whose files (its directory, the signing key, skills_dir, …) no skill may reach, as under serve (default: "+defaultConfigPath+" when it exists)")
 	fl.BoolVar(&f.allowLoopbackHTTP, "allow-loopback-http", false, "let Http tools reach 127.0.0.0/8 and ::1 (tests only)")
 	_ = fl.MarkHidden("run-dir")
 	_ = fl.MarkHidden("allow-loopback-http")
@@ -118,6 +120,10 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
+	reserved, err := daemonReserved(f.configPath, log.Warn)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
 	sup, store, closeAll, err := newSupervisor(assembly{
 		Sandbox:  sandbox.Options{RunDir: f.runDir},
 		StateDir: f.stateDir,
@@ -128,6 +134,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		SocketDir:         f.socketDir,
 		SocketDirDefault:  filepath.Join(f.runDir, "sockets"),
 		ProfilesDir:       profiles,
+		ExtraReserved:     reserved,
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		AllowDegraded:     f.allowDegraded,
 		Log:               log,
