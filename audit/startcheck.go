@@ -52,6 +52,19 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 		}
 	}
 	q := func(query string, args ...any) ([]Row, error) { return s.query(ctx, query, args...) }
+	// One lookup through each secondary index: a garbage page on the way
+	// to its leaves is refused here, not left for the applier's next
+	// insert to trip over. Pages further down are quick_check's
+	// (WithIndexCheck) and the scrub's.
+	for _, probe := range []string{
+		`SELECT count(*) FROM audit_rows INDEXED BY audit_rows_invocation WHERE invocation_id = ''`,
+		`SELECT count(*) FROM audit_rows INDEXED BY audit_rows_kind WHERE kind = ''`,
+		`SELECT count(*) FROM open_invocations INDEXED BY open_invocations_id WHERE invocation_id = ''`,
+	} {
+		if err := s.wconn.QueryRowContext(ctx, probe).Scan(new(int64)); err != nil {
+			return sc, err
+		}
+	}
 	var prev *Row // the row the tail's first row links to (nil: genesis)
 	cps, err := q(`SELECT `+rowColumns+` FROM audit_rows WHERE kind = ? ORDER BY seq DESC LIMIT 1`, string(KindCheckpoint))
 	if err != nil {

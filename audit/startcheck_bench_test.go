@@ -59,7 +59,8 @@ func writeRows(b *testing.B, dir string, n int, opts ...Option) {
 // `skill run` wrote, at its first start), the whole chain is the tail;
 // tail=1000: a checkpoint 1000 rows before the end (the daemon signs one
 // every few seconds while rows flow, and at Close). quick_check: the same
-// Open with WithIndexCheck, which `serve` adds.
+// Open with WithIndexCheck, which `serve` adds. scrub: VerifyDir of the
+// whole store, what the daemon's background scrub runs.
 func BenchmarkOpenVerify(b *testing.B) {
 	rows := 1_000_000
 	if v, err := strconv.Atoi(os.Getenv("CYBEROS_BENCH_ROWS")); err == nil && v > 0 {
@@ -97,6 +98,20 @@ func BenchmarkOpenVerify(b *testing.B) {
 	}
 	b.Run(fmt.Sprintf("rows=%d/tail=all", rows), func(b *testing.B) { open(b, int64(rows)) })
 	b.Run(fmt.Sprintf("rows=%d/tail=all/quick_check", rows), func(b *testing.B) { open(b, int64(rows), WithIndexCheck()) })
+	// What the daemon's background scrub costs (VerifyDir of everything).
+	b.Run(fmt.Sprintf("rows=%d/scrub", rows), func(b *testing.B) {
+		var before, after syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+		for range b.N {
+			rep, err := VerifyDir(context.Background(), dir)
+			if err != nil || !rep.OK || rep.Rows != rows {
+				b.Fatalf("scrub: %v, %+v", err, rep.Problems)
+			}
+		}
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+		cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) / time.Duration(b.N)
+		b.ReportMetric(cpu.Seconds(), "cpu-s/op")
+	})
 
 	// A checkpoint, then 1000 rows: the Close of a signing store adds
 	// one more checkpoint, so the last one is written here by hand.
