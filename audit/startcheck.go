@@ -38,11 +38,12 @@ type StartCheck struct {
 const maxStartProblems = 16
 
 // checkSinceCheckpoint verifies, with the journal locked and applied up to
-// its end (Open), the last checkpoint row (its own hash and link, its signature,
-// and that its head is the index's row) and every row after that head, in
-// both copies: each index row's hash recomputes and links to the one
-// before, and the journal's lines after the head are, in order, exactly the
-// index's rows. Its cost grows with that tail, not with the chain. An error
+// its end (Open), the last checkpoint row (its own hash and link, its
+// signature, and that its head is the index's row), the signed anchor, and
+// every row after that head, in both copies (a checkpoint among them is
+// checked as the last one is): each index row's hash recomputes and links
+// to the one before, and the journal's lines after the head are, in order,
+// exactly the index's rows. Its cost grows with that tail, not with the chain. An error
 // is a failure to read (not damage: that is in Problems).
 func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck, error) {
 	var sc StartCheck
@@ -70,8 +71,10 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 	if err != nil {
 		return sc, err
 	}
+	lastCP := int64(-1) // the last checkpoint row's seq
 	if len(cps) == 1 {
 		c := cps[0]
+		lastCP = c.Seq
 		before, err := q(`SELECT `+rowColumns+` FROM audit_rows WHERE seq = ?`, c.Seq-1)
 		if err != nil {
 			return sc, err
@@ -81,31 +84,25 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 			bp = &before[0]
 		}
 		reasons, payloadOK := rowProblems(bp, c)
-		var cp Checkpoint
-		if payloadOK {
-			if err := json.Unmarshal(c.Payload, &cp); err != nil {
-				reasons = append(reasons, fmt.Sprintf("checkpoint: %v", err))
-			} else if err := cp.Check(""); err != nil {
-				reasons = append(reasons, "checkpoint: "+err.Error())
-			}
-		}
-		var head []Row
-		if len(reasons) == 0 {
-			if head, err = q(`SELECT `+rowColumns+` FROM audit_rows WHERE seq = ?`, cp.Seq); err != nil {
+		var head *Row
+		if payloadOK && len(reasons) == 0 {
+			var err error
+			if head, reasons, err = s.signedHead(ctx, c); err != nil {
 				return sc, err
-			}
-			switch {
-			case cp.Seq >= c.Seq || len(head) == 0:
-				reasons = append(reasons, fmt.Sprintf("checkpoint: head_seq %d is not a row before it", cp.Seq))
-			case head[0].RowHash != cp.RowHash:
-				reasons = append(reasons, fmt.Sprintf("checkpoint: seq %d's row_hash is not the signed one (%.12s…): the chain was rewritten", cp.Seq, cp.RowHash))
 			}
 		}
 		for _, r := range reasons {
 			add(Problem{Seq: c.Seq, RowID: c.RowID, File: FileName, Reason: r})
 		}
 		if len(reasons) == 0 {
-			sc.Checkpoint, prev = cp.Seq, &head[0]
+			sc.Checkpoint, prev = head.Seq, head
+		}
+	}
+
+	// The signed anchor (its head is checked against the chain by Open).
+	if a, ok, err := readAnchor(filepath.Dir(s.path)); err == nil && ok && a.Signature != "" {
+		if err := a.checkpoint().Check(""); err != nil {
+			add(Problem{Seq: a.Seq, File: AnchorName, Field: "signature", Reason: err.Error()})
 		}
 	}
 
@@ -161,6 +158,15 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 			}
 			add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: FileName, Reason: strings.Join(reasons, "; ")})
 		}
+		if irow.Kind == KindCheckpoint && irow.Seq != lastCP {
+			_, reasons, err := s.signedHead(ctx, irow)
+			if err != nil {
+				return sc, err
+			}
+			for _, r := range reasons {
+				add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: FileName, Reason: r})
+			}
+		}
 		c := irow
 		c.Payload = nil
 		prev = &c
@@ -203,6 +209,29 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 		return sc, fmt.Errorf("read %s: %w", JournalName, err)
 	}
 	return sc, nil
+}
+
+// signedHead checks checkpoint row c's payload: its signature verifies,
+// and its head is an earlier row of the index with the signed row_hash. It
+// returns that row, or why c fails; an error is a failure to read.
+func (s *Store) signedHead(ctx context.Context, c Row) (*Row, []string, error) {
+	var cp Checkpoint
+	if err := json.Unmarshal(c.Payload, &cp); err != nil {
+		return nil, []string{fmt.Sprintf("checkpoint: %v", err)}, nil
+	}
+	if err := cp.Check(""); err != nil {
+		return nil, []string{"checkpoint: " + err.Error()}, nil
+	}
+	head, err := s.query(ctx, `SELECT `+rowColumns+` FROM audit_rows WHERE seq = ?`, cp.Seq)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case cp.Seq >= c.Seq || len(head) == 0:
+		return nil, []string{fmt.Sprintf("checkpoint: head_seq %d is not a row before it", cp.Seq)}, nil
+	case head[0].RowHash != cp.RowHash:
+		return nil, []string{fmt.Sprintf("checkpoint: seq %d's row_hash is not the signed one (%.12s…): the chain was rewritten", cp.Seq, cp.RowHash)}, nil
+	}
+	return &head[0], nil, nil
 }
 
 // verifiedName is the file in ReserveDirName recording the chain head the

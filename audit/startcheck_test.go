@@ -219,6 +219,25 @@ func TestStartCheckFromCheckpoint(t *testing.T) {
 	})
 }
 
+// TestStartCheckAnchorSignature: a signed anchor whose signature no
+// longer verifies is refused at start.
+func TestStartCheckAnchorSignature(t *testing.T) {
+	dir := closedStore(t, 1, WithSigner(newTestSigner(t)))
+	a, ok, err := readAnchor(dir)
+	if err != nil || !ok || a.Signature == "" {
+		t.Fatalf("anchor: %+v %v %v", a, ok, err)
+	}
+	a.Signature = strings.Repeat("0", len(a.Signature))
+	b, _ := json.Marshal(a)
+	if err := os.WriteFile(filepath.Join(dir, AnchorName), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, dir)
+	if err := s.Damage(); !errors.Is(err, ErrNeedsRepair) || !strings.Contains(err.Error(), AnchorName) {
+		t.Errorf("Damage() = %v, want ErrNeedsRepair naming %s", err, AnchorName)
+	}
+}
+
 // lastCheckpoint is the signed head of dir's last checkpoint row.
 func lastCheckpoint(t *testing.T, dir string) Checkpoint {
 	t.Helper()
