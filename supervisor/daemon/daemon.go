@@ -125,6 +125,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, sup: o.Supervisor, store: o.Store, fleet: o.Fleet, metrics: o.Supervisor.Metrics, log: log, adminGID: gid,
 		hub: newHub(nil), stop: make(chan struct{}), starts: newStartGate(cfg.ConcurrentStarts()), scav: newScavenger()}
+	d.metrics.WatchAuditDamage(func() bool { return o.Store.Damage() != nil })
 	day := utcDay(time.Now())
 	calls, denied, err := CountDay(context.Background(), o.Store, day)
 	if err != nil {
@@ -335,6 +336,17 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		go func() { errc <- d.metrSrv.Serve(d.metrLn) }()
 	}
 	d.log.Info("supervisor serving", "admin_socket", d.cfg.AdminSocket, "metrics", d.MetricsAddr(), "skills_dir", d.cfg.SkillsDir)
+	if err := d.store.Damage(); err != nil {
+		d.log.Error("audit store damaged: invocations are refused until it is repaired", "err", err, "severity", "sev-1")
+	}
+	scrubCtx, stopScrub := context.WithCancel(context.Background())
+	scrubDone := make(chan struct{})
+	if every := time.Duration(d.cfg.Audit.ScrubInterval); every > 0 && d.store != nil {
+		go func() { defer close(scrubDone); d.scrubLoop(scrubCtx, every) }()
+	} else {
+		close(scrubDone)
+	}
+	defer func() { stopScrub(); <-scrubDone }()
 	// The admin socket has listened since New: connections queue until
 	// Serve accepts them, so systemd may start what depends on us.
 	d.notify(sddaemon.SdNotifyReady)
@@ -440,6 +452,10 @@ const MaxDeadlineMS = 86_400_000
 func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	if d.draining.Load() {
 		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
+		return
+	}
+	if err := d.store.Damage(); err != nil {
+		apiErr(w, http.StatusServiceUnavailable, "audit_damaged", err)
 		return
 	}
 	var req InvokeRequest

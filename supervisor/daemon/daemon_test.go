@@ -66,6 +66,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\nfleet: {host_id: 'a b'}\n", "fleet.host_id"},
 		{"version: 1\nfleet: {host_id: ../x}\n", "fleet.host_id"},
 		{"version: 1\nfleet: {dsn: x}\n", "dsn"},
+		{"version: 1\naudit: {scrub_interval: 10s}\n", "audit.scrub_interval"},
+		{"version: 1\naudit: {scrub_interval: 1000h}\n", "audit.scrub_interval"},
+		{"version: 1\naudit: {scrub_interval: often}\n", "audit.scrub_interval"},
 	} {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(p, []byte(tc.yaml), 0o644)
@@ -73,6 +76,20 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.key) {
 			t.Errorf("%q: err %v, want ErrConfig naming %s", tc.yaml, err, tc.key)
 		}
+	}
+}
+
+// TestConfigScrubInterval: audit.scrub_interval defaults to an hour, and
+// 0 turns the scrub off.
+func TestConfigScrubInterval(t *testing.T) {
+	if got := time.Duration(DefaultConfig().Audit.ScrubInterval); got != time.Hour {
+		t.Errorf("default scrub_interval %v, want 1h", got)
+	}
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(p, []byte("version: 1\naudit: {scrub_interval: 0s}\n"), 0o644)
+	c, err := LoadConfig(p)
+	if err != nil || c.Audit.ScrubInterval != 0 {
+		t.Errorf("scrub_interval 0s: %v, %v", c.Audit.ScrubInterval, err)
 	}
 }
 
