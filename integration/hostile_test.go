@@ -15,6 +15,7 @@ package integration
 //	fork bomb                                       TestHostileForkBomb, TestPidsMax
 //	tmpfs fill                                      TestHostileTmpfsFill
 //	fd exhaustion                                   TestHostileFDExhaustion
+//	host-wide AIO events (fs.aio-max-nr)            TestHostileAIOExhaustion
 //	CPU spin under x-cpu                            TestHostileCPUSpin (TestCPUQuotaApplied: the quota's value)
 //	Landlock: only the sandbox's own view           TestLandlockConfinesSkill
 //	protocol abuse (frames, JSON, batches, depth)   TestBrokerSurvivesAbuse
@@ -525,6 +526,47 @@ func TestHostileFDExhaustion(t *testing.T) {
 		t.Errorf("%s: %v files opened", p, out["opened"])
 	}
 	want(t, "the broker serves after fd exhaustion", out, "after_status", true)
+}
+
+// TestHostileAIOExhaustion: AIO contexts are counted host-wide (fs.aio-nr
+// against fs.aio-max-nr, in no namespace, cgroup or per-user limit), so the
+// default profile refuses io_setup: a skill asking for 16 contexts of 4096
+// events gets none, and the host's fs.aio-nr, read by the skill while it
+// would hold them and by the test after, does not grow by what it asked.
+func TestHostileAIOExhaustion(t *testing.T) {
+	e := newEnv(t)
+	out, _ := e.hostile(t, "aio", "", map[string]string{"op": "aio"})
+	const p = "the default profile takes no host-wide AIO events"
+	if got := fmt.Sprint(out["io_setup"]); got != "EPERM" && got != "ENOSYS" {
+		t.Errorf("%s: io_setup → %s, want EPERM or ENOSYS", p, got)
+	}
+	want(t, p, out, "contexts", 0)
+	before, _ := out["aio_nr_before"].(float64)
+	held, _ := out["aio_nr_held"].(float64)
+	if before < 0 || held < 0 {
+		t.Fatalf("the probe could not read /proc/sys/fs/aio-nr: %v", out)
+	}
+	// Other programs on the host may use AIO meanwhile; the probe asked for
+	// 16 × 4096 events, the kernel charges at least that.
+	if held-before >= 4096 {
+		t.Errorf("%s: fs.aio-nr grew from %v to %v while the skill held its contexts", p, before, held)
+	}
+	if after := readIntFile(t, "/proc/sys/fs/aio-nr"); after-int(before) >= 4096 {
+		t.Errorf("%s: the host's fs.aio-nr is %d after the run, %v before", p, after, before)
+	}
+}
+
+func readIntFile(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return n
 }
 
 // TestHostileTmpfsFill: filling /tmp stops with ENOSPC at its 64 MiB cap

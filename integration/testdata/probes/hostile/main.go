@@ -13,6 +13,7 @@
 //	fds        open files until the kernel refuses
 //	tmpfill    write /tmp (and /dev/shm) until full
 //	spin       burn args.threads CPUs for args.seconds
+//	aio        take AIO contexts (host-wide fs.aio-nr) while the call lets it
 package main
 
 import (
@@ -89,6 +90,8 @@ func main() {
 		fill(out, "shm", "/dev/shm/fill")
 	case "spin":
 		spin(out, a)
+	case "aio":
+		aio(out)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown op", a.Op)
 		os.Exit(2)
@@ -352,4 +355,40 @@ func spin(out map[string]any, a args) {
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	out["wall_s"] = time.Since(start).Seconds()
 	out["cpu_s"] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// aio asks for 16 AIO contexts of 4096 events each, as many as the host's
+// default fs.aio-max-nr holds, and reads the host-wide fs.aio-nr (not
+// namespaced) before and while it holds what it got.
+func aio(out map[string]any) {
+	out["aio_nr_before"] = aioNr()
+	var ctxs []uintptr
+	var first syscall.Errno
+	for range 16 {
+		var ctx uintptr
+		_, _, e := unix.RawSyscall(unix.SYS_IO_SETUP, 4096, uintptr(unsafe.Pointer(&ctx)), 0)
+		if e != 0 {
+			first = e
+			break
+		}
+		ctxs = append(ctxs, ctx)
+	}
+	out["io_setup"] = res(errnoOrNil(first))
+	out["contexts"] = len(ctxs)
+	out["aio_nr_held"] = aioNr()
+	for _, ctx := range ctxs {
+		unix.RawSyscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+	}
+}
+
+func aioNr() int {
+	b, err := os.ReadFile("/proc/sys/fs/aio-nr")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
 }
