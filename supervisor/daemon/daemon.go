@@ -559,6 +559,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
 		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
 		Defaults: &def,
+		Ceilings: d.cfg.Limits.Ceilings(),
 		OnStarted: func(s supervisor.Started) {
 			id = s.InvocationID
 			if cl.own {
