@@ -16,6 +16,7 @@ package integration
 //	tmpfs fill                                      TestHostileTmpfsFill
 //	fd exhaustion                                   TestHostileFDExhaustion
 //	host-wide AIO events (fs.aio-max-nr)            TestHostileAIOExhaustion
+//	host-wide open files kept by mappings           TestHostileMappedFiles
 //	CPU spin under x-cpu                            TestHostileCPUSpin (TestCPUQuotaApplied: the quota's value)
 //	Landlock: only the sandbox's own view           TestLandlockConfinesSkill
 //	protocol abuse (frames, JSON, batches, depth)   TestBrokerSurvivesAbuse
@@ -556,13 +557,47 @@ func TestHostileAIOExhaustion(t *testing.T) {
 	}
 }
 
+// TestHostileMappedFiles: open files are counted for the whole host
+// (fs.file-nr against fs.file-max), and a file kept by a mapping after its
+// descriptor is closed escapes RLIMIT_NOFILE. What bounds it: one process
+// keeps at most vm.max_map_count mappings (the skill's open stops with
+// ENOMEM there), and the kernel memory of each is charged to the sandbox's
+// memory cgroup (at 16 MiB the skill is OOM-killed first); the files go
+// with the sandbox.
+func TestHostileMappedFiles(t *testing.T) {
+	e := newEnv(t)
+	maxMap := readIntFile(t, "/proc/sys/vm/max_map_count")
+	out, _ := e.hostile(t, "mapper", "x-memory-mb: 64\n", map[string]string{"op": "mapfiles"})
+	const p = "open files kept by mappings are bounded per process"
+	want(t, p, out, "error", "ENOMEM")
+	pinned, _ := out["pinned"].(float64)
+	if pinned < 1000 || int(pinned) > maxMap {
+		t.Errorf("%s: %v pinned, want at most vm.max_map_count %d", p, out["pinned"], maxMap)
+	}
+	before, _ := out["file_nr_before"].(float64)
+	held, _ := out["file_nr_held"].(float64)
+	if held-before < pinned/2 {
+		t.Errorf("the probe's files did not show in fs.file-nr (%v → %v): it measures nothing", before, held)
+	}
+	if after := readIntFile(t, "/proc/sys/fs/file-nr"); float64(after) > before+pinned/2 {
+		t.Errorf("the pinned files outlived the sandbox: fs.file-nr %d after, %v before", after, before)
+	}
+
+	r := e.run(e.skill("mapper-small", "x-memory-mb: 16\n", "probe:hostile"), "--args", `{"op":"mapfiles"}`)
+	r.mustOutcome(t, "killed")
+	if r.env.Stats.OOMKills == 0 {
+		t.Errorf("open files kept by mappings are bounded by the memory cgroup: killed without an OOM kill")
+	}
+}
+
+// readIntFile reads the first integer of a /proc file.
 func readIntFile(t *testing.T, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	n, err := strconv.Atoi(strings.Fields(string(b))[0])
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

@@ -14,6 +14,7 @@
 //	tmpfill    write /tmp (and /dev/shm) until full
 //	spin       burn args.threads CPUs for args.seconds
 //	aio        take AIO contexts (host-wide fs.aio-nr) while the call lets it
+//	mapfiles   pin open files (host-wide fs.file-nr) with mappings, fds closed
 package main
 
 import (
@@ -92,6 +93,8 @@ func main() {
 		spin(out, a)
 	case "aio":
 		aio(out)
+	case "mapfiles":
+		mapFiles(out)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown op", a.Op)
 		os.Exit(2)
@@ -387,6 +390,47 @@ func aioNr() int {
 		return -1
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// mapFiles opens one small /tmp file again and again, maps each open file
+// and closes its descriptor: the mapping keeps the open file (counted in
+// the host-wide fs.file-nr) past RLIMIT_NOFILE. It stops at the first
+// error and reports how many it pinned and fs.file-nr then.
+func mapFiles(out map[string]any) {
+	out["file_nr_before"] = fileNr()
+	if err := os.WriteFile("/tmp/mapped", make([]byte, 4096), 0o644); err != nil {
+		out["error"] = res(err)
+		return
+	}
+	n := 0
+	var err error
+	for n < 1<<24 {
+		var fd int
+		if fd, err = unix.Open("/tmp/mapped", unix.O_RDONLY, 0); err != nil {
+			break
+		}
+		_, err = unix.Mmap(fd, 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
+		unix.Close(fd)
+		if err != nil {
+			break
+		}
+		n++
+	}
+	out["pinned"] = n
+	out["error"] = res(err)
+	out["file_nr_held"] = fileNr()
+}
+
+func fileNr() int {
+	b, err := os.ReadFile("/proc/sys/fs/file-nr")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.Fields(string(b))[0])
 	if err != nil {
 		return -1
 	}
