@@ -17,6 +17,7 @@ package integration
 //	fd exhaustion                                   TestHostileFDExhaustion
 //	host-wide AIO events (fs.aio-max-nr)            TestHostileAIOExhaustion
 //	host-wide open files kept by mappings           TestHostileMappedFiles
+//	host-wide TCP buffer memory (tcp_mem)           TestHostileTCPBuffers
 //	CPU spin under x-cpu                            TestHostileCPUSpin (TestCPUQuotaApplied: the quota's value)
 //	Landlock: only the sandbox's own view           TestLandlockConfinesSkill
 //	protocol abuse (frames, JSON, batches, depth)   TestBrokerSurvivesAbuse
@@ -587,6 +588,26 @@ func TestHostileMappedFiles(t *testing.T) {
 	r.mustOutcome(t, "killed")
 	if r.env.Stats.OOMKills == 0 {
 		t.Errorf("open files kept by mappings are bounded by the memory cgroup: killed without an OOM kill")
+	}
+}
+
+// TestHostileTCPBuffers: TCP buffers count in the host-wide
+// net.ipv4.tcp_mem whatever the network namespace, and on cgroup v1 the
+// memory cgroup is charged for them only once memory.kmem.tcp is limited.
+// A skill under 64 MiB filling loopback connections it never reads must
+// not buffer more than its memory limit (it held 256 MiB, all it asked
+// for, with 2.8 MB of memory charged, before the sandbox set that limit).
+func TestHostileTCPBuffers(t *testing.T) {
+	e := newEnv(t)
+	out, r := e.hostile(t, "tcpfill", "x-memory-mb: 64\n", map[string]any{"op": "tcpfill", "mib": 256})
+	t.Logf("tcpfill: %v; memory peak %d", out, r.env.Stats.MemoryPeakBytes)
+	const p = "TCP buffers are bounded by the sandbox's memory limit"
+	buffered, _ := out["buffered"].(float64)
+	if buffered < 1<<20 {
+		t.Fatalf("the probe buffered %v bytes: it measures nothing (%v)", buffered, out)
+	}
+	if buffered > 64<<20 {
+		t.Errorf("%s: the skill buffered %.0f MiB in TCP under x-memory-mb 64", p, buffered/(1<<20))
 	}
 }
 

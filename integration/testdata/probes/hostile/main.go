@@ -15,6 +15,7 @@
 //	spin       burn args.threads CPUs for args.seconds
 //	aio        take AIO contexts (host-wide fs.aio-nr) while the call lets it
 //	mapfiles   pin open files (host-wide fs.file-nr) with mappings, fds closed
+//	tcpfill    fill loopback TCP buffers, up to args.mib MiB
 package main
 
 import (
@@ -46,6 +47,7 @@ type args struct {
 	Threads int      `json:"threads"`
 	Seconds float64  `json:"seconds"`
 	Marker  string   `json:"marker"`
+	MiB     int      `json:"mib"`
 }
 
 // res turns an error into "ok" or its errno name.
@@ -95,6 +97,8 @@ func main() {
 		aio(out)
 	case "mapfiles":
 		mapFiles(out)
+	case "tcpfill":
+		tcpFill(out, a.MiB)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown op", a.Op)
 		os.Exit(2)
@@ -435,4 +439,72 @@ func fileNr() int {
 		return -1
 	}
 	return n
+}
+
+// tcpFill connects to itself over loopback TCP again and again and writes,
+// without reading, until each connection takes no more: the bytes the
+// kernel buffers are counted in the host-wide net.ipv4.tcp_mem (the "mem"
+// pages of /proc/net/sockstat). It stops at limit MiB, at an error, or
+// when eight connections in a row take nothing.
+func tcpFill(out map[string]any, limitMiB int) {
+	out["sockstat_before"] = tcpSockstat()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		out["error"] = res(err)
+		return
+	}
+	limit := limitMiB << 20
+	buf := make([]byte, 1<<20)
+	var keep []net.Conn
+	total, idle := 0, 0
+	for total < limit && idle < 8 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			out["error"] = res(err)
+			break
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			out["error"] = res(err)
+			break
+		}
+		keep = append(keep, c, s)
+		raw, _ := c.(*net.TCPConn).SyscallConn()
+		took := 0
+		raw.Control(func(fd uintptr) {
+			unix.SetNonblock(int(fd), true)
+			for total < limit {
+				n, err := unix.Write(int(fd), buf)
+				if n > 0 {
+					total += n
+					took += n
+				}
+				if err != nil {
+					break
+				}
+			}
+		})
+		if took < 64<<10 {
+			idle++
+		} else {
+			idle = 0
+		}
+	}
+	out["buffered"] = total
+	out["connections"] = len(keep) / 2
+	out["sockstat_held"] = tcpSockstat()
+	for _, c := range keep {
+		c.Close()
+	}
+}
+
+// tcpSockstat is the TCP line of /proc/net/sockstat.
+func tcpSockstat() string {
+	b, _ := os.ReadFile("/proc/net/sockstat")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "TCP:") {
+			return l
+		}
+	}
+	return ""
 }
