@@ -56,6 +56,9 @@ type Config struct {
 	// Fleet puts the audit rows (and, later, tenant memory) on a shared
 	// PostgreSQL; unset, the host stands alone.
 	Fleet Fleet `yaml:"fleet"`
+
+	// Limits are the ceilings a frontmatter's limits may not exceed.
+	Limits Limits `yaml:"limits"`
 }
 
 // Fleet is the config of a daemon that is one host of many.
@@ -289,6 +292,7 @@ func DefaultConfig() Config {
 		Userns:            Userns{HostIDBase: sandbox.DefaultHostIDBase},
 		Audit:             Audit{SigningKey: "audit-signing.key", ScrubInterval: ScrubInterval(DefaultScrubInterval)},
 		CgroupPlacement:   string(sandbox.PlacementAuto),
+		Limits:            DefaultLimits(),
 		Warm:              Warm{MaxSandboxes: 16, MaxPerSkill: supervisor.DefaultWarmPerSkill, MaxMemoryMB: 8192, Idle: WarmIdle(supervisor.DefaultWarmIdle)},
 	}
 }
@@ -420,6 +424,9 @@ func (c *Config) Validate() error {
 		return bad("defaults.max_broker_connections", "must be 1..1024, got %d", d.MaxBrokerConnections)
 	case d.MaxAuditRows < 100 || d.MaxAuditRows > 100_000_000:
 		return bad("defaults.max_audit_rows", "must be 100..100000000, got %d", d.MaxAuditRows)
+	}
+	if err := c.validateLimits(); err != nil {
+		return err
 	}
 	if g := time.Duration(c.ShutdownGrace); g < 0 || g > time.Hour {
 		return bad("shutdown_grace", "must be 0..1h, got %v", g)

@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -25,6 +27,7 @@ import (
 	"github.com/cyberos/supervisor/internal/unixsock"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/telemetry"
 )
 
@@ -458,16 +461,38 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		apiErr(w, http.StatusServiceUnavailable, "audit_damaged", err)
 		return
 	}
-	var req InvokeRequest
+	tooLarge := func() {
+		// The rest of the body is not read: the connection ends with this
+		// answer.
+		w.Header().Set("Connection", "close")
+		apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
+	}
+	// A body declared larger than the limit is refused before any of it
+	// is read; one without a length (chunked) when it passes the limit.
+	if r.ContentLength > MaxInvokeBody {
+		tooLarge()
+		return
+	}
 	// The body is read up to MaxInvokeBody bytes, within the admin
 	// socket's request timeout (adminServer).
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxInvokeBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxInvokeBody))
 	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-		apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
+		tooLarge()
 		return
 	} else if err != nil {
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
+		return
+	}
+	// A key given twice is refused, as the broker refuses it: the decoder
+	// below would keep the last one silently.
+	if err := broker.CheckObject(raw); errors.Is(err, broker.ErrDuplicateKey) {
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
+		return
+	}
+	var req InvokeRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
 		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
 		return
 	}
@@ -559,6 +584,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
 		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
 		Defaults: &def,
+		Ceilings: d.cfg.Limits.Ceilings(),
 		OnStarted: func(s supervisor.Started) {
 			id = s.InvocationID
 			if cl.own {

@@ -69,6 +69,15 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\naudit: {scrub_interval: 10s}\n", "audit.scrub_interval"},
 		{"version: 1\naudit: {scrub_interval: 1000h}\n", "audit.scrub_interval"},
 		{"version: 1\naudit: {scrub_interval: often}\n", "audit.scrub_interval"},
+		{"version: 1\nlimits: {max_memory_mb: 256}\n", "limits.max_memory_mb: 256 is below defaults.memory_mb (512)"},
+		{"version: 1\nlimits: {max_memory_mb: 70000}\n", "limits.max_memory_mb"},
+		{"version: 1\nlimits: {max_pids: 32}\n", "limits.max_pids: 32 is below defaults.pids_max (64)"},
+		{"version: 1\nlimits: {max_pids: 5000}\n", "limits.max_pids"},
+		{"version: 1\nlimits: {max_cpu: 0.5}\n", "limits.max_cpu: 0.5 is below defaults.cpu (1)"},
+		{"version: 1\nlimits: {max_cpu: 0}\n", "limits.max_cpu"},
+		{"version: 1\nlimits: {max_cpu: .nan}\n", "limits.max_cpu"},
+		{"version: 1\ndefaults: {cpu: 0}\nlimits: {max_cpu: 0.25}\n", "limits.max_cpu: 0.25 is below defaults.cpu 0"},
+		{"version: 1\nlimits: {max_memory: 1024}\n", "max_memory"},
 	} {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(p, []byte(tc.yaml), 0o644)

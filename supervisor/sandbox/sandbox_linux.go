@@ -722,6 +722,15 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	if err != nil {
 		return nil, p.abort(err)
 	}
+	// Before the skill makes a socket: on cgroup v1 its TCP buffers count
+	// against its memory limit only from here on
+	// (TestHostileTCPBuffers).
+	switch err := cgroups.LimitSocketMemory(p.cgroupPath(), spec.MemoryMB<<20); {
+	case errors.Is(err, cgroups.ErrNoSocketLimit):
+		p.cont.NotEnforced = append(p.cont.NotEnforced, "TCP buffers within memory.max: "+err.Error())
+	case err != nil:
+		return nil, p.abort(fmt.Errorf("sandbox start: %w", err))
+	}
 	// The sandbox's processes keep its user namespace alive now.
 	holder.stop()
 	holder = nil
