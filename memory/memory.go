@@ -26,14 +26,14 @@ import (
 
 // Limits.
 const (
-	MaxBodyBytes  = 1 << 20 // a document body; larger is ErrTooLarge
-	IndexChars    = 1 << 16 // characters of a body that search indexes
-	SnippetChars  = 8192    // characters of a body a search hit's snippet is taken from
-	MaxPathBytes  = 1024    // a canonical document path
-	MaxIDBytes    = 256     // tenant, trace, invocation and skill ids
-	MaxQueryBytes = 4096    // a search query
-	MaxQueryTerms = 64      // words in a search query
-	MaxLimit      = 100     // search results
+	MaxBodyBytes  = 960 << 10 // a document body; larger is ErrTooLarge. With its JSON envelope it fits a 1 MiB request
+	IndexChars    = 1 << 16   // characters of a body that search indexes
+	SnippetChars  = 8192      // characters of a body a search hit's snippet is taken from
+	MaxPathBytes  = 1024      // a canonical document path
+	MaxIDBytes    = 256       // tenant, trace, invocation and skill ids
+	MaxQueryBytes = 4096      // a search query
+	MaxQueryTerms = 64        // words in a search query
+	MaxLimit      = 100       // search results
 )
 
 // FileName is the store's file inside the state dir.
