@@ -56,6 +56,8 @@ type Config struct {
 	// Fleet puts the audit rows (and, later, tenant memory) on a shared
 	// PostgreSQL; unset, the host stands alone.
 	Fleet Fleet `yaml:"fleet"`
+	// Memory bounds each tenant's share of the memory store (memoryconfig.go).
+	Memory Memory `yaml:"memory"`
 }
 
 // Fleet is the config of a daemon that is one host of many.
@@ -270,6 +272,7 @@ func DefaultConfig() Config {
 		Audit:             Audit{SigningKey: "audit-signing.key"},
 		CgroupPlacement:   string(sandbox.PlacementAuto),
 		Warm:              Warm{MaxSandboxes: 16, MaxPerSkill: supervisor.DefaultWarmPerSkill, MaxMemoryMB: 8192, Idle: WarmIdle(supervisor.DefaultWarmIdle)},
+		Memory:            defaultMemory(),
 	}
 }
 
@@ -371,6 +374,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Fleet.HostID != "" && !hostIDPattern().MatchString(c.Fleet.HostID) {
 		return bad("fleet.host_id", "%q must match %s", c.Fleet.HostID, hostIDPattern())
+	}
+	if err := c.Memory.validate(); err != nil {
+		return err
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
 		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)
