@@ -122,3 +122,17 @@ func TestPostgresAwayIsUnavailable(t *testing.T) {
 		t.Errorf("PostgreSQL away: %v, want ErrUnavailable", err)
 	}
 }
+
+// A pooled connection the server ended (as a restart does) is ErrUnavailable
+// too, not a fault.
+func TestPostgresConnectionEndedIsUnavailable(t *testing.T) {
+	s := newPGStore(t)
+	emit(t, s, tenantA, "notes/x", "x")
+	db, _ := pgSuper.Load(s)
+	pgServer.For(t).Psql("postgres", `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '`+db.(string)+`'`)
+	_, err := s.Read(context.Background(), tenantA, "notes/x", all)
+	t.Logf("read after the server ended the connection: %v", err)
+	if err != nil && (!errors.Is(err, ErrUnavailable) || errors.Is(err, ErrFault)) {
+		t.Errorf("a read on a connection the server ended: %v, want ErrUnavailable (or success on a new one)", err)
+	}
+}

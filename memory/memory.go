@@ -370,15 +370,21 @@ func unavailable(op string, err error) error {
 // deadline stays that (errors.Is context.Canceled / DeadlineExceeded); a
 // PostgreSQL statement timeout is ErrTimeout; what a later call may not
 // meet (SQLite busy, PostgreSQL away or overloaded) is ErrUnavailable; the
-// rest is ErrFault.
+// rest (any other SQLite error, PostgreSQL refusing the statement) is
+// ErrFault.
 func dbErr(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("memory %s: %w", op, cerr)
 	}
+	var sqliteErr interface{ Code() int }
+	transient := sqliteerr.IsBusy(err)
+	if !errors.As(err, &sqliteErr) {
+		transient = pgTransient(err)
+	}
 	switch {
 	case isStatementTimeout(err):
 		return fmt.Errorf("%w: %s: %v", ErrTimeout, op, err)
-	case sqliteerr.IsBusy(err) || pgTransient(err):
+	case transient:
 		return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("%w: %s: %v", ErrFault, op, err)

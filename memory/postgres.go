@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -243,26 +240,23 @@ func isStatementTimeout(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "57014"
 }
 
-// pgTransient reports a PostgreSQL failure a later call may not meet: no
-// connection (refused, lost, timed out), a connection the server closed or
-// refused (class 08), the server short of resources (class 53), shutting
-// down or starting (57P01..57P03), a serialization failure or a deadlock.
+// pgTransient reports a failure a later call may not meet. Anything but
+// the server's own answer is the connection's (refused, lost, closed,
+// timed out); of the server's answers, a connection refused or closed
+// (class 08), the server short of resources (class 53), shutting down or
+// starting (57P01..57P03), a serialization failure or a deadlock.
 func pgTransient(err error) bool {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch {
-		case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "53"):
-			return true
-		}
-		switch pe.Code {
-		case "57P01", "57P02", "57P03", "40001", "40P01":
-			return true
-		}
-		return false
+	if !errors.As(err, &pe) {
+		return true
 	}
-	var ce *pgconn.ConnectError
-	var ne net.Error
-	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+	switch {
+	case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "53"):
+		return true
+	}
+	switch pe.Code {
+	case "57P01", "57P02", "57P03", "40001", "40P01":
+		return true
+	}
+	return false
 }
