@@ -162,6 +162,20 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		}
 		defer shipToFleet(pool, host, store, metrics, log)()
 	}
+	// Each tenant's share of the memory store: memory.* in the config.
+	if open := sup.OpenMemory; open != nil {
+		sup.OpenMemory = func() (*memory.Store, error) {
+			m, err := open()
+			if err != nil {
+				return nil, err
+			}
+			if err := m.SetLimits(cfg.Memory.Limits()); err != nil {
+				m.Close()
+				return nil, err
+			}
+			return m, nil
+		}
+	}
 	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log})
 	if err != nil {
 		return &exitError{exitRefused, err}

@@ -59,6 +59,9 @@ type Config struct {
 
 	// Limits are the ceilings a frontmatter's limits may not exceed.
 	Limits Limits `yaml:"limits"`
+
+	// Memory bounds each tenant's share of the memory store (memoryconfig.go).
+	Memory Memory `yaml:"memory"`
 }
 
 // Fleet is the config of a daemon that is one host of many.
@@ -294,6 +297,7 @@ func DefaultConfig() Config {
 		CgroupPlacement:   string(sandbox.PlacementAuto),
 		Limits:            DefaultLimits(),
 		Warm:              Warm{MaxSandboxes: 16, MaxPerSkill: supervisor.DefaultWarmPerSkill, MaxMemoryMB: 8192, Idle: WarmIdle(supervisor.DefaultWarmIdle)},
+		Memory:            defaultMemory(),
 	}
 }
 
@@ -395,6 +399,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Fleet.HostID != "" && !hostIDPattern().MatchString(c.Fleet.HostID) {
 		return bad("fleet.host_id", "%q must match %s", c.Fleet.HostID, hostIDPattern())
+	}
+	if err := c.Memory.validate(); err != nil {
+		return err
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
 		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)

@@ -78,6 +78,13 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\nlimits: {max_cpu: .nan}\n", "limits.max_cpu"},
 		{"version: 1\ndefaults: {cpu: 0}\nlimits: {max_cpu: 0.25}\n", "limits.max_cpu: 0.25 is below defaults.cpu 0"},
 		{"version: 1\nlimits: {max_memory: 1024}\n", "max_memory"},
+		{"version: 1\nmemory: {tenant_concurrency: 0}\n", "memory.tenant_concurrency"},
+		{"version: 1\nmemory: {statement_timeout: 1ms}\n", "memory.statement_timeout"},
+		{"version: 1\nmemory: {statement_timeout: later}\n", "memory.statement_timeout"},
+		{"version: 1\nmemory: {tenant_writes_per_second: 0}\n", "memory.tenant_writes_per_second"},
+		{"version: 1\nmemory: {tenant_writes_per_second: .nan}\n", "memory.tenant_writes_per_second"},
+		{"version: 1\nmemory: {tenant_write_burst: 0}\n", "memory.tenant_write_burst"},
+		{"version: 1\nmemory: {tenant_burst: 5}\n", "tenant_burst"},
 	} {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(p, []byte(tc.yaml), 0o644)
