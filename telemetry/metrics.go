@@ -37,6 +37,10 @@ type Metrics struct {
 	AuditShipLag       prometheus.Gauge         // cyberos_audit_ship_lag_rows
 	AuditShipped       prometheus.Counter       // cyberos_audit_shipped_rows_total
 	AuditShipErrors    *prometheus.CounterVec   // cyberos_audit_ship_errors_total{reason}
+	// AuditWitnessUnchecked is 1 while the local chain has not been
+	// compared with the rows the fleet's PostgreSQL holds for this host
+	// (it was away at start), 0 once it has.
+	AuditWitnessUnchecked prometheus.Gauge // cyberos_audit_witness_unchecked
 }
 
 // Audit shipping failures, the reason label of audit_ship_errors_total:
@@ -129,10 +133,13 @@ func NewMetrics() *Metrics {
 		AuditShipErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cyberos_audit_ship_errors_total", Help: "Failed shipping attempts, by reason (database, host_id_in_use, diverged); shipping retries.",
 		}, []string{"reason"}),
+		AuditWitnessUnchecked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_witness_unchecked", Help: "1 while this host's audit chain has not been compared with the rows the fleet's PostgreSQL holds for it since start (it was unreachable), else 0.",
+		}),
 	}
 	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDuration, m.InvocationsLost, m.AuditEmitFailures, m.AuditEmitDuration,
 		m.SandboxStart, m.InvocationsRunning, m.ToolCalls, m.ResponseTruncated, m.WarmSandboxes, m.WarmClaims, m.WarmRefill,
-		m.AuditShipLag, m.AuditShipped, m.AuditShipErrors,
+		m.AuditShipLag, m.AuditShipped, m.AuditShipErrors, m.AuditWitnessUnchecked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	for _, r := range []string{ShipErrorDatabase, ShipErrorHostID, ShipErrorDiverged} {
 		m.AuditShipErrors.WithLabelValues(r)

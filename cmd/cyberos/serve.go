@@ -128,6 +128,13 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		}()
 		sup.Tracer = tp.Tracer(telemetry.TracerName)
 	}
+	// Before any row is written (Reconcile writes some): the journal must
+	// hold the chain the fleet's PostgreSQL witnessed for this host.
+	if cfg.Fleet.Enabled() {
+		if err := witnessAtStart(cfg.Fleet, cfg.StateDir, store, metrics, log); err != nil {
+			return err
+		}
+	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {
 		log.Info("sandbox cgroups " + r.CgroupWhere())
