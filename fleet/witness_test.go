@@ -1,0 +1,148 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/internal/testutil"
+	"github.com/cyberos/supervisor/telemetry"
+)
+
+// rowSource is a journal as a slice of rows (a cut or replaced one).
+type rowSource []audit.Row
+
+func (s rowSource) Rows(_ context.Context, f audit.Filter) ([]audit.Row, error) {
+	var out []audit.Row
+	for _, r := range s {
+		if r.Seq > f.AfterSeq && (f.Limit == 0 || len(out) < f.Limit) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (s rowSource) LastSeq(context.Context) (int64, error) {
+	if len(s) == 0 {
+		return 0, nil
+	}
+	return s[len(s)-1].Seq, nil
+}
+
+func (s rowSource) each(fn func(audit.Row) error) error {
+	for _, r := range s {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func storeRows(t *testing.T, s *audit.Store) rowSource {
+	t.Helper()
+	rows, err := s.Rows(context.Background(), audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// The head check and the comparison against what PostgreSQL holds for a
+// host: a journal that holds the shipped chain (and more, not shipped
+// yet) passes; one cut short is missing rows locally; another chain,
+// shorter, as long or longer, is diverged.
+func TestWitnessCheckHeadAndCompare(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("witness1"))
+	ctx := context.Background()
+	if seq, _, err := ShippedHead(ctx, pool, "host-a"); err != nil || seq != 0 {
+		t.Fatalf("the head of a database never migrated: %d %v, want 0 and no error", seq, err)
+	}
+	st := newStore(t)
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 10)
+	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 2) // not shipped
+	full := storeRows(t, st)
+	other := newStore(t)
+	emit(t, other, "22222222-2222-2222-2222-222222222222", 15)
+	replaced := storeRows(t, other)
+
+	for _, c := range []struct {
+		name      string
+		journal   rowSource
+		err       error // of CheckHead
+		missing   []SeqRange
+		differ    int
+		unshipped []SeqRange
+	}{
+		{"the shipped chain and more", full, nil, nil, 0, []SeqRange{{21, 24}}},
+		{"the shipped chain", full[:20], nil, nil, 0, nil},
+		{"cut short", full[:15], ErrMissingLocally, []SeqRange{{16, 20}}, 0, nil},
+		{"empty", nil, ErrMissingLocally, []SeqRange{{1, 20}}, 0, nil},
+		{"another chain, shorter", replaced[:6], ErrDiverged, []SeqRange{{7, 20}}, 6, nil},
+		{"another chain, as long", replaced[:20], ErrDiverged, nil, 20, nil},
+		{"another chain, longer", replaced, ErrDiverged, nil, 20, []SeqRange{{21, 30}}},
+	} {
+		err := CheckHead(ctx, pool, "host-a", c.journal)
+		if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) ||
+			errors.Is(c.err, ErrMissingLocally) != errors.Is(err, ErrMissingLocally) {
+			t.Errorf("%s: CheckHead: %v, want %v", c.name, err, c.err)
+		}
+		rep, err := Compare(ctx, pool, "host-a", c.journal.each)
+		if err != nil {
+			t.Fatalf("%s: Compare: %v", c.name, err)
+		}
+		if !slices.Equal(rep.MissingLocally, c.missing) || rep.DifferCount != c.differ || !slices.Equal(rep.Unshipped, c.unshipped) ||
+			rep.OK != (c.err == nil) || rep.ShippedRows != 20 || len(rep.Gaps) != 0 {
+			t.Errorf("%s: Compare: %+v; want missing %v, %d differing, unshipped %v", c.name, rep, c.missing, c.differ, c.unshipped)
+		}
+	}
+	if err := CheckHead(ctx, pool, "host-b", replaced); err != nil {
+		t.Errorf("a host that shipped nothing: %v", err)
+	}
+}
+
+// A journal replaced by a shorter chain under the same host id is
+// diverged at the shipper's first comparison, not once it passes the
+// shipped seq; the shipped rows stay as they were.
+func TestShipFlagsAReplacedShorterJournalAtOnce(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("witness2"))
+	ctx := context.Background()
+	old := newStore(t)
+	emit(t, old, "11111111-1111-1111-1111-111111111111", 5)
+	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: old}).Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	replaced := newStore(t)
+	emit(t, replaced, "11111111-1111-1111-1111-111111111111", 2)
+	m := telemetry.NewMetrics()
+	m.AuditWitnessUnchecked.Set(1)
+	sh := &Shipper{Pool: pool, HostID: "host-a", Source: replaced, Metrics: m}
+	t.Cleanup(sh.disconnect) // before the pool closes
+	if _, err := sh.ShipOnce(ctx); !errors.Is(err, ErrDiverged) {
+		t.Fatalf("first shipment of a replaced, shorter journal: %v, want ErrDiverged", err)
+	}
+	if promtest.ToFloat64(m.AuditShipErrors.WithLabelValues(telemetry.ShipErrorDiverged)) != 1 {
+		t.Errorf("diverged not counted")
+	}
+	if promtest.ToFloat64(m.AuditWitnessUnchecked) != 1 {
+		t.Errorf("witness marked checked after a failed comparison")
+	}
+	sameAsJournal(t, pool, "host-a", old)
+
+	good := &Shipper{Pool: pool, HostID: "host-a", Source: old, Metrics: m}
+	if _, err := good.ShipOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	good.disconnect()
+	if promtest.ToFloat64(m.AuditWitnessUnchecked) != 0 {
+		t.Errorf("cyberos_audit_witness_unchecked still 1 after a comparison that passed")
+	}
+}
