@@ -28,7 +28,7 @@ func TestFleetWitnessCutTail(t *testing.T) {
 	pg := testutil.StartPostgres(t)
 	dsn := pg.CreateDatabase("fleet")
 	e := newEnv(t)
-	e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
+	dir := e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
 	cfg := fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: host-a}", dsn)
 	d := startDaemon(t, e, cfg)
 	for i := 0; i < 12; i++ {
@@ -67,6 +67,15 @@ func TestFleetWitnessCutTail(t *testing.T) {
 	code, logs := serveOnce(t, e, cfg)
 	if code != 3 || !strings.Contains(logs, "cyberos audit repair") || !strings.Contains(logs, "--from-dsn") {
 		t.Errorf("supervisor serve on the cut journal: exit %d, want 3 naming `cyberos audit repair --from-dsn`\n%s", code, logs)
+	}
+	// skill run with the daemon's config, on its state dir: refused too,
+	// before a row is written.
+	r := e.run(dir, "--config", filepath.Join(e.base, "etc", "supervisor.yaml"))
+	if r.code != 3 || !strings.Contains(r.stderr, "--from-dsn") {
+		t.Errorf("skill run --config on the cut journal: exit %d, want 3 naming `cyberos audit repair --from-dsn`\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := journalText(t, journal); got != orig[:cutAt] {
+		t.Errorf("refused starts changed the cut journal (%d bytes, was %d)", len(got), cutAt)
 	}
 
 	out, err = cyberos("audit", "repair", "--state-dir", e.stateDir, "--from-dsn", dsn, "--host", "host-a").CombinedOutput()
@@ -116,7 +125,9 @@ func TestFleetWitnessReplacedJournal(t *testing.T) {
 		}
 	}
 	d.stop(30 * time.Second)
-	count := func() string { return pg.Psql("fleet", "SELECT count(*) || ' ' || max(seq) FROM audit_rows WHERE host_id = 'host-a'") }
+	count := func() string {
+		return pg.Psql("fleet", "SELECT count(*) || ' ' || max(seq) FROM audit_rows WHERE host_id = 'host-a'")
+	}
 	before := count()
 	shipped, _ := strconv.ParseInt(strings.Fields(before)[1], 10, 64)
 

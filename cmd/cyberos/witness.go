@@ -51,13 +51,13 @@ func witnessAtStart(f daemon.Fleet, stateDir string, store *audit.Store, metrics
 		}
 		return nil
 	case errors.Is(err, fleet.ErrDiverged):
-		return &exitError{exitRefused, fmt.Errorf("audit chain diverged from the rows the fleet's PostgreSQL holds for this host: %w; not serving: %s",
+		return &exitError{exitRefused, fmt.Errorf("audit chain diverged from the rows the fleet's PostgreSQL holds for this host: %w; refusing to start: %s",
 			err, witnessHint(err, stateDir, host))}
 	default:
 		if metrics != nil {
 			metrics.AuditWitnessUnchecked.Set(1)
 		}
-		log.Warn("audit witness unchecked: the fleet's PostgreSQL could not be reached at start, so the journal was not compared with the rows shipped for this host; serving, and the shipper compares them at its first connection (cyberos_audit_witness_unchecked 1 until then)",
+		log.Warn("audit witness unchecked: the fleet's PostgreSQL could not be reached at start, so the journal was not compared with the rows shipped for this host; going on, and the daemon's shipper compares them at its first connection (cyberos_audit_witness_unchecked 1 until then)",
 			"host_id", host, "err", err)
 		return nil
 	}
@@ -178,4 +178,36 @@ func repairFromDSN(cmd *cobra.Command, stateDir, dsn, hostFlag string) error {
 		return &exitError{exitOutcome, fmt.Errorf("after the restore the store does not verify: %s", strings.TrimSpace(rep.Problems[0].Reason))}
 	}
 	return nil
+}
+
+// runWitnessConfig loads the daemon config `skill run --config` names (the
+// zero Config without one).
+func runWitnessConfig(path string) (daemon.Config, error) {
+	if path == "" {
+		return daemon.Config{}, nil
+	}
+	cfg, err := daemon.LoadConfig(path)
+	if err != nil {
+		return daemon.Config{}, fmt.Errorf("--config: %w", err)
+	}
+	return cfg, nil
+}
+
+// runWitness is witnessAtStart for `skill run`: when the daemon config has
+// a fleet and the run writes to that config's state dir (whose chain the
+// fleet's host_id names), the journal must hold what was shipped before
+// the skill runs. There are no metrics here: an unreachable PostgreSQL is
+// a WARN on stderr, and the daemon's shipper compares at its next start.
+func runWitness(cfg daemon.Config, stateDir string, store *audit.Store, log *slog.Logger) error {
+	if !cfg.Fleet.Enabled() || !sameDir(cfg.StateDir, stateDir) {
+		return nil
+	}
+	return witnessAtStart(cfg.Fleet, stateDir, store, nil, log)
+}
+
+// sameDir reports whether a and b name one directory.
+func sameDir(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
