@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -247,12 +250,12 @@ type RestoreResult struct {
 // differs from the shipped rows anywhere is not touched.
 func RestoreFromWitness(ctx context.Context, pool *pgxpool.Pool, host, stateDir string) (RestoreResult, error) {
 	var res RestoreResult
-	r, err := audit.OpenReader(stateDir)
+	each, closeReader, err := journalRows(ctx, stateDir)
 	if err != nil {
 		return res, err
 	}
-	res.Before, err = Compare(ctx, pool, host, func(fn func(audit.Row) error) error { return r.EachJournalRow(ctx, fn) })
-	r.Close()
+	res.Before, err = Compare(ctx, pool, host, each)
+	closeReader()
 	if err != nil {
 		return res, err
 	}
@@ -290,4 +293,28 @@ func RestoreFromWitness(ctx context.Context, pool *pgxpool.Pool, host, stateDir 
 	}
 	res.Restored = tail
 	return res, nil
+}
+
+// journalRows walks the journal in stateDir for Compare. A state dir with
+// neither journal nor index (one made afresh to take the shipped chain)
+// has no rows; an index without its journal is for `audit repair`, which
+// rebuilds the journal from it.
+func journalRows(ctx context.Context, stateDir string) (each func(fn func(audit.Row) error) error, closeReader func(), err error) {
+	_, jerr := os.Stat(filepath.Join(stateDir, audit.JournalName))
+	_, ierr := os.Stat(filepath.Join(stateDir, audit.FileName))
+	switch {
+	case errors.Is(jerr, fs.ErrNotExist) && errors.Is(ierr, fs.ErrNotExist):
+		if fi, err := os.Stat(stateDir); err != nil || !fi.IsDir() {
+			return nil, nil, fmt.Errorf("%w: state dir %s: not a directory (%v)", audit.ErrUnavailable, stateDir, err)
+		}
+		return func(func(audit.Row) error) error { return nil }, func() {}, nil
+	case errors.Is(jerr, fs.ErrNotExist):
+		return nil, nil, fmt.Errorf("%w: %s has an index and no journal: `%s` rebuilds the journal from the index first",
+			audit.ErrNeedsRepair, stateDir, audit.RepairCommand(stateDir))
+	}
+	r, err := audit.OpenReader(stateDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(fn func(audit.Row) error) error { return r.EachJournalRow(ctx, fn) }, func() { r.Close() }, nil
 }

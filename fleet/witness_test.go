@@ -1,8 +1,11 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -145,4 +148,63 @@ func TestShipFlagsAReplacedShorterJournalAtOnce(t *testing.T) {
 	if promtest.ToFloat64(m.AuditWitnessUnchecked) != 0 {
 		t.Errorf("cyberos_audit_witness_unchecked still 1 after a comparison that passed")
 	}
+}
+
+// A state dir made afresh takes the whole shipped chain back, byte for
+// byte; one holding another chain is not touched.
+func TestRestoreFromWitness(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newPool(t, pg.CreateDatabase("witness3"))
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := audit.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 6)
+	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := t.TempDir()
+	res, err := RestoreFromWitness(ctx, pool, "host-a", fresh)
+	if err != nil || res.Restored != (SeqRange{1, 12}) {
+		t.Fatalf("restore into an empty state dir: %+v %v, want seq 1..12", res.Restored, err)
+	}
+	if a, b := journalOf(t, dir), journalOf(t, fresh); !bytes.Equal(a, b) {
+		t.Errorf("the restored journal (%d bytes) is not the shipped host's (%d bytes)", len(b), len(a))
+	}
+	if rep, err := audit.VerifyDir(ctx, fresh); err != nil || !rep.OK || rep.Rows != 12 {
+		t.Errorf("the restored state dir: %+v %v", rep, err)
+	}
+
+	other := t.TempDir()
+	os2, err := audit.Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emit(t, os2, "22222222-2222-2222-2222-222222222222", 2)
+	os2.Close()
+	before := journalOf(t, other)
+	if _, err := RestoreFromWitness(ctx, pool, "host-a", other); !errors.Is(err, ErrDiverged) || errors.Is(err, ErrMissingLocally) {
+		t.Errorf("restore onto another chain: %v, want ErrDiverged", err)
+	}
+	if !bytes.Equal(before, journalOf(t, other)) {
+		t.Errorf("a refused restore changed the journal")
+	}
+}
+
+// journalOf is the journal's lines in dir (its end is its first NUL byte).
+func journalOf(t *testing.T, dir string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, audit.JournalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return b
 }

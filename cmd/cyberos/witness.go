@@ -100,7 +100,7 @@ func verifyWitness(w io.Writer, pool *pgxpool.Pool, stateDir, host string) (bad 
 }
 
 func printWitness(w io.Writer, rep fleet.WitnessReport, stateDir string) {
-	fmt.Fprintf(w, "== host %s: the journal in %s against PostgreSQL\n", rep.Host, stateDir)
+	fmt.Fprintf(w, "== the journal in %s against PostgreSQL's rows of host %s\n", stateDir, rep.Host)
 	for _, m := range rep.MissingLocally {
 		fmt.Fprintf(w, "BAD  rows %s: in PostgreSQL, missing locally (a cut tail, or a state dir started afresh); `cyberos audit repair --state-dir %s --from-dsn DSN --host %s` restores a cut tail\n",
 			m, stateDir, rep.Host)
