@@ -64,7 +64,9 @@ func TestFleetWitnessCutTail(t *testing.T) {
 			keep, shipped, exitCode(err), wantMissing, out)
 	}
 
+	t.Logf("audit verify --dsn on the cut journal: exit %d\n%s", exitCode(err), out)
 	code, logs := serveOnce(t, e, cfg)
+	t.Logf("supervisor serve on the cut journal: exit %d\n%s", code, logs)
 	if code != 3 || !strings.Contains(logs, "cyberos audit repair") || !strings.Contains(logs, "--from-dsn") {
 		t.Errorf("supervisor serve on the cut journal: exit %d, want 3 naming `cyberos audit repair --from-dsn`\n%s", code, logs)
 	}
@@ -98,6 +100,11 @@ func TestFleetWitnessCutTail(t *testing.T) {
 	d = startDaemon(t, e, cfg)
 	if code, env, raw := d.invoke(map[string]any{"skill_id": "quick"}); code != 200 || env.Outcome != "success" {
 		t.Fatalf("after the repair: HTTP %d %s", code, raw)
+	}
+	if _, line, ok := strings.Cut(d.logs.String(), "audit witness: the journal holds the chain"); !ok {
+		t.Errorf("the daemon did not log its comparison with PostgreSQL at start:\n%s", d.logs.String())
+	} else {
+		t.Logf("the daemon's comparison at start: …%s", strings.SplitN(line, "\n", 2)[0])
 	}
 	shippedAll(t, pg, map[string]*env{"host-a": e}, d)
 	if n := d.gauge(`cyberos_audit_ship_errors_total{reason="diverged"}`); n != 0 {

@@ -43,12 +43,14 @@ func witnessAtStart(f daemon.Fleet, stateDir string, store *audit.Store, metrics
 	defer pool.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), witnessTimeout)
 	defer cancel()
+	t0 := time.Now()
 	err = fleet.CheckHead(ctx, pool, host, store)
 	switch {
 	case err == nil:
 		if metrics != nil {
 			metrics.AuditWitnessUnchecked.Set(0)
 		}
+		log.Info("audit witness: the journal holds the chain the fleet's PostgreSQL holds for this host", "host_id", host, "took", time.Since(t0).Round(time.Microsecond))
 		return nil
 	case errors.Is(err, fleet.ErrDiverged):
 		return &exitError{exitRefused, fmt.Errorf("audit chain diverged from the rows the fleet's PostgreSQL holds for this host: %w; refusing to start: %s",
