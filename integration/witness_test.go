@@ -165,6 +165,11 @@ func TestFleetWitnessReplacedJournal(t *testing.T) {
 	// PostgreSQL away at start: the daemon starts and says the chain is
 	// unchecked; the shipper flags it at its first contact.
 	pg.Stop()
+	r := e.run(dir, "--config", filepath.Join(e.base, "etc", "supervisor.yaml"))
+	r.mustOutcome(t, "success")
+	if !strings.Contains(r.stderr, "level=WARN") || !strings.Contains(r.stderr, "audit witness unchecked") {
+		t.Errorf("skill run --config with PostgreSQL away: no WARN about the unchecked witness:\n%s", r.stderr)
+	}
 	d = startDaemon(t, e, cfg)
 	if v := d.gauge("cyberos_audit_witness_unchecked"); v != 1 {
 		t.Errorf("cyberos_audit_witness_unchecked with PostgreSQL away at start: %v, want 1", v)
