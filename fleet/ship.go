@@ -40,9 +40,9 @@ var ErrDiverged = errors.New("fleet: the local audit chain does not continue the
 // NewPool parses dsn and makes a pool that connects on first use, so a
 // daemon starts while PostgreSQL is away (its rows wait in the journal).
 func NewPool(dsn string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("fleet: postgres dsn: %w", err)
+		return nil, err
 	}
 	cfg.MaxConns = max(cfg.MaxConns, 4)
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -66,9 +66,8 @@ type Shipper struct {
 	Log     *slog.Logger
 	Metrics *telemetry.Metrics // nil: none
 
-	migrated bool
-	conn     *pgxpool.Conn // holds the host id's advisory lock
-	last     shipped
+	conn *pgxpool.Conn // holds the host id's advisory lock
+	last shipped
 }
 
 // shipped is the newest row PostgreSQL holds for the host.
@@ -211,21 +210,20 @@ func (s *Shipper) shipOnce(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// connect takes a connection holding the host id's advisory lock, migrates
-// once, and reads where shipping resumes.
+// connect takes a connection, checks the database is set up for this
+// host (CheckRuntime), takes the host id's advisory lock, and reads where
+// shipping resumes.
 func (s *Shipper) connect(ctx context.Context) error {
 	if s.conn != nil {
 		return nil
 	}
-	if !s.migrated {
-		if err := Migrate(ctx, s.Pool); err != nil {
-			return err
-		}
-		s.migrated = true
-	}
 	conn, err := s.Pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("fleet: connect: %w", err)
+	}
+	if err := CheckRuntime(ctx, conn, s.HostID); err != nil {
+		conn.Release()
+		return err
 	}
 	var locked bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, hostLockKey(s.HostID)).Scan(&locked); err != nil {

@@ -135,7 +135,8 @@ type WitnessReport struct {
 
 // Compare reads the journal's rows (each, in seq order) beside the rows
 // PostgreSQL holds for host, both streamed, and reports every seq that
-// only one of them holds and every row whose copies differ.
+// only one of them holds and every row whose copies differ. The role must
+// see host's rows (CheckSeesHost): the auditor's, or host's own.
 func Compare(ctx context.Context, pool *pgxpool.Pool, host string, each func(fn func(audit.Row) error) error) (WitnessReport, error) {
 	rep := WitnessReport{Host: host}
 	conn, err := pool.Acquire(ctx)
@@ -143,6 +144,9 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, host string, each func(fn 
 		return rep, fmt.Errorf("fleet: connect: %w", err)
 	}
 	defer conn.Release()
+	if err := CheckSeesHost(ctx, conn, host); err != nil {
+		return rep, err
+	}
 	rs, err := conn.Query(ctx, `SELECT seq, row_id, kind, ts, prev_hash, row_hash, payload FROM audit_rows WHERE host_id = $1 ORDER BY seq`, host)
 	if err != nil {
 		return rep, fmt.Errorf("fleet: read %s's rows: %w", host, err)
@@ -317,4 +321,35 @@ func journalRows(ctx context.Context, stateDir string) (each func(fn func(audit.
 		return nil, nil, err
 	}
 	return func(fn func(audit.Row) error) error { return r.EachJournalRow(ctx, fn) }, func() { r.Close() }, nil
+}
+
+// CheckSeesHost is the check of a role that reads a host's rows to compare
+// or restore them outside a daemon (`audit repair --from-dsn`): row-level
+// security shows a host's role only the rows of the host id cyberos_hosts
+// binds it to, so a role bound to another id, or to none, would see no
+// rows of host and report "nothing shipped". The auditor's role, and any
+// that is not a host's, pass (they read every row, or are refused by the
+// grants with an error of their own).
+func CheckSeesHost(ctx context.Context, q queryRower, host string) error {
+	var role string
+	var auditor, runtime bool
+	err := q.QueryRow(ctx, `SELECT session_user, pg_has_role(session_user, 'cyberos_auditor', 'USAGE'),
+		pg_has_role(session_user, 'cyberos_runtime', 'USAGE')`).Scan(&role, &auditor, &runtime)
+	if err != nil {
+		return fmt.Errorf("fleet: check the role's view of host %s: %w", host, err)
+	}
+	if auditor || !runtime {
+		return nil
+	}
+	var bound *string
+	if err := q.QueryRow(ctx, `SELECT cyberos_host_id()`).Scan(&bound); err != nil {
+		return fmt.Errorf("fleet: read the role's binding: %w", err)
+	}
+	switch {
+	case bound == nil:
+		return fmt.Errorf("%w: cyberos_hosts binds role %s to no host id, so it sees no rows of host %s: use that host's role or the auditor's", ErrHostNotBound, role, host)
+	case *bound != host && *bound != "*":
+		return fmt.Errorf("%w: cyberos_hosts binds role %s to host id %q, so it sees no rows of host %s: use that host's role or the auditor's", ErrHostNotBound, role, *bound, host)
+	}
+	return nil
 }

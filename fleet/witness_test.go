@@ -60,11 +60,14 @@ func storeRows(t *testing.T, s *audit.Store) rowSource {
 // shorter, as long or longer, is diverged.
 func TestWitnessCheckHeadAndCompare(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("witness1"))
 	ctx := context.Background()
-	if seq, _, err := ShippedHead(ctx, pool, "host-a"); err != nil || seq != 0 {
+	if seq, _, err := ShippedHead(ctx, newPool(t, pg.CreateDatabase("bare")), "host-a"); err != nil || seq != 0 {
 		t.Fatalf("the head of a database never migrated: %d %v, want 0 and no error", seq, err)
 	}
+	// As the daemon reads it: host-a's own role, which row-level security
+	// shows host-a's rows only.
+	db := newFleetDB(t, pg, "witness1")
+	pool := db.host("host-a")
 	st := newStore(t)
 	emit(t, st, "11111111-1111-1111-1111-111111111111", 10)
 	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(ctx); err != nil {
@@ -106,8 +109,50 @@ func TestWitnessCheckHeadAndCompare(t *testing.T) {
 			t.Errorf("%s: Compare: %+v; want missing %v, %d differing, unshipped %v", c.name, rep, c.missing, c.differ, c.unshipped)
 		}
 	}
-	if err := CheckHead(ctx, pool, "host-b", replaced); err != nil {
+	if err := CheckHead(ctx, db.host("host-b"), "host-b", replaced); err != nil {
 		t.Errorf("a host that shipped nothing: %v", err)
+	}
+	// The auditor's role sees every host's rows: the same report.
+	if rep, err := Compare(ctx, db.auditor(), "host-a", full[:15].each); err != nil || !slices.Equal(rep.MissingLocally, []SeqRange{{16, 20}}) {
+		t.Errorf("Compare as the auditor on a journal cut short: %+v %v, want seq 16..20 missing locally", rep, err)
+	}
+}
+
+// Row-level security shows a host's role only the rows of the host id it
+// is bound to: another host's role comparing host-a's cut journal would
+// see none of host-a's rows and call it whole. It is refused instead.
+func TestWitnessRefusesARoleBlindToTheHost(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	ctx := context.Background()
+	db := newFleetDB(t, pg, "witness4")
+	dir := t.TempDir()
+	st, err := audit.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emit(t, st, "11111111-1111-1111-1111-111111111111", 6)
+	if err := (&Shipper{Pool: db.host("host-a"), HostID: "host-a", Source: st}).Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cut := storeRows(t, st)[:5]
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hostB := db.host("host-b")
+	rep, err := Compare(ctx, hostB, "host-a", cut.each)
+	if !errors.Is(err, ErrHostNotBound) || rep.OK {
+		t.Errorf("Compare of host-a's cut journal as host-b's role: OK=%v %v, want ErrHostNotBound", rep.OK, err)
+	}
+	fresh := t.TempDir()
+	if res, err := RestoreFromWitness(ctx, hostB, "host-a", fresh); !errors.Is(err, ErrHostNotBound) || res.Restored.To != 0 {
+		t.Errorf("restore of host-a as host-b's role: %+v %v, want ErrHostNotBound and nothing restored", res.Restored, err)
+	}
+	db.pg.Psql("postgres", "CREATE ROLE witness4_unbound LOGIN IN ROLE cyberos_runtime")
+	if _, err := Compare(ctx, newPool(t, db2dsn(db.pg, "witness4_unbound", db.name)), "host-a", cut.each); !errors.Is(err, ErrHostNotBound) {
+		t.Errorf("Compare as a host role bound to no host id: %v, want ErrHostNotBound", err)
+	}
+	if res, err := RestoreFromWitness(ctx, db.auditor(), "host-a", fresh); err != nil || res.Restored != (SeqRange{1, 12}) {
+		t.Errorf("restore of host-a as the auditor: %+v %v, want seq 1..12", res.Restored, err)
 	}
 }
 
@@ -116,7 +161,7 @@ func TestWitnessCheckHeadAndCompare(t *testing.T) {
 // shipped seq; the shipped rows stay as they were.
 func TestShipFlagsAReplacedShorterJournalAtOnce(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("witness2"))
+	pool := newFleetDB(t, pg, "witness2").host("host-a")
 	ctx := context.Background()
 	old := newStore(t)
 	emit(t, old, "11111111-1111-1111-1111-111111111111", 5)
@@ -154,7 +199,7 @@ func TestShipFlagsAReplacedShorterJournalAtOnce(t *testing.T) {
 // byte; one holding another chain is not touched.
 func TestRestoreFromWitness(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("witness3"))
+	pool := newFleetDB(t, pg, "witness3").host("host-a")
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := audit.Open(dir)

@@ -20,16 +20,23 @@ import (
 
 // Must show (issue 36, finding 5): PostgreSQL witnesses the host's chain.
 // The journal's tail is cut and audit.anchor and audit.db deleted, so
-// nothing in the state dir shows the loss: `audit verify --dsn` reports
-// the rows missing locally and fails, the daemon refuses to start naming
-// `audit repair --from-dsn`, which restores the cut rows from PostgreSQL
-// byte for byte; the daemon then starts and ships on without a conflict.
+// nothing in the state dir shows the loss: `audit verify --dsn-file` (the
+// auditor) reports the rows missing locally and fails, the daemon (as
+// host-a's role, which sees host-a's rows only) refuses to start naming
+// `audit repair --from-dsn-file`, which restores the cut rows from
+// PostgreSQL byte for byte as host-a's role; the daemon then starts and
+// ships on without a conflict. Another host's role, blind to host-a's
+// rows, is refused rather than calling the cut journal whole.
 func TestFleetWitnessCutTail(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	dsn := pg.CreateDatabase("fleet")
+	db := newFleetDatabase(t, pg, "fleet", true)
+	db.host("host-a")
+	hostFile, auditor := db.dsnFile("fleet_host_a"), db.auditor()
 	e := newEnv(t)
 	dir := e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
-	cfg := fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: host-a}", dsn)
+	// The daemon and `skill run --config` as host-a's role, which sees
+	// host-a's rows only; verify as the auditor, repair as host-a's role.
+	cfg := fmt.Sprintf("fleet: {postgres_dsn_file: '%s', host_id: host-a}", hostFile)
 	d := startDaemon(t, e, cfg)
 	for i := 0; i < 12; i++ {
 		if code, env, raw := d.invoke(map[string]any{"skill_id": "quick"}); code != 200 || env.Outcome != "success" {
@@ -57,40 +64,52 @@ func TestFleetWitnessCutTail(t *testing.T) {
 		t.Logf("audit verify (local only) on the cut journal: %v\n%s", err, out)
 	}
 
-	out, err := cyberos("audit", "verify", "--state-dir", e.stateDir, "--dsn", dsn, "--host", "host-a").CombinedOutput()
+	out, err := cyberos("audit", "verify", "--state-dir", e.stateDir, "--dsn-file", auditor, "--host", "host-a").CombinedOutput()
 	wantMissing := fmt.Sprintf("seq %d..%d", keep+1, shipped)
 	if exitCode(err) != 1 || !strings.Contains(string(out), "missing locally") || !strings.Contains(string(out), wantMissing) {
-		t.Errorf("audit verify --dsn on a journal cut after seq %d (PostgreSQL holds %d): exit %d, want 1 naming %s missing locally\n%s",
+		t.Errorf("audit verify --dsn-file on a journal cut after seq %d (PostgreSQL holds %d): exit %d, want 1 naming %s missing locally\n%s",
 			keep, shipped, exitCode(err), wantMissing, out)
 	}
 
-	t.Logf("audit verify --dsn on the cut journal: exit %d\n%s", exitCode(err), out)
+	t.Logf("audit verify --dsn-file on the cut journal: exit %d\n%s", exitCode(err), out)
+	// Another host's role sees none of host-a's rows: it must not call the
+	// cut journal whole, nor restore nothing and say so.
+	db.host("host-b")
+	hostB := db.dsnFile("fleet_host_b")
+	for _, args := range [][]string{
+		{"audit", "verify", "--state-dir", e.stateDir, "--dsn-file", hostB, "--host", "host-a"},
+		{"audit", "repair", "--state-dir", e.stateDir, "--from-dsn-file", hostB, "--host", "host-a"},
+	} {
+		if out, err := cyberos(args...).CombinedOutput(); err == nil || !strings.Contains(string(out), "not bound to its host id") {
+			t.Errorf("%s as host-b's role: exit %d, want a refusal naming the role's binding\n%s", strings.Join(args, " "), exitCode(err), out)
+		}
+	}
 	code, logs := serveOnce(t, e, cfg)
 	t.Logf("supervisor serve on the cut journal: exit %d\n%s", code, logs)
-	if code != 3 || !strings.Contains(logs, "cyberos audit repair") || !strings.Contains(logs, "--from-dsn") {
-		t.Errorf("supervisor serve on the cut journal: exit %d, want 3 naming `cyberos audit repair --from-dsn`\n%s", code, logs)
+	if code != 3 || !strings.Contains(logs, "cyberos audit repair") || !strings.Contains(logs, "--from-dsn-file "+hostFile) {
+		t.Errorf("supervisor serve on the cut journal: exit %d, want 3 naming `cyberos audit repair --from-dsn-file %s`\n%s", code, hostFile, logs)
 	}
 	// skill run with the daemon's config, on its state dir: refused too,
 	// before a row is written.
 	r := e.run(dir, "--config", filepath.Join(e.base, "etc", "supervisor.yaml"))
-	if r.code != 3 || !strings.Contains(r.stderr, "--from-dsn") {
-		t.Errorf("skill run --config on the cut journal: exit %d, want 3 naming `cyberos audit repair --from-dsn`\n%s%s", r.code, r.stdout, r.stderr)
+	if r.code != 3 || !strings.Contains(r.stderr, "--from-dsn-file") {
+		t.Errorf("skill run --config on the cut journal: exit %d, want 3 naming `cyberos audit repair --from-dsn-file`\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if got := journalText(t, journal); got != orig[:cutAt] {
 		t.Errorf("refused starts changed the cut journal (%d bytes, was %d)", len(got), cutAt)
 	}
 
-	out, err = cyberos("audit", "repair", "--state-dir", e.stateDir, "--from-dsn", dsn, "--host", "host-a").CombinedOutput()
+	out, err = cyberos("audit", "repair", "--state-dir", e.stateDir, "--from-dsn-file", hostFile, "--host", "host-a").CombinedOutput()
 	if err != nil {
-		t.Fatalf("audit repair --from-dsn: %v\n%s", err, out)
+		t.Fatalf("audit repair --from-dsn-file as host-a's role: %v\n%s", err, out)
 	}
-	t.Logf("audit repair --from-dsn: %s", out)
+	t.Logf("audit repair --from-dsn-file as host-a's role: %s", out)
 	if got := journalText(t, journal); got != orig[:shippedEnd] {
 		t.Errorf("the repaired journal is not the original through seq %d byte for byte (%d bytes, want %d)", shipped, len(got), shippedEnd)
 	}
 	for _, args := range [][]string{
 		{"audit", "verify", "--state-dir", e.stateDir},
-		{"audit", "verify", "--state-dir", e.stateDir, "--dsn", dsn, "--host", "host-a"},
+		{"audit", "verify", "--state-dir", e.stateDir, "--dsn-file", auditor, "--host", "host-a"},
 	} {
 		if out, err := cyberos(args...).CombinedOutput(); err != nil {
 			t.Errorf("%s after the repair: %v\n%s", strings.Join(args, " "), err, out)
@@ -114,17 +133,21 @@ func TestFleetWitnessCutTail(t *testing.T) {
 
 // Must show (issue 36, finding 5): a journal replaced under the same
 // host_id (a new chain) is refused at start whether it is shorter or
-// longer than what PostgreSQL holds, and `audit repair --from-dsn` does not
+// longer than what PostgreSQL holds, and `audit repair --from-dsn-file` does not
 // graft PostgreSQL's rows onto it. With PostgreSQL away at start the
 // daemon starts, saying so (WARN, cyberos_audit_witness_unchecked 1), and
 // the shipper flags the journal diverged at its first contact, before the
 // new chain reaches PostgreSQL's seq.
 func TestFleetWitnessReplacedJournal(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	dsn := pg.CreateDatabase("fleet")
+	db := newFleetDatabase(t, pg, "fleet", true)
+	db.host("host-a")
+	hostFile, auditor := db.dsnFile("fleet_host_a"), db.auditor()
 	e := newEnv(t)
 	dir := e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
-	cfg := fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: host-a}", dsn)
+	// The daemon and `skill run --config` as host-a's role, which sees
+	// host-a's rows only; verify as the auditor, repair as host-a's role.
+	cfg := fmt.Sprintf("fleet: {postgres_dsn_file: '%s', host_id: host-a}", hostFile)
 	d := startDaemon(t, e, cfg)
 	for i := 0; i < 5; i++ {
 		if code, env, raw := d.invoke(map[string]any{"skill_id": "quick"}); code != 200 || env.Outcome != "success" {
@@ -153,13 +176,13 @@ func TestFleetWitnessReplacedJournal(t *testing.T) {
 	if code != 3 || !strings.Contains(logs, "diverged") {
 		t.Errorf("supervisor serve on a replaced, shorter journal: exit %d, want 3 naming it diverged\n%s", code, logs)
 	}
-	out, err := cyberos("audit", "verify", "--state-dir", e.stateDir, "--dsn", dsn, "--host", "host-a").CombinedOutput()
+	out, err := cyberos("audit", "verify", "--state-dir", e.stateDir, "--dsn-file", auditor, "--host", "host-a").CombinedOutput()
 	if exitCode(err) != 1 || !strings.Contains(string(out), "differs from PostgreSQL") {
-		t.Errorf("audit verify --dsn on a replaced journal: exit %d, want 1 naming rows that differ\n%s", exitCode(err), out)
+		t.Errorf("audit verify --dsn-file on a replaced journal: exit %d, want 1 naming rows that differ\n%s", exitCode(err), out)
 	}
-	out, err = cyberos("audit", "repair", "--state-dir", e.stateDir, "--from-dsn", dsn, "--host", "host-a").CombinedOutput()
+	out, err = cyberos("audit", "repair", "--state-dir", e.stateDir, "--from-dsn-file", hostFile, "--host", "host-a").CombinedOutput()
 	if exitCode(err) != 1 || journalText(t, journal) != replaced {
-		t.Errorf("audit repair --from-dsn onto another chain: exit %d (want 1), journal changed: %v\n%s", exitCode(err), journalText(t, journal) != replaced, out)
+		t.Errorf("audit repair --from-dsn-file onto another chain: exit %d (want 1), journal changed: %v\n%s", exitCode(err), journalText(t, journal) != replaced, out)
 	}
 
 	// PostgreSQL away at start: the daemon starts and says the chain is

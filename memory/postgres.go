@@ -18,8 +18,9 @@ import (
 // tenant (cyberos.tenant_id), which row-level security enforces, so a
 // mistake in a WHERE clause here cannot reach another tenant's rows.
 // The pool connects on first use: while PostgreSQL is away, calls fail
-// with ErrUnavailable. prepare (the fleet's migrations; nil: none) runs
-// before the first call that reaches the database, until it succeeds.
+// with ErrUnavailable. prepare (the fleet's check that the database is
+// set up for this daemon; nil: none) runs before the first call that
+// reaches the database, until it succeeds.
 func OpenPostgres(pool *pgxpool.Pool, prepare func(context.Context) error) *Store {
 	return &Store{b: &pgDB{pool: pool, prepare: prepare}, now: time.Now}
 }

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/fleet"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/telemetry"
@@ -96,7 +95,7 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 	if cfg.Fleet.Enabled() {
 		if dsn, err := cfg.Fleet.DSN(); err != nil {
 			problems = append(problems, strings.TrimPrefix(err.Error(), daemon.ErrConfig.Error()+": "))
-		} else if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		} else if _, err := fleet.ParseDSN(dsn); err != nil {
 			bad("fleet.postgres_dsn", "%v", err)
 		}
 		if _, err := cfg.Fleet.ResolvedHostID(); err != nil {

@@ -128,10 +128,22 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		}()
 		sup.Tracer = tp.Tracer(telemetry.TracerName)
 	}
-	// Before any row is written (Reconcile writes some): the journal must
-	// hold the chain the fleet's PostgreSQL witnessed for this host.
+	// Before any row is written (Reconcile writes some): the database must
+	// be set up for this host's role (checkFleet), and then the journal
+	// must hold the chain the fleet's PostgreSQL witnessed for this host,
+	// read through that role's view (its host's rows).
+	var fleetDB *pgxpool.Pool
+	var fleetHost string
 	if cfg.Fleet.Enabled() {
-		if err := witnessAtStart(cfg.Fleet, cfg.StateDir, store, metrics, log); err != nil {
+		fleetDB, fleetHost, err = fleetPool(cfg.Fleet)
+		if err != nil {
+			return &exitError{exitUsage, err}
+		}
+		defer fleetDB.Close()
+		if err := checkFleet(fleetDB, fleetHost, log); err != nil {
+			return &exitError{exitRefused, err}
+		}
+		if err := witnessAtStart(fleetDB, cfg.Fleet, fleetHost, cfg.StateDir, store, metrics, log); err != nil {
 			return err
 		}
 	}
@@ -150,22 +162,15 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	} else if err != nil {
 		return &exitError{exitRefused, err}
 	}
-	var fleetRows daemon.RowSource
-	if cfg.Fleet.Enabled() {
-		pool, host, err := fleetPool(cfg.Fleet)
-		if err != nil {
-			return &exitError{exitUsage, err}
-		}
-		defer pool.Close()
+	if pool, host := fleetDB, fleetHost; pool != nil {
 		// Tenant memory is the fleet's: a note saved through one host is
 		// found through any other.
 		sup.OpenMemory = func() (*memory.Store, error) {
-			return memory.OpenPostgres(pool, func(ctx context.Context) error { return fleet.Migrate(ctx, pool) }), nil
+			return memory.OpenPostgres(pool, func(ctx context.Context) error { return fleet.CheckRuntime(ctx, pool, host) }), nil
 		}
-		fleetRows = fleet.Rows{Pool: pool}
 		defer shipToFleet(pool, host, store, metrics, log)()
 	}
-	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log, Fleet: fleetRows})
+	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log})
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}
@@ -206,6 +211,31 @@ func fleetPool(f daemon.Fleet) (*pgxpool.Pool, string, error) {
 	}
 	return pool, host, nil
 }
+
+// checkFleet checks at start that the fleet's database is set up for this
+// daemon (fleet.CheckRuntime): a database not migrated, or a role that
+// could lift its controls or is not bound to this host, is refused now,
+// as an operator's mistake to fix; a database that cannot be reached is
+// only logged, since rows wait in the journal until it can.
+func checkFleet(pool *pgxpool.Pool, host string, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), fleetCheck)
+	defer cancel()
+	err := fleet.CheckRuntime(ctx, pool, host)
+	switch {
+	case errors.Is(err, fleet.ErrSetup):
+		return err
+	case err != nil:
+		log.Warn("the fleet's PostgreSQL cannot be checked at start; audit rows wait in the journal and memory calls fail until it can", "err", err)
+		return nil
+	}
+	if shared, err := fleet.SharedRole(ctx, pool); err == nil && shared {
+		log.Warn("the fleet's PostgreSQL binds this daemon's role to every host id ('*'): any host sharing it may read and append under this host's id (docs/fleet.md, Roles)")
+	}
+	return nil
+}
+
+// fleetCheck bounds the check of the fleet's database at start.
+const fleetCheck = 10 * time.Second
 
 // shipToFleet starts shipping the audit rows to the fleet's PostgreSQL in
 // the background. The returned stop, called once the last invocation has

@@ -23,28 +23,28 @@ import (
 // witnessTimeout bounds the comparison with the fleet's PostgreSQL at start.
 const witnessTimeout = 10 * time.Second
 
-// dsnPlaceholder stands for the DSN in the commands an error suggests: the
-// DSN may carry a password, which has no place in a log.
-const dsnPlaceholder = "<fleet.postgres_dsn>"
+// dsnPlaceholder stands for the DSN file in the commands an error
+// suggests when the daemon's config gives the DSN inline: the DSN may
+// carry a password, which has no place in a log.
+const dsnPlaceholder = "DSN_FILE"
 
 // witnessAtStart compares the local chain's head with the head the fleet's
 // PostgreSQL holds for this host (fleet.CheckHead) before the daemon writes
 // a row. A journal shorter than what was shipped, or another chain, is
-// refused: serving on it would reuse seqs already shipped. A PostgreSQL
-// that cannot be reached does not stop the daemon (hosts serve while it is
-// away, their rows waiting in the journal): that is logged at WARN, and
+// refused: serving on it would reuse seqs already shipped. It runs after
+// checkFleet, as the host's role: row-level security shows that role only
+// its host's rows, which is all the comparison reads, and checkFleet has
+// made sure cyberos_hosts binds the role to this host id (else it would
+// see none and find nothing to compare). A PostgreSQL that cannot be
+// reached does not stop the daemon (hosts serve while it is away, their
+// rows waiting in the journal): that is logged at WARN, and
 // cyberos_audit_witness_unchecked reads 1 until the shipper, which
 // compares the same way at its first connection, has done so.
-func witnessAtStart(f daemon.Fleet, stateDir string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) error {
-	pool, host, err := fleetPool(f)
-	if err != nil {
-		return &exitError{exitUsage, err}
-	}
-	defer pool.Close()
+func witnessAtStart(pool *pgxpool.Pool, f daemon.Fleet, host, stateDir string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), witnessTimeout)
 	defer cancel()
 	t0 := time.Now()
-	err = fleet.CheckHead(ctx, pool, host, store)
+	err := fleet.CheckHead(ctx, pool, host, store)
 	switch {
 	case err == nil:
 		if metrics != nil {
@@ -54,7 +54,7 @@ func witnessAtStart(f daemon.Fleet, stateDir string, store *audit.Store, metrics
 		return nil
 	case errors.Is(err, fleet.ErrDiverged):
 		return &exitError{exitRefused, fmt.Errorf("audit chain diverged from the rows the fleet's PostgreSQL holds for this host: %w; refusing to start: %s",
-			err, witnessHint(err, stateDir, host))}
+			err, witnessHint(err, stateDir, host, f.PostgresDSNFile))}
 	default:
 		if metrics != nil {
 			metrics.AuditWitnessUnchecked.Set(1)
@@ -65,10 +65,16 @@ func witnessAtStart(f daemon.Fleet, stateDir string, store *audit.Store, metrics
 	}
 }
 
-// witnessHint says what an operator does about a chain the witness refused.
-func witnessHint(err error, stateDir, host string) string {
-	verify := fmt.Sprintf("`cyberos audit verify --state-dir %s --dsn %s --host %s`", stateDir, dsnPlaceholder, host)
-	repair := fmt.Sprintf("`cyberos audit repair --state-dir %s --from-dsn %s --host %s`", stateDir, dsnPlaceholder, host)
+// witnessHint says what an operator does about a chain the witness
+// refused. The commands name the daemon's DSN file (the host's role reads
+// the host's rows; the auditor's would do too), never a DSN, which may
+// carry a password.
+func witnessHint(err error, stateDir, host, dsnFile string) string {
+	if dsnFile == "" {
+		dsnFile = dsnPlaceholder
+	}
+	verify := fmt.Sprintf("`cyberos audit verify --state-dir %s --dsn-file %s --host %s`", stateDir, dsnFile, host)
+	repair := fmt.Sprintf("`cyberos audit repair --state-dir %s --from-dsn-file %s --host %s`", stateDir, dsnFile, host)
 	if errors.Is(err, fleet.ErrMissingLocally) {
 		return fmt.Sprintf("%s lists the rows; %s restores them from PostgreSQL (with the daemon stopped)", verify, repair)
 	}
@@ -104,7 +110,7 @@ func verifyWitness(w io.Writer, pool *pgxpool.Pool, stateDir, host string) (bad 
 func printWitness(w io.Writer, rep fleet.WitnessReport, stateDir string) {
 	fmt.Fprintf(w, "== the journal in %s against PostgreSQL's rows of host %s\n", stateDir, rep.Host)
 	for _, m := range rep.MissingLocally {
-		fmt.Fprintf(w, "BAD  rows %s: in PostgreSQL, missing locally (a cut tail, or a state dir started afresh); `cyberos audit repair --state-dir %s --from-dsn DSN --host %s` restores a cut tail\n",
+		fmt.Fprintf(w, "BAD  rows %s: in PostgreSQL, missing locally (a cut tail, or a state dir started afresh); `cyberos audit repair --state-dir %s --from-dsn-file DSN_FILE --host %s` restores a cut tail\n",
 			m, stateDir, rep.Host)
 	}
 	for _, p := range rep.Differ {
@@ -146,13 +152,14 @@ func witnessStateDir(cmd *cobra.Command, stateDir string) (dir string, ok bool, 
 
 // repairFromDSN restores a cut tail of the journal in stateDir from the
 // rows PostgreSQL holds for host (fleet.RestoreFromWitness), then verifies
-// the store.
-func repairFromDSN(cmd *cobra.Command, stateDir, dsn, hostFlag string) error {
+// the store. It reads as the host's own role (row-level security shows it
+// that host's rows, all a restore needs) or the auditor's.
+func repairFromDSN(cmd *cobra.Command, stateDir string, dsn *dsnFlag, hostFlag string) error {
 	host, err := witnessHost(hostFlag)
 	if err != nil {
 		return &exitError{exitUsage, fmt.Errorf("--host: %w", err)}
 	}
-	pool, err := fleet.NewPool(dsn)
+	pool, err := dsn.pool(cmd.ErrOrStderr())
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
@@ -197,14 +204,24 @@ func runWitnessConfig(path string) (daemon.Config, error) {
 
 // runWitness is witnessAtStart for `skill run`: when the daemon config has
 // a fleet and the run writes to that config's state dir (whose chain the
-// fleet's host_id names), the journal must hold what was shipped before
-// the skill runs. There are no metrics here: an unreachable PostgreSQL is
-// a WARN on stderr, and the daemon's shipper compares at its next start.
+// fleet's host_id names), the database must be set up for that host's
+// role (checkFleet, as the daemon checks it) and the journal must hold
+// what was shipped before the skill runs. There are no metrics here: an
+// unreachable PostgreSQL is a WARN on stderr, and the daemon's shipper
+// compares at its next start.
 func runWitness(cfg daemon.Config, stateDir string, store *audit.Store, log *slog.Logger) error {
 	if !cfg.Fleet.Enabled() || !sameDir(cfg.StateDir, stateDir) {
 		return nil
 	}
-	return witnessAtStart(cfg.Fleet, stateDir, store, nil, log)
+	pool, host, err := fleetPool(cfg.Fleet)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	defer pool.Close()
+	if err := checkFleet(pool, host, log); err != nil {
+		return &exitError{exitRefused, err}
+	}
+	return witnessAtStart(pool, cfg.Fleet, host, stateDir, store, nil, log)
 }
 
 // sameDir reports whether a and b name one directory.
