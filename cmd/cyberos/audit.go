@@ -158,12 +158,13 @@ func newAuditCmd() *cobra.Command {
 	var fromDSN *dsnFlag
 	repair := &cobra.Command{
 		Use:   "repair",
-		Short: "Rebuild a damaged or missing audit file from the other one, once that one verifies",
-		Long: "Checks the store; if the journal (audit.jsonl) verifies, a damaged index (audit.db) is moved " +
-			"aside as audit.db.damaged-<time> and rebuilt from it; if the journal is missing or cut short and " +
-			"the index verifies, the journal is rewritten from the index. With --from-dsn (or --from-dsn-file), a journal cut short is " +
-			"completed from the rows this host shipped to the fleet's PostgreSQL, each checked to continue the chain. " +
-			"Run it with the daemon stopped.",
+		Short: "Rebuild the audit store row by row from whichever file's copy of each row verifies",
+		Long: "Checks the store; when it does not verify, each row is taken from the copy that verifies (its hash, " +
+			"its link to the row before, a checkpoint's signature), the journal's line (audit.jsonl) or the index's " +
+			"row (audit.db), so a row damaged, missing or out of place in one file is restored from the other. The " +
+			"files replaced are kept in STATE_DIR/audit-damaged-<time>/. Rows that verify in neither file are listed " +
+			"and nothing is changed. With --from-dsn (or --from-dsn-file), a journal cut short is completed from the rows " +
+			"this host shipped to the fleet's PostgreSQL, each checked to continue the chain. Run it with the daemon stopped.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if fromDSN.set() {
@@ -184,7 +185,7 @@ func newAuditCmd() *cobra.Command {
 			}
 			res, err := audit.RepairSigned(context.Background(), stateDir, acceptLoss, signer)
 			for _, m := range res.Moved {
-				fmt.Fprintf(cmd.OutOrStdout(), "kept the damaged file as %s\n", m)
+				fmt.Fprintf(cmd.OutOrStdout(), "kept the replaced file as %s\n", m)
 			}
 			if err != nil {
 				return &exitError{exitOutcome, err}

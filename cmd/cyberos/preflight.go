@@ -75,6 +75,9 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 	} else if why := mustBeDir(filepath.Dir(key)); why != "" {
 		bad("audit.signing_key", "%s does not exist and its directory (where serve makes it) %s %s", key, filepath.Dir(key), why)
 	}
+	if w := openFilesWarning(cfg, readSysctl("fs.file-max"), readSysctl("vm.max_map_count")); w != "" {
+		warnings = append(warnings, w)
+	}
 	if err := checkPlacement(sb); err != nil {
 		bad(placementKey, "%v", err)
 	}

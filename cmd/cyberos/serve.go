@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -156,7 +157,9 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	} else if len(lost) > 0 {
 		log.Warn("closed invocations lost by a previous run", "count", len(lost))
 	}
-	removeStaleSockets(sup.SocketDir, log.Warn)
+	if r, ok := sup.Runner.(interface{ Leftovers() []string }); ok {
+		removeStaleSockets(sup.SocketDir, r.Leftovers(), log.Warn)
+	}
 	if sup.Warm, err = supervisor.NewWarmPool(sup, cfg.Warm.Pool()); errors.Is(err, supervisor.ErrWarmUnsupported) {
 		log.Warn("warm sandboxes are off: every sandbox starts cold", "err", err)
 	} else if err != nil {
@@ -183,13 +186,16 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	return nil
 }
 
-// removeStaleSockets deletes broker sockets a previous daemon left behind
-// (their invocations were closed as lost by Reconcile).
-func removeStaleSockets(dir string, warn func(string, ...any)) {
-	ents, _ := filepath.Glob(filepath.Join(dir, "cyberos-skill-broker.*.sock"))
-	for _, e := range ents {
-		if err := os.Remove(e); err != nil {
-			warn("stale broker socket", "path", e, "err", err)
+// removeStaleSockets deletes the broker sockets of ids, sandboxes whose
+// supervisor is gone (the runner removed them as leftovers; Reconcile
+// removes those of invocations it closed as lost). Only those: the socket
+// dir may be shared with live supervisors (a `skill run`, a second daemon)
+// whose sandboxes are being made with their sockets right now.
+func removeStaleSockets(dir string, ids []string, warn func(string, ...any)) {
+	for _, id := range ids {
+		p := filepath.Join(dir, "cyberos-skill-broker."+id+".sock")
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			warn("stale broker socket", "path", p, "err", err)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
@@ -31,7 +32,7 @@ type runFlags struct {
 	deadline                                     time.Duration
 	stateDir, profilesDir, runDir, logLevel      string
 	socketDir                                    string
-	configPath                                   string // the daemon config (its fleet witnesses the state dir)
+	configPath                                   string // the daemon config: files reserved, limits, and its fleet witnesses the state dir
 	json, allowDegraded, allowLoopbackHTTP       bool
 	recorder                                     *sandbox.SyscallRecorder // seccomp record
 	limits                                       supervisor.Defaults      // the cost bounds only
@@ -65,7 +66,7 @@ func newRunCmd() *cobra.Command {
 	fl.IntVar(&f.limits.MaxBrokerConnections, "max-broker-connections", supervisor.DefaultMaxBrokerConnections, "simultaneous broker connections")
 	fl.IntVar(&f.limits.MaxAuditRows, "max-audit-rows", supervisor.DefaultMaxAuditRows, "audit rows of the invocation; reached: it is ended as killed")
 	fl.StringVar(&f.socketDir, "socket-dir", "", "private directory of broker sockets (default <run-dir>/sockets)")
-	fl.StringVar(&f.configPath, "config", "", "the daemon config: with a fleet whose state_dir is --state-dir, the journal is first compared with the rows PostgreSQL holds for the host, as serve does")
+	fl.StringVar(&f.configPath, "config", "", "a daemon config whose files (its directory, the signing key, skills_dir, …) no skill may reach and whose limits (the ceilings of x-memory-mb, x-pids-max, x-cpu) apply, as under serve; with a fleet whose state_dir is --state-dir, the journal is first compared with the rows PostgreSQL holds for the host, as serve does (default: "+defaultConfigPath+" when it exists)")
 	fl.BoolVar(&f.allowLoopbackHTTP, "allow-loopback-http", false, "let Http tools reach 127.0.0.0/8 and ::1 (tests only)")
 	_ = fl.MarkHidden("run-dir")
 	_ = fl.MarkHidden("allow-loopback-http")
@@ -124,6 +125,14 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
+	reserved, err := daemonReserved(f.configPath, log.Warn)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	ceilings, err := runCeilings(f.configPath)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
 	sup, store, closeAll, err := newSupervisor(assembly{
 		Sandbox:  sandbox.Options{RunDir: f.runDir},
 		StateDir: f.stateDir,
@@ -134,6 +143,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		SocketDir:         f.socketDir,
 		SocketDirDefault:  filepath.Join(f.runDir, "sockets"),
 		ProfilesDir:       profiles,
+		ExtraReserved:     reserved,
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		AllowDegraded:     f.allowDegraded,
 		Log:               log,
@@ -160,6 +170,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		Traceparent: f.traceparent,
 		Deadline:    f.deadline,
 		Defaults:    limitsOnly(f.limits),
+		Ceilings:    ceilings,
 
 		SeccompRecorder: f.recorder,
 	}, f.start == supervisor.StartWarm)
@@ -198,6 +209,23 @@ func runOnce(sup *supervisor.Supervisor, req supervisor.Request, warm bool) (sup
 		return supervisor.Envelope{}, fmt.Errorf("--start warm: %w", err)
 	}
 	return sup.Run(req)
+}
+
+// runCeilings are the limits of the daemon config at configPath, else of
+// the default config when it exists and is valid (daemonReserved warns when
+// it is not), else the built-in ones: `skill run` refuses what serve would.
+func runCeilings(configPath string) (supervisor.Ceilings, error) {
+	if configPath == "" {
+		if cfg, err := daemon.LoadConfig(defaultConfigPath); err == nil {
+			return cfg.Limits.Ceilings(), nil
+		}
+		return daemon.DefaultLimits().Ceilings(), nil
+	}
+	cfg, err := daemon.LoadConfig(configPath)
+	if err != nil {
+		return supervisor.Ceilings{}, fmt.Errorf("--config: %w", err)
+	}
+	return cfg.Limits.Ceilings(), nil
 }
 
 // limitsOnly is Defaults carrying only the cost bounds of `skill run`'s

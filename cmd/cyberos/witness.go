@@ -189,10 +189,15 @@ func repairFromDSN(cmd *cobra.Command, stateDir string, dsn *dsnFlag, hostFlag s
 	return nil
 }
 
-// runWitnessConfig loads the daemon config `skill run --config` names (the
-// zero Config without one).
+// runWitnessConfig loads the daemon config `skill run --config` names,
+// else the default one when it exists and is valid (as runCeilings does),
+// else the zero Config: a run on the daemon's state dir is compared with
+// the fleet whether or not --config was given.
 func runWitnessConfig(path string) (daemon.Config, error) {
 	if path == "" {
+		if cfg, err := daemon.LoadConfig(defaultConfigPath); err == nil {
+			return cfg, nil
+		}
 		return daemon.Config{}, nil
 	}
 	cfg, err := daemon.LoadConfig(path)
