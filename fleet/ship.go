@@ -87,6 +87,9 @@ func (s *Shipper) Run(ctx context.Context) {
 			return
 		}
 		switch {
+		case errors.Is(err, ErrDiverged):
+			wait = s.maxBackoff()
+			s.logger().Error("audit shipping refused: the local chain is not the one shipped; see `cyberos audit verify --dsn`", "err", err, "retry_in", wait)
 		case err != nil:
 			wait = min(max(2*wait, 100*time.Millisecond), s.maxBackoff())
 			s.logger().Warn("audit shipping failed; retrying", "err", err, "retry_in", wait)
@@ -237,6 +240,16 @@ func (s *Shipper) connect(ctx context.Context) error {
 		conn.Conn().Close(ctx) //nolint:errcheck // dropping the session drops the lock
 		conn.Release()
 		return fmt.Errorf("fleet: resume point: %w", err)
+	}
+	// The first comparison, and one at every reconnection: the journal
+	// must hold the shipped chain, not a shorter or another one.
+	if err := CheckHead(ctx, conn, s.HostID, s.Source); err != nil {
+		conn.Conn().Close(ctx) //nolint:errcheck // dropping the session drops the lock
+		conn.Release()
+		return err
+	}
+	if m := s.Metrics; m != nil {
+		m.AuditWitnessUnchecked.Set(0)
 	}
 	s.conn, s.last = conn, last
 	return nil

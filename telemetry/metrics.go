@@ -43,6 +43,10 @@ type Metrics struct {
 	AuditScrubProblems prometheus.Gauge         // cyberos_audit_scrub_last_problems
 	AuditScrubRows     prometheus.Gauge         // cyberos_audit_scrub_last_rows
 	AuditScrubDuration prometheus.Gauge         // cyberos_audit_scrub_last_duration_seconds
+	// AuditWitnessUnchecked is 1 while the local chain has not been
+	// compared with the rows the fleet's PostgreSQL holds for this host
+	// (it was away at start), 0 once it has.
+	AuditWitnessUnchecked prometheus.Gauge // cyberos_audit_witness_unchecked
 
 	auditDamaged atomic.Pointer[func() bool] // cyberos_audit_damaged (WatchAuditDamage)
 }
@@ -152,10 +156,13 @@ func NewMetrics() *Metrics {
 		AuditScrubDuration: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cyberos_audit_scrub_last_duration_seconds", Help: "How long the last scrub took.",
 		}),
+		AuditWitnessUnchecked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_witness_unchecked", Help: "1 while this host's audit chain has not been compared with the rows the fleet's PostgreSQL holds for it since start (it was unreachable), else 0.",
+		}),
 	}
 	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDuration, m.InvocationsLost, m.AuditEmitFailures, m.AuditEmitDuration,
 		m.SandboxStart, m.InvocationsRunning, m.ToolCalls, m.ResponseTruncated, m.WarmSandboxes, m.WarmClaims, m.WarmRefill,
-		m.AuditShipLag, m.AuditShipped, m.AuditShipErrors,
+		m.AuditShipLag, m.AuditShipped, m.AuditShipErrors, m.AuditWitnessUnchecked,
 		m.AuditScrubLast, m.AuditScrubOK, m.AuditScrubProblems, m.AuditScrubRows, m.AuditScrubDuration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cyberos_audit_damaged", Help: "1 while the audit store is found damaged and no invocation is taken (until `cyberos audit repair`).",

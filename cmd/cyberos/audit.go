@@ -109,7 +109,7 @@ func newAuditCmd() *cobra.Command {
 				opts.Heads = append(opts.Heads, h)
 			}
 			if verifyDSN.set() {
-				return verifyFleet(cmd, verifyDSN, host, opts.PublicKey, opts.Heads)
+				return verifyFleet(cmd, verifyDSN, host, opts.PublicKey, opts.Heads, stateDir)
 			}
 			var rep audit.Report
 			if file != "" {
@@ -149,11 +149,13 @@ func newAuditCmd() *cobra.Command {
 	verify.Flags().StringArrayVar(&anchors, "anchor", nil,
 		"SEQ:ROW_HASH of a head recorded outside the state dir (the daemon's syslog lines say anchor=SEQ:ROW_HASH); the chain must reach it")
 	verify.Flags().StringVar(&file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
-	verifyDSN = addDSNFlags(verify.Flags(), "dsn", "verify every host's chain a fleet shipped to this PostgreSQL instead (as its auditor role)")
+	verifyDSN = addDSNFlags(verify.Flags(), "dsn", "verify every host's chain a fleet shipped to this PostgreSQL instead (as its auditor role), and compare this host's journal "+
+		"(--state-dir) with the rows shipped under its host id (--host; default $CYBEROS_HOST_ID, else the hostname) both ways")
 	verify.Flags().StringVar(&host, "host", "", "with --dsn: only this host's chain (and --anchor: that host's recorded heads)")
 
 	var acceptLoss bool
 	var signingKey string
+	var fromDSN *dsnFlag
 	repair := &cobra.Command{
 		Use:   "repair",
 		Short: "Rebuild the audit store row by row from whichever file's copy of each row verifies",
@@ -161,9 +163,19 @@ func newAuditCmd() *cobra.Command {
 			"its link to the row before, a checkpoint's signature), the journal's line (audit.jsonl) or the index's " +
 			"row (audit.db), so a row damaged, missing or out of place in one file is restored from the other. The " +
 			"files replaced are kept in STATE_DIR/audit-damaged-<time>/. Rows that verify in neither file are listed " +
-			"and nothing is changed. Run it with the daemon stopped.",
+			"and nothing is changed. With --from-dsn (or --from-dsn-file), a journal cut short is completed from the rows " +
+			"this host shipped to the fleet's PostgreSQL, each checked to continue the chain. Run it with the daemon stopped.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fromDSN.set() {
+				if acceptLoss || signingKey != "" {
+					return &exitError{exitUsage, errors.New("--from-dsn restores rows from PostgreSQL; --accept-loss and --signing-key are for a repair without it")}
+				}
+				return repairFromDSN(cmd, stateDir, fromDSN, host)
+			}
+			if host != "" {
+				return &exitError{exitUsage, errors.New("--host names the host whose rows --from-dsn restores: it needs --from-dsn")}
+			}
 			var signer *audit.Signer
 			if signingKey != "" {
 				var err error
@@ -190,6 +202,9 @@ func newAuditCmd() *cobra.Command {
 	repair.Flags().BoolVar(&acceptLoss, "accept-loss", false,
 		"when rows past the anchor (audit.anchor) are gone for good, accept the loss: reset the anchor to the chain's head")
 	repair.Flags().StringVar(&signingKey, "signing-key", "", "sign the anchor --accept-loss resets with this key (the daemon's audit.signing_key)")
+	fromDSN = addDSNFlags(repair.Flags(), "from-dsn",
+		"restore a cut tail of the journal from the rows this host shipped to the fleet's PostgreSQL (as this host's role, or the auditor's)")
+	repair.Flags().StringVar(&host, "host", "", "with --from-dsn: the host id the rows were shipped under (default: $CYBEROS_HOST_ID, else the hostname)")
 	cmd.AddCommand(export, verify, repair)
 	return cmd
 }
@@ -245,7 +260,7 @@ func exportFleet(cmd *cobra.Command, dsn *dsnFlag, f fleet.RowFilter) error {
 
 // verifyFleet verifies each host's shipped chain and prints a report per
 // host; it fails when any host's chain does not verify.
-func verifyFleet(cmd *cobra.Command, dsn *dsnFlag, host, pubkey string, heads []audit.Checkpoint) error {
+func verifyFleet(cmd *cobra.Command, dsn *dsnFlag, host, pubkey string, heads []audit.Checkpoint, stateDir string) error {
 	pool, err := dsn.pool(cmd.ErrOrStderr())
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -258,7 +273,6 @@ func verifyFleet(cmd *cobra.Command, dsn *dsnFlag, host, pubkey string, heads []
 	w := cmd.OutOrStdout()
 	if len(reps) == 0 {
 		fmt.Fprintln(w, "no rows: no host has shipped any (or none under --host)")
-		return nil
 	}
 	var bad []string
 	for _, r := range reps {
@@ -267,6 +281,27 @@ func verifyFleet(cmd *cobra.Command, dsn *dsnFlag, host, pubkey string, heads []
 		if !r.Report.OK {
 			bad = append(bad, r.Host)
 		}
+	}
+	// PostgreSQL as this host's witness: its journal against the rows
+	// shipped under its host id, in both directions.
+	local, ok, err := witnessStateDir(cmd, stateDir)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if ok {
+		id, err := witnessHost(host)
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--host: %w", err)}
+		}
+		differ, err := verifyWitness(w, pool, local, id)
+		if err != nil {
+			return &exitError{exitRefused, err}
+		}
+		if differ {
+			bad = append(bad, "the journal in "+local+" against host "+id+"'s rows")
+		}
+	} else {
+		fmt.Fprintf(w, "NOTE no journal in %s: no local chain compared with PostgreSQL (--state-dir names one)\n", stateDir)
 	}
 	if len(bad) > 0 {
 		return &exitError{exitOutcome, fmt.Errorf("the chain of %s does not verify", strings.Join(bad, ", "))}

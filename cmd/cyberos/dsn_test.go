@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,6 +52,33 @@ func TestDSNFlag(t *testing.T) {
 		}
 		if f.set() != (len(c.args) > 0) {
 			t.Errorf("%v: set() = %v", c.args, f.set())
+		}
+	}
+}
+
+// `audit repair` takes its source as --from-dsn or --from-dsn-file, one
+// of them, and refuses --accept-loss beside either.
+func TestAuditRepairFromDSNFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "dsn")
+	os.WriteFile(file, []byte("postgres://u@127.0.0.1:1/x\n"), 0o600)
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--from-dsn", "postgres://u@db/x", "--from-dsn-file", file}, "give one of them"},
+		{[]string{"--from-dsn-file", file, "--accept-loss"}, "--accept-loss and --signing-key are for a repair without it"},
+		{[]string{"--host", "host-a"}, "it needs --from-dsn"},
+	} {
+		cmd := newAuditCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"repair", "--state-dir", dir}, c.args...))
+		err := cmd.Execute()
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitUsage || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("audit repair %v: %v, want a usage error saying %q", c.args, err, c.err)
 		}
 	}
 }

@@ -129,6 +129,25 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		}()
 		sup.Tracer = tp.Tracer(telemetry.TracerName)
 	}
+	// Before any row is written (Reconcile writes some): the database must
+	// be set up for this host's role (checkFleet), and then the journal
+	// must hold the chain the fleet's PostgreSQL witnessed for this host,
+	// read through that role's view (its host's rows).
+	var fleetDB *pgxpool.Pool
+	var fleetHost string
+	if cfg.Fleet.Enabled() {
+		fleetDB, fleetHost, err = fleetPool(cfg.Fleet)
+		if err != nil {
+			return &exitError{exitUsage, err}
+		}
+		defer fleetDB.Close()
+		if err := checkFleet(fleetDB, fleetHost, log); err != nil {
+			return &exitError{exitRefused, err}
+		}
+		if err := witnessAtStart(fleetDB, cfg.Fleet, fleetHost, cfg.StateDir, store, metrics, log); err != nil {
+			return err
+		}
+	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {
 		log.Info("sandbox cgroups " + r.CgroupWhere())
@@ -146,15 +165,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	} else if err != nil {
 		return &exitError{exitRefused, err}
 	}
-	if cfg.Fleet.Enabled() {
-		pool, host, err := fleetPool(cfg.Fleet)
-		if err != nil {
-			return &exitError{exitUsage, err}
-		}
-		defer pool.Close()
-		if err := checkFleet(pool, host, log); err != nil {
-			return &exitError{exitRefused, err}
-		}
+	if pool, host := fleetDB, fleetHost; pool != nil {
 		// Tenant memory is the fleet's: a note saved through one host is
 		// found through any other.
 		sup.OpenMemory = func() (*memory.Store, error) {

@@ -32,7 +32,7 @@ type runFlags struct {
 	deadline                                     time.Duration
 	stateDir, profilesDir, runDir, logLevel      string
 	socketDir                                    string
-	configPath                                   string // the daemon config whose files are reserved and whose limits apply
+	configPath                                   string // the daemon config: files reserved, limits, and its fleet witnesses the state dir
 	json, allowDegraded, allowLoopbackHTTP       bool
 	recorder                                     *sandbox.SyscallRecorder // seccomp record
 	limits                                       supervisor.Defaults      // the cost bounds only
@@ -66,7 +66,7 @@ func newRunCmd() *cobra.Command {
 	fl.IntVar(&f.limits.MaxBrokerConnections, "max-broker-connections", supervisor.DefaultMaxBrokerConnections, "simultaneous broker connections")
 	fl.IntVar(&f.limits.MaxAuditRows, "max-audit-rows", supervisor.DefaultMaxAuditRows, "audit rows of the invocation; reached: it is ended as killed")
 	fl.StringVar(&f.socketDir, "socket-dir", "", "private directory of broker sockets (default <run-dir>/sockets)")
-	fl.StringVar(&f.configPath, "config", "", "a daemon config whose files (its directory, the signing key, skills_dir, …) no skill may reach and whose limits (the ceilings of x-memory-mb, x-pids-max, x-cpu) apply, as under serve (default: "+defaultConfigPath+" when it exists)")
+	fl.StringVar(&f.configPath, "config", "", "a daemon config whose files (its directory, the signing key, skills_dir, …) no skill may reach and whose limits (the ceilings of x-memory-mb, x-pids-max, x-cpu) apply, as under serve; with a fleet whose state_dir is --state-dir, the journal is first compared with the rows PostgreSQL holds for the host, as serve does (default: "+defaultConfigPath+" when it exists)")
 	fl.BoolVar(&f.allowLoopbackHTTP, "allow-loopback-http", false, "let Http tools reach 127.0.0.0/8 and ::1 (tests only)")
 	_ = fl.MarkHidden("run-dir")
 	_ = fl.MarkHidden("allow-loopback-http")
@@ -117,6 +117,10 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if why := mustBeDirOrCreatable(f.stateDir, false); why != "" {
 		return &exitError{exitRefused, fmt.Errorf("--state-dir %s %s", f.stateDir, why)}
 	}
+	witnessCfg, err := runWitnessConfig(f.configPath)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
 	profiles, err := resolveProfilesDir(f.profilesDir)
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -152,6 +156,9 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	// this process's until it exits).
 	sup.MaxTeardowns = 1
 	defer sup.Drain()
+	if err := runWitness(witnessCfg, f.stateDir, store, log); err != nil {
+		return err
+	}
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	}
