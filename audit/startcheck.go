@@ -372,6 +372,14 @@ func (s *Store) Damage() error {
 
 func (s *Store) setDamage(err error) { s.damage.Store(&err) }
 
+// SetDamaged makes the store refuse new invocations for damage found
+// outside it, such as the fleet's witness refusing the journal; cause says
+// what was found and how to repair it. Damage already recorded is kept.
+func (s *Store) SetDamaged(cause error) {
+	err := fmt.Errorf("%w: %w", ErrNeedsRepair, cause)
+	s.damage.CompareAndSwap(nil, &err)
+}
+
 // Scrub verifies the whole store as `audit verify` does (VerifyDir: every
 // row's hash and link in the journal, the index's copy of each, every
 // checkpoint, the anchor), without stopping writers. Problems make the

@@ -276,3 +276,24 @@ func TestLineAfterSeq(t *testing.T) {
 		}
 	}
 }
+
+// Damage found outside the store (the fleet's witness) stops new
+// invocations as the store's own check does, and does not replace damage
+// already recorded.
+func TestSetDamagedRefusesStarts(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Damage(); err != nil {
+		t.Fatalf("a new store is damaged: %v", err)
+	}
+	first := errors.New("the fleet refused the journal")
+	s.SetDamaged(first)
+	s.SetDamaged(errors.New("a second report"))
+	err = s.Damage()
+	if !errors.Is(err, ErrNeedsRepair) || !errors.Is(err, first) {
+		t.Fatalf("Damage() = %v, want ErrNeedsRepair wrapping the first cause", err)
+	}
+}

@@ -65,6 +65,10 @@ type Shipper struct {
 	Backoff time.Duration // longest wait between failed attempts; 0: DefaultMaxBackoff
 	Log     *slog.Logger
 	Metrics *telemetry.Metrics // nil: none
+	// OnDiverged, when set, is told each time PostgreSQL refuses the
+	// journal as not the chain it witnessed (ErrDiverged): the daemon
+	// then stops taking invocations, as for damage its own check finds.
+	OnDiverged func(error)
 
 	conn *pgxpool.Conn // holds the host id's advisory lock
 	last shipped
@@ -125,6 +129,9 @@ func (s *Shipper) ShipOnce(ctx context.Context) (int, error) {
 				reason = telemetry.ShipErrorDiverged
 			}
 			m.AuditShipErrors.WithLabelValues(reason).Inc()
+		}
+		if errors.Is(err, ErrDiverged) && s.OnDiverged != nil && ctx.Err() == nil {
+			s.OnDiverged(err)
 		}
 	}
 	if m := s.Metrics; m != nil {

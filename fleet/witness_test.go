@@ -172,10 +172,14 @@ func TestShipFlagsAReplacedShorterJournalAtOnce(t *testing.T) {
 	emit(t, replaced, "11111111-1111-1111-1111-111111111111", 2)
 	m := telemetry.NewMetrics()
 	m.AuditWitnessUnchecked.Set(1)
-	sh := &Shipper{Pool: pool, HostID: "host-a", Source: replaced, Metrics: m}
+	var told error
+	sh := &Shipper{Pool: pool, HostID: "host-a", Source: replaced, Metrics: m, OnDiverged: func(err error) { told = err }}
 	t.Cleanup(sh.disconnect) // before the pool closes
 	if _, err := sh.ShipOnce(ctx); !errors.Is(err, ErrDiverged) {
 		t.Fatalf("first shipment of a replaced, shorter journal: %v, want ErrDiverged", err)
+	}
+	if !errors.Is(told, ErrDiverged) {
+		t.Errorf("OnDiverged told %v, want ErrDiverged", told)
 	}
 	if promtest.ToFloat64(m.AuditShipErrors.WithLabelValues(telemetry.ShipErrorDiverged)) != 1 {
 		t.Errorf("diverged not counted")

@@ -261,7 +261,12 @@ const fleetCheck = 10 * time.Second
 // the background. The returned stop, called once the last invocation has
 // ended, ships what is left (for at most fleetFlush).
 func shipToFleet(pool *pgxpool.Pool, host string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) (stop func()) {
-	sh := &fleet.Shipper{Pool: pool, HostID: host, Source: store, Log: log.With("component", "audit shipping"), Metrics: metrics}
+	sh := &fleet.Shipper{Pool: pool, HostID: host, Source: store, Log: log.With("component", "audit shipping"), Metrics: metrics,
+		// A journal the fleet did not witness takes no invocation, even
+		// when PostgreSQL was away at start and only the shipper sees it.
+		OnDiverged: func(err error) {
+			store.SetDamaged(fmt.Errorf("%w; compare with `cyberos audit verify --dsn-file F --host %s`, then `cyberos audit repair --from-dsn-file F --host %s`", err, host, host))
+		}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); sh.Run(ctx) }()
