@@ -135,15 +135,22 @@ func checkParallel(t *testing.T, name string, raw json.RawMessage, check func(in
 	if len(out.Calls) != memBoundParallel {
 		t.Fatalf("%s: %d calls reported, want %d", name, len(out.Calls), memBoundParallel)
 	}
+	answers := map[string]int{}
 	for i, c := range out.Calls {
 		reason := ""
 		if c.Err != nil {
 			reason = c.Err.Data.Reason
 		}
+		if reason == "" {
+			answers["result"]++
+		} else {
+			answers[reason]++
+		}
 		if err := check(c.Bytes, reason); err != nil {
 			t.Errorf("%s: call %d: %v", name, i, err)
 		}
 	}
+	t.Logf("%s: answers %v", name, answers)
 }
 
 // writeFilled writes n copies of byte c to path.
@@ -155,7 +162,7 @@ func writeFilled(t *testing.T, path string, c byte, n int) {
 }
 
 // TestMemoryBoundedFileTools: sixteen parallel Reads of a 15 MB file of '<'
-// and of one of NUL, the same files through Grep, and a Glob over ten
+// and of one of NUL, a Grep over them and 10,000 lines of NULs, and a Glob over ten
 // thousand names of control characters leave the daemon's peak RSS under
 // memBoundLimit above its idle RSS; each call gets its result, a too-large
 // error or a memory_budget refusal, never a dead daemon.
@@ -170,6 +177,10 @@ func TestMemoryBoundedFileTools(t *testing.T) {
 	writeFilled(t, filepath.Join(data, "lt.txt"), '<', size)
 	writeFilled(t, filepath.Join(data, "nul.txt"), 0, size)
 	writeFilled(t, filepath.Join(data, "small.txt"), '<', 100)
+	// 10,000 lines of 1,000 NULs: as many matches of 6 KB each in JSON.
+	if err := os.WriteFile(filepath.Join(data, "lines.txt"), bytes.Repeat(append(make([]byte, 1000), '\n'), 10_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// Names of 200 control characters: six bytes each in JSON.
 	for i := range 10_000 {
 		name := strings.Repeat("\x01", 190) + fmt.Sprintf("%010d", i)
@@ -181,7 +192,7 @@ func TestMemoryBoundedFileTools(t *testing.T) {
 	cases := []memBoundCase{
 		{"read-lt", "Read", fmt.Sprintf(`{"path":"%s/lt.txt"}`, data), wantResult(size)},
 		{"read-nul", "Read", fmt.Sprintf(`{"path":"%s/nul.txt"}`, data), wantTooLarge},
-		{"grep", "Grep", fmt.Sprintf(`{"pattern":"^","path":"%s","glob":"*.txt"}`, data), wantResult(2 * 1024)},
+		{"grep", "Grep", fmt.Sprintf(`{"pattern":"^","path":"%s","glob":"*.txt","max_matches":10000}`, data), wantResult(1 << 20)},
 		{"glob", "Glob", fmt.Sprintf(`{"pattern":"%s/names/*"}`, data), wantResult(1 << 20)},
 	}
 	e.skill("mem-idle", fm, callScript(

@@ -76,6 +76,9 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 		maxDepth = strings.Count(pat, "/")
 	}
 	r := globResult{Paths: []string{}}
+	acct := &account{c: c, ctx: ctx}
+	defer func() { acct.done() }()
+	size := globEmptyLen // the result's exact JSON length so far
 	for _, root := range roots {
 		err := walkHost(ctx, g.Name(), root, maxDepth, func(en hostEntry) error {
 			if en.Dir && e.Reserved(en.Path) {
@@ -87,14 +90,20 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 			if _, err := e.CheckFile(g.Name(), en.Path); err != nil {
 				return nil
 			}
-			if len(r.Paths) == MaxGlobResults {
+			more := escapedLen(en.Path) + 1
+			if len(r.Paths) == MaxGlobResults || size+more > MaxResultBytes {
 				r.Truncated = true
 				return errWalkStop
 			}
+			// The path as held and as encoded.
+			if err := acct.hold(int64(more + len(en.Path) + 16)); err != nil {
+				return err
+			}
+			size += more
 			r.Paths = append(r.Paths, en.Path)
 			return nil
 		})
-		if err != nil && !skippableRoot(err, root, asked) {
+		if err != nil && (budgetDenied(err) || !skippableRoot(err, root, asked)) {
 			return nil, err
 		}
 		if r.Truncated {
@@ -102,7 +111,36 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 		}
 	}
 	sort.Strings(r.Paths)
-	return r, nil
+	out := r.encode()
+	acct.keep = int64(len(out))
+	return out, nil
+}
+
+// globEmptyLen is the JSON length of a Glob result with no paths.
+const globEmptyLen = len(`{"paths":[],"truncated":false}`)
+
+// encode writes the result as canonical JSON (members sorted).
+func (r globResult) encode() Canonical {
+	size := globEmptyLen - boolLen(false) + boolLen(r.Truncated)
+	for _, p := range r.Paths {
+		size += escapedLen(p) + 1
+	}
+	if len(r.Paths) > 0 {
+		size--
+	}
+	w := newCanonWriter(size)
+	w.raw(`{"paths":[`)
+	for i, p := range r.Paths {
+		if i > 0 {
+			w.raw(",")
+		}
+		str(w, p)
+	}
+	w.raw(`],"truncated":`)
+	w.bool(r.Truncated)
+	w.raw("}")
+	out, _ := w.done()
+	return out
 }
 
 // checkPathPattern accepts an absolute doublestar pattern.

@@ -80,6 +80,9 @@ type Call struct {
 	Args        json.RawMessage
 	Traceparent string // W3C header value, for HttpFetch/HttpPost
 	TraceID     string // for MemoryEmit
+	// Mem, when set, is the call's share of the budget of response bytes
+	// in flight; nil holds nothing (result.go).
+	Mem Memory
 }
 
 // Tool is a native tool.

@@ -1,0 +1,157 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor/tools"
+)
+
+// Budgets of response bytes in flight: what tool calls may hold between
+// reading their input and writing their response (a file's bytes, a
+// result's encoding). A call reserves before it allocates (tools.Memory);
+// one that does not fit waits up to BudgetWait, then is refused with
+// memory_budget, audited as every refusal is.
+const (
+	// DefaultInvocationBudget is one invocation's budget: two Reads of a
+	// file at MaxFileReadBytes with their results at once.
+	DefaultInvocationBudget = 64 << 20
+	// DefaultDaemonBudget is every invocation's together (Config.Budget).
+	DefaultDaemonBudget = 96 << 20
+	// BudgetWait bounds how long a call waits for its bytes.
+	BudgetWait = 5 * time.Second
+)
+
+// Budget is a pool of bytes shared by the calls of one or more brokers.
+type Budget struct {
+	sem  *semaphore.Weighted
+	size int64
+	name string // "the invocation's", "the daemon's": for the refusal
+}
+
+// NewBudget returns a budget of size bytes; name says whose it is in a
+// refusal's detail ("the daemon's").
+func NewBudget(size int64, name string) *Budget {
+	return &Budget{sem: semaphore.NewWeighted(size), size: size, name: name}
+}
+
+// errBudgetWait: the budget had no room within BudgetWait.
+var errBudgetWait = errors.New("no room in the budget in time")
+
+// take reserves n bytes of each budget (nil ones skipped), in order,
+// waiting when wait is set (up to the earlier of ctx's end and
+// BudgetWait), else only when they are free now. On failure nothing is
+// held and the budget that refused is returned.
+func take(ctx context.Context, n int64, wait bool, budgets ...*Budget) (*Budget, error) {
+	ctx, cancel := context.WithTimeout(ctx, BudgetWait)
+	defer cancel()
+	for i, b := range budgets {
+		if b == nil {
+			continue
+		}
+		var err error
+		switch {
+		case n > b.size:
+			err = fmt.Errorf("%d bytes over the %d-byte budget", n, b.size)
+		case wait:
+			err = b.sem.Acquire(ctx, n)
+		case !b.sem.TryAcquire(n):
+			err = errBudgetWait
+		}
+		if err != nil {
+			for _, h := range budgets[:i] {
+				if h != nil {
+					h.sem.Release(n)
+				}
+			}
+			return b, err
+		}
+	}
+	return nil, nil
+}
+
+// give returns n bytes to each budget.
+func give(n int64, budgets ...*Budget) {
+	for _, b := range budgets {
+		if b != nil && n > 0 {
+			b.sem.Release(n)
+		}
+	}
+}
+
+// frameMem is what the calls answered in one response frame hold, against
+// the invocation's budget and the daemon's; all of it goes back once the
+// frame is written (release). A call may wait for its bytes only while no
+// other call of its frame (a batch) holds any: those are given back only
+// after the whole frame is written, so waiting on them could not end.
+type frameMem struct {
+	inv, daemon *Budget
+	mu          sync.Mutex
+	held        int64
+}
+
+func (f *frameMem) call(tool policy.Tool) *callMem { return &callMem{f: f, tool: tool} }
+
+// release gives back everything the frame's calls hold.
+func (f *frameMem) release() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	n := f.held
+	f.held = 0
+	f.mu.Unlock()
+	give(n, f.inv, f.daemon)
+}
+
+// callMem is one call's tools.Memory.
+type callMem struct {
+	f    *frameMem
+	tool policy.Tool
+	mu   sync.Mutex
+	held int64
+}
+
+var _ tools.Memory = (*callMem)(nil)
+
+// Reserve implements tools.Memory.
+func (c *callMem) Reserve(ctx context.Context, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.f.mu.Lock()
+	wait := c.f.held == c.held
+	c.f.mu.Unlock()
+	if b, err := take(ctx, n, wait, c.f.inv, c.f.daemon); err != nil {
+		return &policy.Denial{Reason: policy.ReasonMemoryBudget, Tool: c.tool,
+			Detail: fmt.Sprintf("the call needs %d KiB more of %s %d MiB budget of response bytes in flight; retry later", (n+1023)>>10, b.name, b.size>>20)}
+	}
+	c.held += n
+	c.f.mu.Lock()
+	c.f.held += n
+	c.f.mu.Unlock()
+	return nil
+}
+
+// Release implements tools.Memory.
+func (c *callMem) Release(n int64) {
+	c.mu.Lock()
+	n = min(n, c.held)
+	c.held -= n
+	c.mu.Unlock()
+	if n <= 0 {
+		return
+	}
+	c.f.mu.Lock()
+	c.f.held -= n
+	c.f.mu.Unlock()
+	give(n, c.f.inv, c.f.daemon)
+}
