@@ -151,6 +151,9 @@ func checkParallel(t *testing.T, name string, raw json.RawMessage, check func(in
 		}
 	}
 	t.Logf("%s: answers %v", name, answers)
+	if answers["memory_budget"] == len(out.Calls) {
+		t.Errorf("%s: every call was refused for the memory budget: the budget serves nobody", name)
+	}
 }
 
 // writeFilled writes n copies of byte c to path.

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/tools"
 )
@@ -25,24 +23,67 @@ const (
 	// DefaultDaemonBudget is every invocation's together (Config.Budget).
 	DefaultDaemonBudget = 96 << 20
 	// BudgetWait bounds how long a call waits for its bytes.
-	BudgetWait = 5 * time.Second
+	BudgetWait = 15 * time.Second
 )
 
 // Budget is a pool of bytes shared by the calls of one or more brokers.
+// It is not first-come first-served (golang.org/x/sync/semaphore is): a
+// call already holding bytes (a Grep between files, a Glob's growing
+// result) must be able to take a little more while a larger request waits,
+// or the two wait on each other until one is refused; a large request
+// starved by small ones is refused after BudgetWait instead.
 type Budget struct {
-	sem  *semaphore.Weighted
 	size int64
 	name string // "the invocation's", "the daemon's": for the refusal
+
+	mu      sync.Mutex
+	used    int64
+	changed chan struct{} // closed, and replaced, when bytes come back
 }
 
 // NewBudget returns a budget of size bytes; name says whose it is in a
 // refusal's detail ("the daemon's").
 func NewBudget(size int64, name string) *Budget {
-	return &Budget{sem: semaphore.NewWeighted(size), size: size, name: name}
+	return &Budget{size: size, name: name, changed: make(chan struct{})}
 }
 
-// errBudgetWait: the budget had no room within BudgetWait.
+// errBudgetWait: the budget had no room in time.
 var errBudgetWait = errors.New("no room in the budget in time")
+
+// acquire takes n bytes when they are free, waiting for them (until ctx
+// ends) when wait is set.
+func (b *Budget) acquire(ctx context.Context, n int64, wait bool) error {
+	if n > b.size {
+		return fmt.Errorf("%d bytes over the %d-byte budget", n, b.size)
+	}
+	for {
+		b.mu.Lock()
+		if b.used+n <= b.size {
+			b.used += n
+			b.mu.Unlock()
+			return nil
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		if !wait {
+			return errBudgetWait
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", errBudgetWait, ctx.Err())
+		}
+	}
+}
+
+// release gives n bytes back and wakes the waiters.
+func (b *Budget) release(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+}
 
 // take reserves n bytes of each budget (nil ones skipped), in order,
 // waiting when wait is set (up to the earlier of ctx's end and
@@ -55,21 +96,8 @@ func take(ctx context.Context, n int64, wait bool, budgets ...*Budget) (*Budget,
 		if b == nil {
 			continue
 		}
-		var err error
-		switch {
-		case n > b.size:
-			err = fmt.Errorf("%d bytes over the %d-byte budget", n, b.size)
-		case wait:
-			err = b.sem.Acquire(ctx, n)
-		case !b.sem.TryAcquire(n):
-			err = errBudgetWait
-		}
-		if err != nil {
-			for _, h := range budgets[:i] {
-				if h != nil {
-					h.sem.Release(n)
-				}
-			}
+		if err := b.acquire(ctx, n, wait); err != nil {
+			give(n, budgets[:i]...)
 			return b, err
 		}
 	}
@@ -80,16 +108,18 @@ func take(ctx context.Context, n int64, wait bool, budgets ...*Budget) (*Budget,
 func give(n int64, budgets ...*Budget) {
 	for _, b := range budgets {
 		if b != nil && n > 0 {
-			b.sem.Release(n)
+			b.release(n)
 		}
 	}
 }
 
 // frameMem is what the calls answered in one response frame hold, against
 // the invocation's budget and the daemon's; all of it goes back once the
-// frame is written (release). A call may wait for its bytes only while no
-// other call of its frame (a batch) holds any: those are given back only
-// after the whole frame is written, so waiting on them could not end.
+// frame is written (release). A call may wait for its bytes only while its
+// frame holds none: bytes held by another call of the frame (a batch) go
+// back only after the whole frame is written, so waiting on them could not
+// end, and a call holding bytes that waits may wait on calls that wait on
+// it (tools.withClaim is how a tool that grows copes).
 type frameMem struct {
 	inv, daemon *Budget
 	mu          sync.Mutex
@@ -128,7 +158,7 @@ func (c *callMem) Reserve(ctx context.Context, n int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.f.mu.Lock()
-	wait := c.f.held == c.held
+	wait := c.f.held == 0
 	c.f.mu.Unlock()
 	if b, err := take(ctx, n, wait, c.f.inv, c.f.daemon); err != nil {
 		return &policy.Denial{Reason: policy.ReasonMemoryBudget, Tool: c.tool,

@@ -42,13 +42,11 @@ func reserveBody(id int, n int64, hold bool) string {
 	return callBody(id, "HttpFetch", fmt.Sprintf(`{"n":%d,"hold":%v}`, n, hold), "")
 }
 
-// free reports whether all of b is free (and leaves it so).
+// free reports whether all of b is free.
 func free(b *Budget) bool {
-	if !b.sem.TryAcquire(b.size) {
-		return false
-	}
-	b.sem.Release(b.size)
-	return true
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used == 0
 }
 
 // TestBudgetRefusalIsAudited: a call needing more than the invocation's
@@ -153,7 +151,21 @@ func TestTakeWaitsBoundedAndAllOrNothing(t *testing.T) {
 	if _, err := take(context.Background(), 60, false, inv2, daemon); !errors.Is(err, errBudgetWait) {
 		t.Errorf("take without waiting: %v, want errBudgetWait", err)
 	}
+	// Not first-come first-served: while 60 bytes wait, 40 are taken.
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := take(context.Background(), 60, true, daemon)
+		waiting <- err
+	}()
+	if _, err := take(context.Background(), 40, false, daemon); err != nil {
+		t.Errorf("a small take behind a waiting large one: %v", err)
+	}
+	give(40, daemon)
 	give(60, inv, daemon)
+	if err := <-waiting; err != nil {
+		t.Fatalf("the waiting take: %v", err)
+	}
+	give(60, daemon)
 	if !free(inv) || !free(daemon) {
 		t.Error("give did not return the bytes")
 	}

@@ -75,9 +75,24 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 	if !strings.Contains(pat, "**") {
 		maxDepth = strings.Count(pat, "/")
 	}
+	// As Grep (withClaim): grown as it goes, or, when the budget has no
+	// room for that, started again holding its worst case.
+	return withClaim(ctx, c, globWorstCase, func(acct *account) (any, error) {
+		return g.list(ctx, e, acct, pat, asked, maxDepth, roots)
+	})
+}
+
+// globWorstCase bounds what one Glob holds: its paths (as strings and as
+// JSON, at most MaxResultBytes each) and their bookkeeping.
+const globWorstCase = 2*MaxResultBytes + MaxGlobResults*globPathOverhead + accountStep
+
+// globPathOverhead is what a listed path holds besides its bytes.
+const globPathOverhead = 16
+
+// list walks roots for entries matching pat, holding what it lists
+// through acct.
+func (g globTool) list(ctx context.Context, e *policy.Enforcer, acct *account, pat, asked string, maxDepth int, roots []string) (any, error) {
 	r := globResult{Paths: []string{}}
-	acct := &account{c: c, ctx: ctx}
-	defer func() { acct.done() }()
 	size := globEmptyLen // the result's exact JSON length so far
 	for _, root := range roots {
 		err := walkHost(ctx, g.Name(), root, maxDepth, func(en hostEntry) error {
@@ -96,7 +111,7 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 				return errWalkStop
 			}
 			// The path as held and as encoded.
-			if err := acct.hold(int64(more + len(en.Path) + 16)); err != nil {
+			if err := acct.hold(int64(more + len(en.Path) + globPathOverhead)); err != nil {
 				return err
 			}
 			size += more

@@ -110,9 +110,26 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, fileDenial(g.Name(), "path is outside every allowed file glob")
 	}
 
+	// Grep grows its hold as it goes; when the budget has no room for
+	// that (a call holding bytes never waits), it starts again holding
+	// its worst case from the outset (withClaim).
+	return withClaim(ctx, c, grepWorstCase, func(acct *account) (any, error) {
+		return g.search(ctx, e, acct, re, match, limit, p, roots)
+	})
+}
+
+// grepWorstCase bounds what one Grep holds: one file at the cap, its
+// matches (their text and their JSON, at most MaxResultBytes each) and
+// their bookkeeping.
+const grepWorstCase = MaxFileReadBytes + 2*MaxResultBytes + MaxGrepMatches*grepMatchOverhead + accountStep
+
+// grepMatchOverhead is what a match holds besides its text.
+const grepMatchOverhead = 64
+
+// search walks roots for matches of re, holding what it reads and finds
+// through acct.
+func (g grepTool) search(ctx context.Context, e *policy.Enforcer, acct *account, re *regexp.Regexp, match func(string) bool, limit int, p string, roots []string) (any, error) {
 	r := grepResult{Matches: []grepMatch{}}
-	acct := &account{c: c, ctx: ctx}
-	defer func() { acct.done() }()
 	size := grepEmptyLen // the result's exact JSON length so far
 	visit := func(en hostEntry) error {
 		if en.Dir && e.Reserved(en.Path) {
@@ -130,13 +147,13 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 		}
 		var fileHeld int64
 		b, err := en.Read(MaxFileReadBytes, func(n int64) error {
-			if err := c.reserve(ctx, n); err != nil {
+			if err := acct.hold(n); err != nil {
 				return err
 			}
 			fileHeld = n
 			return nil
 		})
-		defer c.release(fileHeld)
+		defer acct.unhold(fileHeld)
 		switch {
 		case budgetDenied(err):
 			return err // refused for the memory budget: so is the call
@@ -159,7 +176,7 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 				return errWalkStop
 			}
 			// The match as held (its text) and as encoded.
-			if err := acct.hold(int64(more + len(m.Text) + 64)); err != nil {
+			if err := acct.hold(int64(more + len(m.Text) + grepMatchOverhead)); err != nil {
 				return err
 			}
 			size += more

@@ -31,8 +31,9 @@ type Canonical []byte
 // about to hold (a file's bytes, a result's encoding) before allocating it.
 type Memory interface {
 	// Reserve holds n more bytes until the call's response is written,
-	// waiting a short while when the budget is spent. Its error is a
-	// *policy.Denial (reason memory_budget): the call is refused.
+	// waiting a short while when the budget is spent and the call holds
+	// nothing yet (else it does not wait). Its error is a *policy.Denial
+	// (reason memory_budget): the call is refused.
 	Reserve(ctx context.Context, n int64) error
 	// Release gives back n of the reserved bytes, no longer needed.
 	Release(n int64)
@@ -86,8 +87,42 @@ func (a *account) hold(n int64) error {
 	return nil
 }
 
+// unhold uncounts n bytes counted with hold (a file read and done with);
+// they stay reserved for what comes next.
+func (a *account) unhold(n int64) { a.used -= n }
+
+// claim reserves n bytes at once, before anything is held.
+func (a *account) claim(n int64) error {
+	if err := a.c.reserve(a.ctx, n); err != nil {
+		return err
+	}
+	a.held += n
+	return nil
+}
+
 // done releases what is held beyond keep.
 func (a *account) done() { a.c.release(a.held - min(a.keep, a.held)) }
+
+// withClaim runs a call that holds more and more as it goes (run counts it
+// with acct.hold). Growing never waits for the budget (a call holding
+// bytes must not wait on calls that may be waiting on it), so when the
+// budget has no room, run is refused; it is then run once more, from the
+// start, with worst (what it can hold at most) claimed beforehand, which
+// may wait, as the call then holds nothing.
+func withClaim(ctx context.Context, c *Call, worst int64, run func(acct *account) (any, error)) (any, error) {
+	acct := &account{c: c, ctx: ctx}
+	res, err := run(acct)
+	acct.done()
+	if !budgetDenied(err) {
+		return res, err
+	}
+	acct = &account{c: c, ctx: ctx}
+	if err := acct.claim(worst); err != nil {
+		return nil, err
+	}
+	defer func() { acct.done() }()
+	return run(acct)
+}
 
 // escapedLen is the length of b as an RFC 8785 JSON string, quotes
 // included: '"' and '\\' and the control characters with a short escape

@@ -133,10 +133,16 @@ type fakeMemory struct {
 	held     atomic.Int64
 	peak     atomic.Int64
 	reserves atomic.Int64
+	// growCap, when set, is what a call already holding bytes may reach:
+	// the room a busy budget has for growing without waiting.
+	growCap int64
 }
 
 func (m *fakeMemory) Reserve(_ context.Context, n int64) error {
 	m.reserves.Add(1)
+	if m.growCap > 0 && m.held.Load() > 0 && m.held.Load()+n > m.growCap {
+		return &policy.Denial{Reason: policy.ReasonMemoryBudget, Detail: "fake budget busy"}
+	}
 	if h := m.held.Add(n); h > m.size {
 		m.held.Add(-n)
 		return &policy.Denial{Reason: policy.ReasonMemoryBudget, Detail: "fake budget spent"}
@@ -302,5 +308,47 @@ func TestEditReservesTheFileTwice(t *testing.T) {
 	}
 	if got := ftRead(t, w.in("e.txt")); !strings.HasSuffix(got, "NEW") {
 		t.Errorf("a refused Edit changed the file")
+	}
+}
+
+// TestGrowingCallClaimsItsWorstCase: a Glob or Grep whose hold cannot grow
+// (a busy budget refuses a call holding bytes at once) is run again with
+// its worst case claimed beforehand, and succeeds; afterwards it holds
+// only its result.
+func TestGrowingCallClaimsItsWorstCase(t *testing.T) {
+	w := ftNew(t)
+	if err := os.MkdirAll(w.in("n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		ftWrite(t, w.in("n/"+strings.Repeat("\x01", 240)+fmt.Sprintf("%010d", i)), "x\n")
+	}
+	for _, c := range []struct {
+		tool  Tool
+		args  map[string]any
+		worst int64
+	}{
+		{NewGlob(), map[string]any{"pattern": w.in("n") + "/*"}, globWorstCase},
+		{NewGrep(), map[string]any{"pattern": "x", "path": w.in("n"), "max_matches": MaxGrepMatches}, grepWorstCase},
+	} {
+		mem := &fakeMemory{size: 64 << 20, growCap: 2 << 20}
+		res, err := w.callWith(t, c.tool, c.args, mem)
+		if err != nil {
+			t.Fatalf("%s: %v", c.tool.Name(), err)
+		}
+		if p := mem.peak.Load(); p < c.worst {
+			t.Errorf("%s: peak reservation %d, want its worst case %d claimed", c.tool.Name(), p, c.worst)
+		}
+		if got, want := mem.held.Load(), int64(len(res.(Canonical))); got != want {
+			t.Errorf("%s: holds %d bytes after, want its result's %d", c.tool.Name(), got, want)
+		}
+	}
+	// A budget smaller than the worst case refuses the call.
+	mem := &fakeMemory{size: 8 << 20, growCap: 2 << 20}
+	if _, err := w.callWith(t, NewGlob(), map[string]any{"pattern": w.in("n") + "/*"}, mem); !budgetDenied(err) {
+		t.Errorf("Glob with no room: %v, want a memory_budget denial", err)
+	}
+	if got := mem.held.Load(); got != 0 {
+		t.Errorf("a refused Glob holds %d bytes", got)
 	}
 }
