@@ -29,9 +29,10 @@ const (
 // Budget is a pool of bytes shared by the calls of one or more brokers.
 // It is not first-come first-served (golang.org/x/sync/semaphore is): a
 // call already holding bytes (a Grep between files, a Glob's growing
-// result) must be able to take a little more while a larger request waits,
-// or the two wait on each other until one is refused; a large request
-// starved by small ones is refused after BudgetWait instead.
+// result) may only take more at once, never wait (frameMem), and in
+// arrival order it could take nothing while a larger request waits, even
+// with room for it. A large request starved by small ones is refused after
+// BudgetWait instead.
 type Budget struct {
 	size int64
 	name string // "the invocation's", "the daemon's": for the refusal

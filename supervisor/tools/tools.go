@@ -89,6 +89,7 @@ type Call struct {
 type Tool interface {
 	Name() policy.Tool
 	Description() string
-	// Call performs it. The result is marshalled as the JSON-RPC result.
+	// Call performs it. The result is marshalled as the JSON-RPC result,
+	// or, a Canonical, sent as it is (result.go).
 	Call(ctx context.Context, c *Call) (any, error)
 }
