@@ -352,3 +352,29 @@ func TestGrowingCallClaimsItsWorstCase(t *testing.T) {
 		t.Errorf("a refused Glob holds %d bytes", got)
 	}
 }
+
+// TestMemoryReadResultIsCanonical: MemoryRead's result, withheld or not,
+// is canonical JSON of the size reserved for it.
+func TestMemoryReadResultIsCanonical(t *testing.T) {
+	for _, r := range []memoryReadResult{
+		{Body: strings.Repeat("\x00<", 1000), ContentHash: strings.Repeat("ab", 32)},
+		{Body: "", ContentHash: strings.Repeat("cd", 32), BodyWithheld: true},
+	} {
+		mem := &fakeMemory{size: 1 << 20}
+		res, err := encodeMemoryRead(context.Background(), &Call{Mem: mem}, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := res.(Canonical)
+		if got, want := shaHex(out), mustHash(t, out); got != want {
+			t.Errorf("%.100s is not canonical", out)
+		}
+		back := decodeAs[memoryReadResult](t, res)
+		if back != r {
+			t.Errorf("decodes to %+v", back)
+		}
+		if mem.held.Load() != int64(len(out)) {
+			t.Errorf("holds %d bytes for a %d-byte result", mem.held.Load(), len(out))
+		}
+	}
+}
