@@ -66,8 +66,8 @@ type bashResult struct {
 }
 
 // Call checks the command with the enforcer (a refusal never reaches
-// Env.Exec) and runs it. Output bytes that are not UTF-8 become U+FFFD when
-// the result is marshalled.
+// Env.Exec) and runs it. Output bytes that are not UTF-8 become U+FFFD in
+// the result.
 //
 // On a timeout Call returns both the result — timed_out true, the output
 // captured until the command was stopped (capped as always), exit_code and
@@ -124,7 +124,7 @@ func (b bashTool) Call(ctx context.Context, c *Call) (any, error) {
 	switch {
 	case res.TimedOut:
 	case err == nil:
-		return out, nil
+		return out.encode(ctx, c)
 	case ctx.Err() != nil:
 		// The invocation itself is ending (its deadline, a kill).
 		return nil, ctxErr(ctx.Err())
@@ -134,7 +134,50 @@ func (b bashTool) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, fmt.Errorf("%w: run in sandbox: %w", ErrFailed, err)
 	}
 	out.TimedOut = true
-	return out, fmt.Errorf("%w: command ran longer than %s", ErrTimeout, timeout)
+	enc, eerr := out.encode(ctx, c)
+	if eerr != nil {
+		return nil, eerr
+	}
+	return enc, fmt.Errorf("%w: command ran longer than %s", ErrTimeout, timeout)
+}
+
+// encode writes the result as canonical JSON, its size reserved first:
+// output of control characters is six times its size in JSON (invalid
+// UTF-8 becomes U+FFFD, three bytes a byte).
+func (r bashResult) encode(ctx context.Context, c *Call) (any, error) {
+	size := len(`{"exit_code":,"stderr":,"stderr_truncated":,"stdout":,"stdout_truncated":,"timed_out":}`) +
+		intLen(int64(r.ExitCode)) + escapedLen(r.Stderr) + escapedLen(r.Stdout) +
+		boolLen(r.StderrTruncated) + boolLen(r.StdoutTruncated) + boolLen(r.TimedOut)
+	if r.Signal != "" {
+		size += len(`,"signal":`) + escapedLen(r.Signal)
+	}
+	if err := c.reserve(ctx, int64(size)); err != nil {
+		return nil, err
+	}
+	w := newCanonWriter(size)
+	w.raw(`{"exit_code":`)
+	w.int(int64(r.ExitCode))
+	if r.Signal != "" {
+		w.raw(`,"signal":`)
+		str(w, r.Signal)
+	}
+	w.raw(`,"stderr":`)
+	str(w, r.Stderr)
+	w.raw(`,"stderr_truncated":`)
+	w.bool(r.StderrTruncated)
+	w.raw(`,"stdout":`)
+	str(w, r.Stdout)
+	w.raw(`,"stdout_truncated":`)
+	w.bool(r.StdoutTruncated)
+	w.raw(`,"timed_out":`)
+	w.bool(r.TimedOut)
+	w.raw("}")
+	out, ok := w.done()
+	if !ok {
+		c.release(int64(size))
+		return nil, fmt.Errorf("%w: Bash's result is not the size computed for it", ErrFailed)
+	}
+	return out, nil
 }
 
 // cappedBuffer keeps the first max bytes written to it and notes whether

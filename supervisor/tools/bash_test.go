@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/policy"
 )
 
@@ -41,7 +43,15 @@ func bashEnvFor(t *testing.T, tools string, f *fakeExec) *Env {
 
 func callBash(ctx context.Context, env *Env, args string) (bashResult, error) {
 	res, err := NewBash().Call(ctx, &Call{Env: env, Args: json.RawMessage(args)})
-	r, _ := res.(bashResult)
+	var r bashResult
+	if b, ok := res.(Canonical); ok {
+		if jerr := json.Unmarshal(b, &r); jerr != nil {
+			return r, fmt.Errorf("result %.200s: %w", b, jerr)
+		}
+		if h, herr := audit.HashJSON(b); herr != nil || h != shaHex(b) {
+			return r, fmt.Errorf("result %.200s is not canonical JSON", b)
+		}
+	}
 	return r, err
 }
 

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -376,5 +377,31 @@ func TestMemoryReadResultIsCanonical(t *testing.T) {
 		if mem.held.Load() != int64(len(out)) {
 			t.Errorf("holds %d bytes for a %d-byte result", mem.held.Load(), len(out))
 		}
+	}
+}
+
+// TestBashResultIsCanonical: Bash's output of NULs and invalid UTF-8 is
+// canonical JSON of the size reserved for it, invalid bytes as U+FFFD.
+func TestBashResultIsCanonical(t *testing.T) {
+	f := &fakeExec{script: func(_ context.Context, r ExecRequest) (ExecResult, error) {
+		r.Stdout.Write(bytes.Repeat([]byte{0}, MaxBashOutput))
+		r.Stderr.Write([]byte("bad \xff <&>"))
+		return ExecResult{ExitCode: 1, Signal: "SIGTERM"}, nil
+	}}
+	mem := &fakeMemory{size: 64 << 20}
+	res, err := NewBash().Call(context.Background(), &Call{Env: bashEnvFor(t, "[Bash]", f), Args: json.RawMessage(`{"command":"x"}`), Mem: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := res.(Canonical)
+	if got, want := shaHex(out), mustHash(t, out); got != want {
+		t.Errorf("%.100s is not canonical", out)
+	}
+	r := decodeAs[bashResult](t, res)
+	if len(r.Stdout) != MaxBashOutput || r.Stderr != "bad \uFFFD <&>" || r.Signal != "SIGTERM" || r.ExitCode != 1 {
+		t.Errorf("result %q %+v", r.Stderr, r.Signal)
+	}
+	if mem.held.Load() != int64(len(out)) {
+		t.Errorf("holds %d bytes for a %d-byte result", mem.held.Load(), len(out))
 	}
 }
