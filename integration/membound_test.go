@@ -203,10 +203,17 @@ func TestMemoryBoundedFileTools(t *testing.T) {
 		[3]string{"grep", "Grep", fmt.Sprintf(`{"pattern":"<","path":"%s/small.txt"}`, data)},
 		[3]string{"glob", "Glob", fmt.Sprintf(`{"pattern":"%s/*.txt"}`, data)},
 	))
+	runMemBound(t, e, fm, cases)
+}
+
+// runMemBound runs each case's skill through a daemon of its own (Go
+// keeps freed memory a while, so one attack's peak would hide the next
+// one's) after the mem-idle skill, and checks the daemon's peak RSS above
+// its idle RSS and each call's answer.
+func runMemBound(t *testing.T, e *env, fm string, cases []memBoundCase) {
+	t.Helper()
 	for _, c := range cases {
 		e.skill("mem-"+c.name, fm, parallelScript(c.tool, c.args))
-		// A daemon of its own for each attack: Go keeps freed memory a
-		// while, so one attack's peak would hide the next one's.
 		d := startDaemon(t, e)
 		pid := d.cmd.Process.Pid
 		// Idle: after one small call of each tool, so the figure is the
@@ -228,6 +235,18 @@ func TestMemoryBoundedFileTools(t *testing.T) {
 		checkParallel(t, c.name, env.Result, c.check)
 		d.stop(30 * time.Second)
 	}
+}
+
+// TestMemoryBoundedBash: sixteen parallel Bash commands each writing a
+// megabyte of NUL to stdout and to stderr (12 MiB of JSON a result) leave
+// the daemon's peak RSS under memBoundLimit above its idle RSS.
+func TestMemoryBoundedBash(t *testing.T) {
+	e := newEnv(t)
+	fm := "allowed_tools: [Bash]\nx-memory-mb: 1024\nx-pids-max: 1024\n"
+	e.skill("mem-idle", fm, callScript([3]string{"bash", "Bash", `{"command":"true"}`}))
+	runMemBound(t, e, fm, []memBoundCase{
+		{"bash", "Bash", `{"command":"head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2"}`, wantResult(12 << 20)},
+	})
 }
 
 // TestMemoryBoundedHttpFetch: sixteen parallel HttpFetches of a 64 MiB body
