@@ -414,6 +414,9 @@ func marshalResult(v any) (raw json.RawMessage, canonical bool, err error) {
 	case tools.Canonical:
 		raw, canonical = json.RawMessage(r), true
 	case json.RawMessage:
+		if !json.Valid(r) {
+			return nil, false, fmt.Errorf("%w: result is not JSON", tools.ErrFailed)
+		}
 		raw = r
 	default:
 		if raw, err = encodeJSON(v); err != nil {
