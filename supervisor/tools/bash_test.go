@@ -41,6 +41,17 @@ func bashEnvFor(t *testing.T, tools string, f *fakeExec) *Env {
 	return &Env{Policy: p, Enforcer: policy.NewEnforcer(p, policy.EnforcerOptions{}), Exec: f.exec}
 }
 
+// bashResult is Bash's result decoded.
+type bashResult struct {
+	ExitCode        int    `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	TimedOut        bool   `json:"timed_out"`
+	Signal          string `json:"signal,omitempty"`
+}
+
 func callBash(ctx context.Context, env *Env, args string) (bashResult, error) {
 	res, err := NewBash().Call(ctx, &Call{Env: env, Args: json.RawMessage(args)})
 	var r bashResult
