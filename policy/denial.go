@@ -16,6 +16,9 @@ const (
 	ReasonTooLarge       Reason = "request_too_large"
 	ReasonRateLimited    Reason = "rate_limited"
 	ReasonUnknownTool    Reason = "unknown_tool"
+	// ReasonMemoryBudget: the call would hold more response bytes than the
+	// invocation's or the daemon's budget has free (the broker's refusal).
+	ReasonMemoryBudget Reason = "memory_budget"
 )
 
 // Denial is an enforcement refusal. Detail is for the skill and the log; it

@@ -149,9 +149,23 @@ func (s *Supervisor) startBroker(inv *invocation, log *slog.Logger) (*broker.Bro
 				}
 			}
 		},
+		Budget:          s.responseBudget(),
 		OnProtocolAbuse: inv.req.OnProtocolAbuse,
 		OnDecided:       inv.req.OnToolCall,
 		Tracer:          s.Tracer,
 		SpanParent:      inv.spanCtx,
 	})
+}
+
+// responseBudget is the daemon's budget of response bytes in flight,
+// shared by every invocation's broker.
+func (s *Supervisor) responseBudget() *broker.Budget {
+	s.responseOnce.Do(func() {
+		n := s.ResponseBudget
+		if n <= 0 {
+			n = broker.DefaultDaemonBudget
+		}
+		s.responseMem = broker.NewBudget(n, "the daemon's")
+	})
+	return s.responseMem
 }

@@ -283,6 +283,13 @@ type Supervisor struct {
 	teardownOnce  sync.Once
 	teardownSlots chan struct{}
 
+	// ResponseBudget is the bytes every invocation's tool calls may hold
+	// between reading and answering, together (0:
+	// broker.DefaultDaemonBudget); each invocation has its own share too.
+	ResponseBudget int64
+	responseOnce   sync.Once
+	responseMem    *broker.Budget
+
 	// clock is time.Now unless a test sets it.
 	clock func() time.Time
 }

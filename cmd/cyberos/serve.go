@@ -149,6 +149,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		}
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
+	sup.ResponseBudget = cfg.ResponseBudget()
 	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {
 		log.Info("sandbox cgroups " + r.CgroupWhere())
 	}
