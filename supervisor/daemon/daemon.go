@@ -46,7 +46,12 @@ type InvokeRequest struct {
 	Args          json.RawMessage `json:"args,omitempty"`
 	TenantID      string          `json:"tenant_id,omitempty"`
 	CallerPersona string          `json:"caller_persona,omitempty"`
-	Traceparent   string          `json:"traceparent,omitempty"`
+	// Traceparent is the caller's W3C traceparent. It wins over the
+	// request's traceparent header (and that header's tracestate is then
+	// not used): the body is what the caller wrote for this invocation.
+	// An invalid one here is a 400; an invalid header is ignored, as W3C
+	// Trace Context asks.
+	Traceparent string `json:"traceparent,omitempty"`
 	// DeadlineMS shortens effort_minutes like `skill run --deadline`; at
 	// most MaxDeadlineMS, 0 keeps effort_minutes.
 	DeadlineMS int64  `json:"deadline_ms,omitempty"`
@@ -639,11 +644,15 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		d.scav.ended(d.inflight.Add(-1), d.inflight.Load)
 		d.wg.Done()
 	}()
+	traceparent, tracestate := req.Traceparent, ""
+	if traceparent == "" {
+		traceparent, tracestate = telemetry.FromHeaders(r.Header)
+	}
 	var id string
 	def := supervisor.Defaults(d.cfg.Defaults)
 	env, err := d.sup.Run(supervisor.Request{
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
-		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
+		TenantID: tenant, Persona: req.CallerPersona, Traceparent: traceparent, Tracestate: tracestate,
 		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
 		Defaults: &def,
 		Ceilings: d.cfg.Limits.Ceilings(),
