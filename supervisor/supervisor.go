@@ -433,7 +433,8 @@ type invocation struct {
 	exit *sandbox.Exit
 	// ended is what "invocation ended" says; the teardown writes the
 	// line, after the answer (a stalled log sink must not hold it).
-	ended []any
+	ended      []any
+	endedLevel slog.Level // of the "invocation ended" line: Warn for a failure
 }
 
 // prepare validates everything that can be refused before any row is
@@ -687,7 +688,14 @@ func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error
 	}
 	env.DurationMS = s.now().Sub(t0).Milliseconds()
 	if inv.exit != nil {
-		inv.ended = []any{"outcome", env.Outcome, "exit_code", inv.exit.Code, "signal", signalName(inv.exit.Signal), "duration_ms", env.DurationMS}
+		inv.ended = []any{"outcome", env.Outcome, "exit_code", inv.exit.Code, "signal", signalName(inv.exit.Signal),
+			"duration", time.Duration(env.DurationMS) * time.Millisecond}
+		if env.Outcome != OutcomeSuccess {
+			// A failure is a warning that says why: the envelope's error
+			// (with the stderr tail) and the audited reason.
+			inv.endedLevel = slog.LevelWarn
+			inv.ended = append(inv.ended, "error", env.ErrorMessage, "reason", auditMsg)
+		}
 		if brk, err := inv.brokerUp(); err == nil {
 			st := brk.Stats() // final: the broker is closed
 			inv.ended = append(inv.ended, "tool_calls", st.ToolCalls, "denied", st.Denied)
@@ -969,7 +977,7 @@ func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {
 			}
 		}()
 		if inv.ended != nil {
-			log.Info("invocation ended", inv.ended...)
+			log.Log(context.Background(), inv.endedLevel, "invocation ended", inv.ended...)
 		}
 		h.end()
 		if proc != nil {
