@@ -151,7 +151,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	sup.MaxTeardowns = cfg.Teardowns()
 	sup.ResponseBudget = cfg.ResponseBudget()
 	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {
-		log.Info("sandbox cgroups " + r.CgroupWhere())
+		log.Info("sandbox cgroups", "where", r.CgroupWhere())
 	}
 	if lost, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)

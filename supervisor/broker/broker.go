@@ -422,7 +422,7 @@ func (b *Broker) noConnect() {
 		return
 	}
 	waited := b.cfg.NoConnectAfter.Milliseconds()
-	b.log.Warn("broker: the skill never connected", "waited_ms", waited)
+	b.log.Warn("broker: the skill never connected", "waited", b.cfg.NoConnectAfter)
 	if _, err := b.cfg.Audit.Emit(context.Background(), audit.NoConnect(b.cfg.Common, waited)); err != nil { // reserved in the row budget
 		b.log.Error("broker: no_connect row not written", "err", err)
 	}

@@ -78,6 +78,9 @@ func (d *dispatcher) finish(o *callObs) {
 	if o.reason != "" {
 		o.span.SetAttributes(telemetry.Attrs(attribute.String("reason", o.reason))...)
 	}
+	if o.outcome == telemetry.ToolCallDenied && o.reason != "" && d.metrics != nil {
+		d.metrics.ToolDenials.WithLabelValues(d.common.SkillID, o.reason).Inc()
+	}
 	if o.outcome != telemetry.ToolCallSuccess {
 		o.span.SetStatus(codes.Error, o.outcome)
 	}
