@@ -251,6 +251,8 @@ var fields = []field{
 		p.RateLimitPerMinute = int(n)
 		return err
 	}},
+	{"x-input-schema", "", setInputSchema},
+	{"x-output-schema", "", setOutputSchema},
 	{"x-compensation", "", func(p *Policy, k string, v any) error {
 		b, ok := v.(bool)
 		if !ok {

@@ -3,6 +3,8 @@
 // It imports nothing else of this module.
 package policy
 
+import "encoding/json"
+
 // Tool is the name of a native tool a skill may call through the broker.
 type Tool string
 
@@ -124,6 +126,11 @@ type Policy struct {
 	CPU                float64  `json:"x_cpu"`                   // CPUs of quota (default 1); 0 = no quota
 	RateLimitPerMinute int      `json:"x_rate_limit_per_minute"` // 0 = no limit
 	Compensation       bool     `json:"x_compensation"`
+
+	// InputSchema and OutputSchema are x-input-schema and x-output-schema
+	// as JSON: the JSON Schemas of the skill's args and result (nil: none).
+	InputSchema  json.RawMessage `json:"x_input_schema,omitempty"`
+	OutputSchema json.RawMessage `json:"x_output_schema,omitempty"`
 
 	// Extensions holds the other x- keys, untouched (the open namespace).
 	Extensions map[string]any `json:"extensions,omitempty"`
