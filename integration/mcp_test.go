@@ -1,0 +1,295 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/cyberos/supervisor/internal/testutil"
+)
+
+const (
+	mcpTenantA = "aaaaaaaa-0000-4000-8000-000000000001"
+	mcpTenantB = "bbbbbbbb-0000-4000-8000-000000000002"
+)
+
+// mcpSkills installs the skills the MCP tests call: greet (an input schema,
+// no tools: read-only), writer (may emit memory), fails (exits 1), slow.
+func mcpSkills(e *env) {
+	e.skill("greet", "x-input-schema:\n  type: object\n  properties:\n    name: {type: string, maxLength: 20}\n  required: [name]\n  additionalProperties: false\nx-output-schema:\n  type: object\n",
+		"#!/bin/sh\nn=$(sed -n 's/.*\"name\":\"\\([^\"]*\\)\".*/\\1/p')\nprintf '{\"greeting\":\"hello %s\"}\\n' \"$n\"\n")
+	e.skill("writer", "allowed_tools: [MemoryEmit]\nallowed_memory_scopes: [\"notes/**\"]\n", "#!/bin/sh\necho '{\"ok\":true}'\n")
+	e.skill("fails", "", "#!/bin/sh\necho 'broken on purpose' >&2\nexit 1\n")
+}
+
+// mcpStdio connects the SDK's client to `cyberos mcp serve` for tenant.
+func mcpStdio(t *testing.T, d *daemonProc, tenant string) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), slow(30*time.Second))
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "it", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cyberos("mcp", "serve", "--socket", d.adminSocket, "--tenant", tenant)}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// startedRows returns the skill.invoked_started rows' payloads of skill.
+func startedRows(e *env, skill string) []map[string]any {
+	var out []map[string]any
+	for _, r := range e.auditRows() {
+		if r.Kind != "skill.invoked_started" {
+			continue
+		}
+		var p map[string]any
+		if json.Unmarshal(r.Payload, &p) == nil && p["skill_id"] == skill {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestMCPStdioToolsAndCalls: the SDK's client over `cyberos mcp serve`
+// lists the skills as tools (schemas, readOnlyHint), calls one (result as
+// structuredContent and text, tenant from --tenant), gets isError with the
+// invocation id for a failing skill, and -32602 for bad arguments (refused
+// before any sandbox: no started row) and for an unknown tool.
+func TestMCPStdioToolsAndCalls(t *testing.T) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	d := startDaemon(t, e)
+	cs := mcpStdio(t, d, mcpTenantA)
+	ctx, cancel := context.WithTimeout(context.Background(), slow(60*time.Second))
+	defer cancel()
+
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]*mcp.Tool{}
+	for _, tl := range lt.Tools {
+		tools[tl.Name] = tl
+	}
+	if len(tools) != 3 || tools["greet"] == nil || tools["writer"] == nil || tools["fails"] == nil {
+		t.Fatalf("tools: %v", tools)
+	}
+	in, _ := json.Marshal(tools["greet"].InputSchema)
+	if !strings.Contains(string(in), `"required":["name"]`) || tools["greet"].Description != "test skill" || tools["greet"].OutputSchema == nil {
+		t.Errorf("greet: schema %s, description %q, output %v", in, tools["greet"].Description, tools["greet"].OutputSchema)
+	}
+	if in, _ := json.Marshal(tools["writer"].InputSchema); string(in) != `{"type":"object"}` {
+		t.Errorf("writer's default schema: %s", in)
+	}
+	if !tools["greet"].Annotations.ReadOnlyHint || tools["writer"].Annotations.ReadOnlyHint {
+		t.Errorf("readOnlyHint: greet %v, writer %v; want true, false", tools["greet"].Annotations.ReadOnlyHint, tools["writer"].Annotations.ReadOnlyHint)
+	}
+
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "greet", Arguments: map[string]any{"name": "ada"},
+		Meta: mcp.Meta{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := json.Marshal(res.StructuredContent)
+	if res.IsError || string(sc) != `{"greeting":"hello ada"}` || len(res.Content) != 1 {
+		t.Fatalf("greet: isError %v, structured %s, content %v", res.IsError, sc, res.Content)
+	}
+	if txt, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(txt.Text, "hello ada") {
+		t.Errorf("text block: %#v", res.Content[0])
+	}
+	rows := startedRows(e, "greet")
+	if len(rows) != 1 || rows[0]["tenant_id"] != mcpTenantA {
+		t.Errorf("greet's started rows: %v, want one for tenant %s", rows, mcpTenantA)
+	}
+	if tp, _ := rows[0]["trace_id"].(string); len(rows) == 1 && tp != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("trace_id %q: the traceparent of _meta was not used", tp)
+	}
+
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "fails", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _ := res.Meta["dev.cyberos/invocation-id"].(string)
+	if !res.IsError || inv == "" || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, inv) {
+		t.Errorf("fails: isError %v, meta %v, content %v", res.IsError, res.Meta, res.Content)
+	}
+
+	for _, args := range []any{map[string]any{"name": 5}, map[string]any{}, map[string]any{"name": "ada", "extra": true}, map[string]any{"name": strings.Repeat("x", 21)}} {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "greet", Arguments: args})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
+			t.Errorf("greet %v: err %v, want JSON-RPC -32602", args, err)
+		}
+	}
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "no-such-skill", Arguments: map[string]any{}})
+	if je := (*jsonrpc.Error)(nil); !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("unknown tool: err %v, want -32602", err)
+	}
+	if rows := startedRows(e, "greet"); len(rows) != 1 {
+		t.Errorf("greet has %d started rows after the refused calls, want 1 (refused before any sandbox)", len(rows))
+	}
+}
+
+// TestMCPStdioTwoTenants: two servers, one per tenant; each call's rows
+// carry its server's tenant.
+func TestMCPStdioTwoTenants(t *testing.T) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	d := startDaemon(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), slow(60*time.Second))
+	defer cancel()
+	for _, tenant := range []string{mcpTenantA, mcpTenantB} {
+		if _, err := mcpStdio(t, d, tenant).CallTool(ctx, &mcp.CallToolParams{Name: "writer", Arguments: map[string]any{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[any]int{}
+	for _, r := range startedRows(e, "writer") {
+		got[r["tenant_id"]]++
+	}
+	if len(got) != 2 || got[mcpTenantA] != 1 || got[mcpTenantB] != 1 {
+		t.Errorf("writer's started rows by tenant: %v", got)
+	}
+}
+
+// rawStdio runs `cyberos mcp serve` with pipes, for what the SDK's client
+// would never send.
+type rawStdio struct {
+	t   *testing.T
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startRawStdio(t *testing.T, d *daemonProc) *rawStdio {
+	t.Helper()
+	cmd := cyberos("mcp", "serve", "--socket", d.adminSocket, "--tenant", mcpTenantA)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	r := &rawStdio{t: t, in: in, out: sc}
+	r.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	r.answer(0)
+	r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return r
+}
+
+func (r *rawStdio) send(line string) {
+	r.t.Helper()
+	if _, err := io.WriteString(r.in, line+"\n"); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+type rpcAnswer struct {
+	ID     any             `json:"id"`
+	Method string          `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// answer reads lines until the answer to id (notifications are skipped).
+func (r *rawStdio) answer(id any) rpcAnswer {
+	r.t.Helper()
+	want := fmt.Sprint(id)
+	for r.out.Scan() {
+		var a rpcAnswer
+		if err := json.Unmarshal(r.out.Bytes(), &a); err != nil {
+			r.t.Fatalf("server wrote %q: %v", r.out.Text(), err)
+		}
+		if a.Method == "" && fmt.Sprint(a.ID) == want {
+			return a
+		}
+	}
+	r.t.Fatalf("no answer to id %v: %v", id, r.out.Err())
+	return rpcAnswer{}
+}
+
+// TestMCPStdioRetryIsIdempotent: the same tools/call (same JSON-RPC id in
+// the same session) sent again gets the first answer; one started row.
+func TestMCPStdioRetryIsIdempotent(t *testing.T) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	d := startDaemon(t, e)
+	r := startRawStdio(t, d)
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"writer","arguments":{}}}`
+	r.send(call)
+	a1 := r.answer(7)
+	r.send(call)
+	a2 := r.answer(7)
+	if a1.Error != nil || string(a1.Result) != string(a2.Result) {
+		t.Fatalf("first %s %v, retry %s %v", a1.Result, a1.Error, a2.Result, a2.Error)
+	}
+	if rows := startedRows(e, "writer"); len(rows) != 1 {
+		t.Errorf("writer: %d started rows after a retry, want 1", len(rows))
+	}
+	// Another id is another invocation.
+	r.send(strings.Replace(call, `"id":7`, `"id":8`, 1))
+	if a := r.answer(8); a.Error != nil || string(a.Result) == string(a1.Result) {
+		t.Errorf("id 8: %s %v", a.Result, a.Error)
+	}
+}
+
+// TestMCPStdioBadInput: what a broken or hostile client sends gets the
+// JSON-RPC error the spec names, and neither the server nor the daemon
+// goes down.
+func TestMCPStdioBadInput(t *testing.T) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	d := startDaemon(t, e)
+	r := startRawStdio(t, d)
+	r.send(`{"jsonrpc":"2.0","id":1,"method":"no/such/method"}`)
+	if a := r.answer(1); a.Error == nil || a.Error.Code != jsonrpc.CodeMethodNotFound {
+		t.Errorf("unknown method: %+v, want -32601", a.Error)
+	}
+	r.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"greet","arguments":"not an object"}}`)
+	if a := r.answer(2); a.Error == nil || a.Error.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("arguments not an object: %+v %s, want -32602", a.Error, a.Result)
+	}
+	r.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"greet","arguments":{"name":"` + strings.Repeat("x", 3<<20) + `"}}}`)
+	if a := r.answer(3); a.Error == nil || a.Error.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("huge request: %+v, want -32602", a.Error)
+	}
+	r.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"../etc","arguments":{}}}`)
+	if a := r.answer(4); a.Error == nil || a.Error.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("unknown skill: %+v, want -32602", a.Error)
+	}
+	// Still serving.
+	r.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"greet","arguments":{"name":"bob"}}}`)
+	if a := r.answer(5); a.Error != nil || !strings.Contains(string(a.Result), "hello bob") {
+		t.Errorf("after bad input: %s %+v", a.Result, a.Error)
+	}
+	// A line that is not JSON: the SDK ends the session; the daemon
+	// still serves (status fails the test if it does not answer).
+	r.send(`{not json`)
+	for r.out.Scan() {
+	}
+	d.status()
+}

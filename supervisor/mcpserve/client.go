@@ -1,0 +1,96 @@
+package mcpserve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor"
+)
+
+// SocketBackend is the daemon reached over its admin socket (HTTP on a
+// Unix socket), as `cyberos mcp serve` uses it.
+type SocketBackend struct {
+	socket string
+	http   *http.Client
+}
+
+// NewSocketBackend returns the backend of the daemon listening on socket.
+func NewSocketBackend(socket string) *SocketBackend {
+	return &SocketBackend{socket: socket, http: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}}}
+}
+
+// maxAnswer bounds what is read of one admin API answer.
+const maxAnswer = 64 << 20
+
+func (b *SocketBackend) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		j, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://cyberos"+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin socket %s: %w", b.socket, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return fmt.Errorf("admin socket %s: %w", b.socket, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var ae struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}
+		if json.Unmarshal(raw, &ae) != nil || ae.Error == "" {
+			ae.Error = strings.TrimSpace(string(raw))
+		}
+		return &APIError{Status: resp.StatusCode, Code: ae.Code, Msg: ae.Error}
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("admin socket %s: answer to %s: %w", b.socket, path, err)
+	}
+	return nil
+}
+
+// Skills is GET /v1/skills.
+func (b *SocketBackend) Skills(ctx context.Context) ([]*policy.Policy, error) {
+	var list struct {
+		Skills []*policy.Policy `json:"skills"`
+	}
+	if err := b.do(ctx, http.MethodGet, "/v1/skills", nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Skills, nil
+}
+
+// Invoke is POST /v1/invocations.
+func (b *SocketBackend) Invoke(ctx context.Context, c Call) (*supervisor.Envelope, error) {
+	var env supervisor.Envelope
+	if err := b.do(ctx, http.MethodPost, "/v1/invocations", c, &env); err != nil {
+		return nil, err
+	}
+	return &env, nil
+}
