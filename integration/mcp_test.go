@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,42 @@ func mcpStdio(t *testing.T, d *daemonProc, tenant string) *mcp.ClientSession {
 	return cs
 }
 
+// headerRT adds a header to every request.
+type headerRT struct {
+	rt     http.RoundTripper
+	header http.Header
+}
+
+func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.header {
+		r.Header[k] = v
+	}
+	return h.rt.RoundTrip(r)
+}
+
+// mcpHTTP connects the SDK's client to the daemon's /mcp (Streamable
+// HTTP on the admin socket), the tenant in the header.
+func mcpHTTP(t *testing.T, d *daemonProc, tenant string) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), slow(30*time.Second))
+	defer cancel()
+	hc := &http.Client{Transport: headerRT{rt: d.client.Transport, header: http.Header{"Cyberos-Tenant": {tenant}}}}
+	c := mcp.NewClient(&mcp.Implementation{Name: "it", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://cyberos/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// mcpTransports are the two ways a client reaches the skills.
+var mcpTransports = []struct {
+	name    string
+	connect func(*testing.T, *daemonProc, string) *mcp.ClientSession
+}{{"stdio", mcpStdio}, {"http", mcpHTTP}}
+
 // startedRows returns the skill.invoked_started rows' payloads of skill.
 func startedRows(e *env, skill string) []map[string]any {
 	var out []map[string]any
@@ -60,17 +97,23 @@ func startedRows(e *env, skill string) []map[string]any {
 	return out
 }
 
-// TestMCPStdioToolsAndCalls: the SDK's client over `cyberos mcp serve`
+// TestMCPToolsAndCalls: the SDK's client over `cyberos mcp serve` and /mcp
 // lists the skills as tools (schemas, readOnlyHint), calls one (result as
 // structuredContent and text, tenant from --tenant), gets isError with the
 // invocation id for a failing skill, and -32602 for bad arguments (refused
 // before any sandbox: no started row) and for an unknown tool.
-func TestMCPStdioToolsAndCalls(t *testing.T) {
+func TestMCPToolsAndCalls(t *testing.T) {
+	for _, tr := range mcpTransports {
+		t.Run(tr.name, func(t *testing.T) { testMCPToolsAndCalls(t, tr.connect) })
+	}
+}
+
+func testMCPToolsAndCalls(t *testing.T, connect func(*testing.T, *daemonProc, string) *mcp.ClientSession) {
 	testutil.RequiresRoot(t)
 	e := newEnv(t)
 	mcpSkills(e)
 	d := startDaemon(t, e)
-	cs := mcpStdio(t, d, mcpTenantA)
+	cs := connect(t, d, mcpTenantA)
 	ctx, cancel := context.WithTimeout(context.Background(), slow(60*time.Second))
 	defer cancel()
 
@@ -141,9 +184,15 @@ func TestMCPStdioToolsAndCalls(t *testing.T) {
 	}
 }
 
-// TestMCPStdioTwoTenants: two servers, one per tenant; each call's rows
-// carry its server's tenant.
-func TestMCPStdioTwoTenants(t *testing.T) {
+// TestMCPTwoTenants: one session per tenant (--tenant over stdio, the
+// Cyberos-Tenant header over HTTP); each call's rows carry its tenant.
+func TestMCPTwoTenants(t *testing.T) {
+	for _, tr := range mcpTransports {
+		t.Run(tr.name, func(t *testing.T) { testMCPTwoTenants(t, tr.connect) })
+	}
+}
+
+func testMCPTwoTenants(t *testing.T, connect func(*testing.T, *daemonProc, string) *mcp.ClientSession) {
 	testutil.RequiresRoot(t)
 	e := newEnv(t)
 	mcpSkills(e)
@@ -151,7 +200,7 @@ func TestMCPStdioTwoTenants(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), slow(60*time.Second))
 	defer cancel()
 	for _, tenant := range []string{mcpTenantA, mcpTenantB} {
-		if _, err := mcpStdio(t, d, tenant).CallTool(ctx, &mcp.CallToolParams{Name: "writer", Arguments: map[string]any{}}); err != nil {
+		if _, err := connect(t, d, tenant).CallTool(ctx, &mcp.CallToolParams{Name: "writer", Arguments: map[string]any{}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -292,4 +341,59 @@ func TestMCPStdioBadInput(t *testing.T) {
 	for r.out.Scan() {
 	}
 	d.status()
+}
+
+// TestMCPHTTPBadInput: /mcp refuses a body that is not JSON-RPC, one over
+// the admin API's body cap, and an unknown method with the errors the spec
+// names, and the daemon goes on serving.
+func TestMCPHTTPBadInput(t *testing.T) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	d := startDaemon(t, e)
+	post := func(session, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://cyberos/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := d.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := post("", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	sess := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sess == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+	post(sess, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	if resp, body := post(sess, `{not json`); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("not JSON: %d %s, want 400", resp.StatusCode, body)
+	}
+	// The SDK's HTTP transport refuses a method it does not know before
+	// the JSON-RPC layer (over stdio the same call is -32601).
+	if resp, body := post(sess, `{"jsonrpc":"2.0","id":1,"method":"no/such/method"}`); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "no/such/method") {
+		t.Errorf("unknown method: %d %s, want 400 naming it", resp.StatusCode, body)
+	}
+	huge := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"greet","arguments":{"name":"` + strings.Repeat("x", 3<<20) + `"}}}`
+	if resp, body := post(sess, huge); resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("huge request: %d %.200s, want 413", resp.StatusCode, body)
+	}
+	if resp, body := post(sess, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"greet","arguments":{"name":7}}}`); !strings.Contains(body, fmt.Sprint(jsonrpc.CodeInvalidParams)) {
+		t.Errorf("wrong argument type: %d %s, want -32602", resp.StatusCode, body)
+	}
+	if resp, body := post(sess, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"greet","arguments":{"name":"eve"}}}`); !strings.Contains(body, "hello eve") {
+		t.Errorf("after bad input: %d %s", resp.StatusCode, body)
+	}
+	if rows := startedRows(e, "greet"); len(rows) != 1 {
+		t.Errorf("greet: %d started rows, want 1 (only the good call)", len(rows))
+	}
 }

@@ -22,12 +22,9 @@ func newMCPCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			s, err := mcpserve.New(cmd.Context(), mcpserve.NewSocketBackend(socket), mcpserve.Options{
+			s := mcpserve.New(cmd.Context(), mcpserve.NewSocketBackend(socket), mcpserve.Options{
 				Tenant: tenant, Log: log, Version: telemetry.Build().Version})
-			if err != nil {
-				return &exitError{exitRefused, err}
-			}
-			err = s.MCP().Run(cmd.Context(), mcpserve.IDTransport{Transport: &mcp.StdioTransport{}})
+			err := s.MCP().Run(cmd.Context(), mcpserve.IDTransport{Transport: &mcp.StdioTransport{}})
 			if errors.Is(err, mcp.ErrConnectionClosed) {
 				return nil // the client went away: the normal end
 			}

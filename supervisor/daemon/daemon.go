@@ -171,6 +171,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 // routes is the admin API, behind the peer check.
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/mcp", d.mcpHandler())
 	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
 	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)

@@ -87,7 +87,7 @@ func (b *SocketBackend) Skills(ctx context.Context) ([]*policy.Policy, error) {
 }
 
 // Invoke is POST /v1/invocations.
-func (b *SocketBackend) Invoke(ctx context.Context, c Call) (*supervisor.Envelope, error) {
+func (b *SocketBackend) Invoke(ctx context.Context, c Call, _ http.Header) (*supervisor.Envelope, error) {
 	var env supervisor.Envelope
 	if err := b.do(ctx, http.MethodPost, "/v1/invocations", c, &env); err != nil {
 		return nil, err

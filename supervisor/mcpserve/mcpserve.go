@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 
@@ -37,8 +38,9 @@ type Backend interface {
 	// Skills lists the usable installed skills.
 	Skills(ctx context.Context) ([]*policy.Policy, error)
 	// Invoke runs one invocation. A refusal (nothing ran, or the daemon
-	// answered with an error) is an *APIError.
-	Invoke(ctx context.Context, c Call) (*supervisor.Envelope, error)
+	// answered with an error) is an *APIError. h is the HTTP header of an
+	// /mcp request (tenant, traceparent), nil over stdio.
+	Invoke(ctx context.Context, c Call, h http.Header) (*supervisor.Envelope, error)
 }
 
 // APIError is the daemon's refusal of a call.
@@ -83,10 +85,11 @@ type entry struct {
 	tool *mcp.Tool
 }
 
-// New builds the server; its tool list is loaded from b at once and again
-// on every tools/list, so installs and removals reach clients (the SDK
-// sends notifications/tools/list_changed when the list changes).
-func New(ctx context.Context, b Backend, o Options) (*Server, error) {
+// New builds the server; its tool list is loaded from b at once (a
+// failure is logged: the daemon may not be up yet) and again on every
+// tools/list, so installs and removals reach clients (the SDK sends
+// notifications/tools/list_changed when the list changes).
+func New(ctx context.Context, b Backend, o Options) *Server {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -111,9 +114,9 @@ func New(ctx context.Context, b Backend, o Options) (*Server, error) {
 		}
 	})
 	if err := s.Refresh(ctx); err != nil {
-		return nil, fmt.Errorf("list skills: %w", err)
+		o.Log.Warn("mcp: list skills", "err", err)
 	}
-	return s, nil
+	return s
 }
 
 // MCP is the SDK server, to Run on a transport or serve over HTTP.
@@ -226,7 +229,11 @@ func (s *Server) handler(id string) mcp.ToolHandler {
 			c.RequestID = RequestID(sess, rid)
 		}
 		progress(ctx, req, 0, "started")
-		env, err := s.b.Invoke(ctx, c)
+		var h http.Header
+		if req.Extra != nil {
+			h = req.Extra.Header
+		}
+		env, err := s.b.Invoke(ctx, c, h)
 		var ae *APIError
 		switch {
 		case errors.As(err, &ae) && ae.Code == "not_found":

@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/cyberos/supervisor/policy"
+	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/mcpserve"
+)
+
+// TenantHeader names the tenant of an MCP call over /mcp (DefaultTenant
+// when absent), as --tenant does for `cyberos mcp serve`.
+const TenantHeader = "Cyberos-Tenant"
+
+// mcpSessionIdle closes an /mcp session no request has used for this long.
+const mcpSessionIdle = 30 * time.Minute
+
+// mcpHandler is Streamable HTTP at /mcp: the same MCP server as
+// `cyberos mcp serve`, its calls going to handleInvoke in-process.
+func (d *Daemon) mcpHandler() http.Handler {
+	s := mcpserve.New(context.Background(), localBackend{d}, mcpserve.Options{Log: d.log})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.MCP() },
+		&mcp.StreamableHTTPOptions{Logger: d.log, SessionTimeout: mcpSessionIdle})
+	inner := mcpserve.IDHandler(h, MaxInvokeBody)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxInvokeBody {
+			w.Header().Set("Connection", "close")
+			apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxInvokeBody)
+		inner.ServeHTTP(w, r)
+	})
+}
+
+// localBackend is the daemon itself as an mcpserve.Backend.
+type localBackend struct{ d *Daemon }
+
+func (b localBackend) Skills(context.Context) ([]*policy.Policy, error) {
+	skills, _, err := InstalledSkills(b.d.cfg.SkillsDir)
+	return skills, err
+}
+
+// Invoke runs the call through handleInvoke, so /mcp and the HTTP API
+// share admission, idempotency and every refusal.
+func (b localBackend) Invoke(ctx context.Context, c mcpserve.Call, h http.Header) (*supervisor.Envelope, error) {
+	if c.TenantID == "" {
+		c.TenantID = h.Get(TenantHeader)
+	}
+	if c.Traceparent == "" {
+		c.Traceparent = h.Get("traceparent")
+	}
+	body, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "/v1/invocations", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	rec := &recorder{h: http.Header{}, code: http.StatusOK}
+	b.d.handleInvoke(rec, r)
+	if rec.code != http.StatusOK {
+		var ae APIError
+		_ = json.Unmarshal(rec.body.Bytes(), &ae)
+		return nil, &mcpserve.APIError{Status: rec.code, Code: ae.Code, Msg: ae.Error}
+	}
+	var env supervisor.Envelope
+	if err := json.Unmarshal(rec.body.Bytes(), &env); err != nil {
+		return nil, fmt.Errorf("invocation answer: %w", err)
+	}
+	return &env, nil
+}
+
+// recorder keeps handleInvoke's answer in memory.
+type recorder struct {
+	h    http.Header
+	code int
+	body bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.h }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+func (r *recorder) WriteHeader(code int)        { r.code = code }
