@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,11 +34,11 @@ func mcpSkills(e *env) {
 }
 
 // mcpStdio connects the SDK's client to `cyberos mcp serve` for tenant.
-func mcpStdio(t *testing.T, d *daemonProc, tenant string) *mcp.ClientSession {
+func mcpStdio(t *testing.T, d *daemonProc, tenant string, opts ...*mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), slow(30*time.Second))
 	defer cancel()
-	c := mcp.NewClient(&mcp.Implementation{Name: "it", Version: "1"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "it", Version: "1"}, clientOpts(opts))
 	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cyberos("mcp", "serve", "--socket", d.adminSocket, "--tenant", tenant)}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -62,12 +63,12 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // mcpHTTP connects the SDK's client to the daemon's /mcp (Streamable
 // HTTP on the admin socket), the tenant in the header.
-func mcpHTTP(t *testing.T, d *daemonProc, tenant string) *mcp.ClientSession {
+func mcpHTTP(t *testing.T, d *daemonProc, tenant string, opts ...*mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), slow(30*time.Second))
 	defer cancel()
 	hc := &http.Client{Transport: headerRT{rt: d.client.Transport, header: http.Header{"Cyberos-Tenant": {tenant}}}}
-	c := mcp.NewClient(&mcp.Implementation{Name: "it", Version: "1"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "it", Version: "1"}, clientOpts(opts))
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://cyberos/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -76,10 +77,20 @@ func mcpHTTP(t *testing.T, d *daemonProc, tenant string) *mcp.ClientSession {
 	return cs
 }
 
+func clientOpts(o []*mcp.ClientOptions) *mcp.ClientOptions {
+	if len(o) > 0 {
+		return o[0]
+	}
+	return nil
+}
+
+// mcpConnect connects a client session to the daemon for a tenant.
+type mcpConnect func(t *testing.T, d *daemonProc, tenant string, opts ...*mcp.ClientOptions) *mcp.ClientSession
+
 // mcpTransports are the two ways a client reaches the skills.
 var mcpTransports = []struct {
 	name    string
-	connect func(*testing.T, *daemonProc, string) *mcp.ClientSession
+	connect mcpConnect
 }{{"stdio", mcpStdio}, {"http", mcpHTTP}}
 
 // startedRows returns the skill.invoked_started rows' payloads of skill.
@@ -108,7 +119,7 @@ func TestMCPToolsAndCalls(t *testing.T) {
 	}
 }
 
-func testMCPToolsAndCalls(t *testing.T, connect func(*testing.T, *daemonProc, string) *mcp.ClientSession) {
+func testMCPToolsAndCalls(t *testing.T, connect mcpConnect) {
 	testutil.RequiresRoot(t)
 	e := newEnv(t)
 	mcpSkills(e)
@@ -192,7 +203,7 @@ func TestMCPTwoTenants(t *testing.T) {
 	}
 }
 
-func testMCPTwoTenants(t *testing.T, connect func(*testing.T, *daemonProc, string) *mcp.ClientSession) {
+func testMCPTwoTenants(t *testing.T, connect mcpConnect) {
 	testutil.RequiresRoot(t)
 	e := newEnv(t)
 	mcpSkills(e)
@@ -395,5 +406,122 @@ func TestMCPHTTPBadInput(t *testing.T) {
 	}
 	if rows := startedRows(e, "greet"); len(rows) != 1 {
 		t.Errorf("greet: %d started rows, want 1 (only the good call)", len(rows))
+	}
+}
+
+// mcpCompletedRow is the skill.invoked_completed row's payload of invocation id.
+func mcpCompletedRow(e *env, id string) map[string]any {
+	for _, r := range e.auditRows() {
+		var p map[string]any
+		if r.Kind == "skill.invoked_completed" && json.Unmarshal(r.Payload, &p) == nil && p["invocation_id"] == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// TestMCPProgressAndCancel: a call with a progressToken gets
+// notifications/progress at its start and end; a call the client cancels
+// (notifications/cancelled, sent by the SDK when its context ends) is
+// ended through the deadline path: a completed row with outcome cancelled,
+// and no process or cgroup left.
+func TestMCPProgressAndCancel(t *testing.T) {
+	for _, tr := range mcpTransports {
+		t.Run(tr.name, func(t *testing.T) { testMCPProgressAndCancel(t, tr.connect) })
+	}
+}
+
+func testMCPProgressAndCancel(t *testing.T, connect mcpConnect) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	e.skill("sleeper", "effort_minutes: 2\n", "#!/bin/sh\nexec sleep 600\n")
+	d := startDaemon(t, e)
+	var mu sync.Mutex
+	var got []string
+	cs := connect(t, d, mcpTenantA, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, fmt.Sprintf("%v:%s", r.Params.ProgressToken, r.Params.Message))
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), slow(60*time.Second))
+	defer cancel()
+	p := &mcp.CallToolParams{Name: "writer", Arguments: map[string]any{}}
+	p.SetProgressToken("tok-1")
+	if _, err := cs.CallTool(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 2 })
+	mu.Lock()
+	if got[0] != "tok-1:started" || got[len(got)-1] != "tok-1:success" {
+		t.Errorf("progress: %v, want tok-1:started first and tok-1:success last", got)
+	}
+	mu.Unlock()
+
+	callCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "sleeper", Arguments: map[string]any{}})
+		done <- err
+	}()
+	waitFor(t, 20*time.Second, func() bool { return len(procsMatching("sleep 600")) > 0 })
+	rows := startedRows(e, "sleeper")
+	if len(rows) != 1 {
+		t.Fatalf("sleeper: %d started rows", len(rows))
+	}
+	inv, _ := rows[0]["invocation_id"].(string)
+	stop()
+	if err := <-done; err == nil {
+		t.Error("the cancelled call returned no error")
+	}
+	var row map[string]any
+	waitFor(t, 20*time.Second, func() bool { row = mcpCompletedRow(e, inv); return row != nil })
+	if row["outcome"] != "cancelled" {
+		t.Errorf("completed row of %s: %v, want outcome cancelled", inv, row)
+	}
+	// The sandbox is torn down once the row is durable.
+	waitFor(t, 10*time.Second, func() bool {
+		return len(procsMatching("sleep 600")) == 0 && !hasCgroup(t, inv) && d.status().ActiveInvocations == 0
+	})
+}
+
+// TestDaemonCancelByID: POST /v1/invocations/{id}/cancel ends a running
+// invocation with outcome cancelled; an id that does not run is 404.
+func TestDaemonCancelByID(t *testing.T) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	e.skill("sleeper", "effort_minutes: 2\n", "#!/bin/sh\nexec sleep 600\n")
+	d := startDaemon(t, e)
+	type answer struct {
+		code int
+		env  envelope
+	}
+	done := make(chan answer, 1)
+	go func() {
+		code, env, _ := d.invoke(map[string]any{"skill_id": "sleeper"})
+		done <- answer{code, env}
+	}()
+	waitFor(t, 20*time.Second, func() bool { return len(startedRows(e, "sleeper")) == 1 })
+	inv, _ := startedRows(e, "sleeper")[0]["invocation_id"].(string)
+	post := func(id string) int {
+		resp, err := d.client.Post("http://cyberos/v1/invocations/"+id+"/cancel", "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("01NOSUCHINVOCATION"); code != http.StatusNotFound {
+		t.Errorf("cancel of an unknown id: %d, want 404", code)
+	}
+	if code := post(inv); code != http.StatusAccepted {
+		t.Fatalf("cancel: %d, want 202", code)
+	}
+	a := <-done
+	if a.code != 200 || a.env.Outcome != "cancelled" || a.env.InvocationID != inv {
+		t.Errorf("answer %d %+v, want 200 cancelled", a.code, a.env)
+	}
+	if row := mcpCompletedRow(e, inv); row["outcome"] != "cancelled" {
+		t.Errorf("completed row %v", row)
 	}
 }

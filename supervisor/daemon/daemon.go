@@ -50,6 +50,10 @@ type InvokeRequest struct {
 	// most MaxDeadlineMS, 0 keeps effort_minutes.
 	DeadlineMS int64  `json:"deadline_ms,omitempty"`
 	RequestID  string `json:"request_id,omitempty"`
+	// CancelOnDisconnect: a caller that goes away before the answer
+	// cancels the invocation (outcome cancelled), as an MCP client's
+	// notifications/cancelled does. Without it the invocation runs on.
+	CancelOnDisconnect bool `json:"cancel_on_disconnect,omitempty"`
 }
 
 // APIError is the body of every non-200 answer.
@@ -68,6 +72,7 @@ type Daemon struct {
 	log      *slog.Logger
 	adminGID int
 	hub      *hub
+	cancels  cancels // running invocations' cancel switches
 	// requests holds the idempotency records; nil when idempotency_window is 0.
 	requests *requests
 
@@ -178,6 +183,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/events", d.handleEvents)
 	mux.HandleFunc("GET /v1/skills", d.handleSkills)
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
+	mux.HandleFunc("POST /v1/invocations/{id}/cancel", d.handleCancel)
 	mux.HandleFunc("GET /healthz", healthz)
 	return d.authorize(mux)
 }
@@ -579,6 +585,12 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		d.wg.Done()
 	}()
 	var id string
+	cancel := d.cancels.open()
+	defer d.cancels.close(cancel)
+	if req.CancelOnDisconnect {
+		stop := context.AfterFunc(r.Context(), cancel.fire)
+		defer stop()
+	}
 	def := supervisor.Defaults(d.cfg.Defaults)
 	env, err := d.sup.Run(supervisor.Request{
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
@@ -588,6 +600,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		Ceilings: d.cfg.Limits.Ceilings(),
 		OnStarted: func(s supervisor.Started) {
 			id = s.InvocationID
+			d.cancels.name(cancel, id)
 			if cl.own {
 				d.requests.started(cl.key, s.InvocationID)
 			}
@@ -596,6 +609,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		OnToolCall:      d.hub.decided,
 		OnProtocolAbuse: func(kind string) { d.hub.protocolAbuse(id, kind) },
 		Stop:            d.stop,
+		Cancel:          cancel.ch,
 		// Admitted; a cold sandbox is created once a start slot is free. A
 		// caller that gives up meanwhile leaves the line, and nothing runs.
 		StartSlot: func() (func(), error) { return d.starts.enter(r.Context(), d.stop) },

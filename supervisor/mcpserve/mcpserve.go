@@ -30,6 +30,9 @@ type Call struct {
 	TenantID    string          `json:"tenant_id,omitempty"`
 	Traceparent string          `json:"traceparent,omitempty"`
 	RequestID   string          `json:"request_id,omitempty"`
+	// CancelOnDisconnect is always set: an MCP call whose context ends
+	// (notifications/cancelled) cancels its invocation.
+	CancelOnDisconnect bool `json:"cancel_on_disconnect"`
 }
 
 // Backend is the daemon as the server sees it: the admin socket for
@@ -217,7 +220,7 @@ func (s *Server) handler(id string) mcp.ToolHandler {
 		if err := p.CheckArgs(args); err != nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("tool %q: %v", id, err)}
 		}
-		c := Call{SkillID: id, Args: args, TenantID: s.opts.Tenant}
+		c := Call{SkillID: id, Args: args, TenantID: s.opts.Tenant, CancelOnDisconnect: true}
 		if tp, ok := req.Params.Meta["traceparent"].(string); ok {
 			c.Traceparent = tp
 		}
