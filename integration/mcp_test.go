@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -523,5 +526,109 @@ func TestDaemonCancelByID(t *testing.T) {
 	}
 	if row := mcpCompletedRow(e, inv); row["outcome"] != "cancelled" {
 		t.Errorf("completed row %v", row)
+	}
+}
+
+// instructionsSkill installs "guide": a SKILL.md with no executable, a
+// reference file, a symlink out of the folder and a file over the cap.
+func instructionsSkill(t *testing.T, e *env) {
+	dir := filepath.Join(e.base, "skills", "guide")
+	if err := os.MkdirAll(filepath.Join(dir, "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: guide\ndescription: How to write a release note.\n---\n\n# Release notes\nList what changed.\n"), 0o644))
+	must(os.WriteFile(filepath.Join(dir, "refs", "style.md"), []byte("Use the past tense.\n"), 0o644))
+	must(os.WriteFile(filepath.Join(dir, "big.bin"), make([]byte, 2<<20), 0o644))
+	must(os.Symlink("/etc/shadow", filepath.Join(dir, "shadow")))
+}
+
+// TestMCPInstructionsSkill: an instructions-only skill is a prompt (its
+// body) and resources (its files, no symlink, none over the cap), never a
+// tool: not listed, a tools/call is -32602, and POST /v1/invocations is
+// refused before any sandbox. validate and list say its kind.
+func TestMCPInstructionsSkill(t *testing.T) {
+	for _, tr := range mcpTransports {
+		t.Run(tr.name, func(t *testing.T) { testMCPInstructionsSkill(t, tr.connect) })
+	}
+}
+
+func testMCPInstructionsSkill(t *testing.T, connect mcpConnect) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	instructionsSkill(t, e)
+	d := startDaemon(t, e)
+	cs := connect(t, d, mcpTenantA)
+	ctx, cancel := context.WithTimeout(context.Background(), slow(60*time.Second))
+	defer cancel()
+
+	lp, err := cs.ListPrompts(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lp.Prompts) != 1 || lp.Prompts[0].Name != "guide" || lp.Prompts[0].Description != "How to write a release note." {
+		t.Errorf("prompts: %+v", lp.Prompts)
+	}
+	gp, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "guide"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gp.Messages) != 1 || gp.Messages[0].Content.(*mcp.TextContent).Text != "# Release notes\nList what changed.\n" {
+		t.Errorf("prompt messages: %+v", gp.Messages)
+	}
+	lr, err := cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uris []string
+	for _, r := range lr.Resources {
+		uris = append(uris, r.URI)
+	}
+	if strings.Join(uris, " ") != "skill://guide/SKILL.md skill://guide/refs/style.md" {
+		t.Errorf("resources: %v, want SKILL.md and refs/style.md only", uris)
+	}
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "skill://guide/refs/style.md"})
+	if err != nil || len(rr.Contents) != 1 || rr.Contents[0].Text != "Use the past tense.\n" {
+		t.Errorf("read refs/style.md: %+v %v", rr, err)
+	}
+	for _, uri := range []string{"skill://guide/shadow", "skill://guide/../greet/main", "skill://guide/big.bin"} {
+		if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri}); err == nil {
+			t.Errorf("read %s: no error", uri)
+		}
+	}
+
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range lt.Tools {
+		if tl.Name == "guide" {
+			t.Error("the instructions skill is listed as a tool")
+		}
+	}
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "guide", Arguments: map[string]any{}})
+	if je := (*jsonrpc.Error)(nil); !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("tools/call guide: %v, want -32602", err)
+	}
+	if code, _, raw := d.invoke(map[string]any{"skill_id": "guide"}); code != http.StatusBadRequest {
+		t.Errorf("POST /v1/invocations guide: %d %s, want 400", code, raw)
+	}
+	if rows := startedRows(e, "guide"); len(rows) != 0 {
+		t.Errorf("guide has %d started rows, want none", len(rows))
+	}
+
+	out, stderr, code := cli(t, nil, "skill", "validate", filepath.Join(e.base, "skills", "guide"))
+	if code != 0 || !strings.Contains(out, "guide 0.0.0: valid (instructions only") {
+		t.Errorf("validate: exit %d %q %q", code, out, stderr)
+	}
+	out, _, _ = cli(t, nil, "skill", "list", "--socket", d.adminSocket)
+	if !regexp.MustCompile(`(?m)^guide\s+0\.0\.0\s+instructions\s`).MatchString(out) || !regexp.MustCompile(`(?m)^greet\s+0\.0\.0\s+tool\s`).MatchString(out) {
+		t.Errorf("skill list:\n%s", out)
 	}
 }

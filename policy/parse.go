@@ -279,6 +279,7 @@ var spellings = func() map[string]*field {
 // build applies the top-level keys, in file order, over the defaults.
 func build(top yaml.MapSlice, plain map[string]any) (*Policy, error) {
 	p := &Policy{
+		Kind:                KindTool,
 		Version:             DefaultVersion,
 		Entrypoint:          DefaultEntrypoint,
 		AllowedTools:        []ToolRule{},

@@ -182,6 +182,8 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
 	mux.HandleFunc("GET /v1/events", d.handleEvents)
 	mux.HandleFunc("GET /v1/skills", d.handleSkills)
+	mux.HandleFunc("GET /v1/skills/{id}/files", d.handleSkillFiles)
+	mux.HandleFunc("GET /v1/skills/{id}/files/{path...}", d.handleSkillFile)
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
 	mux.HandleFunc("POST /v1/invocations/{id}/cancel", d.handleCancel)
 	mux.HandleFunc("GET /healthz", healthz)
@@ -266,7 +268,7 @@ func InstalledSkills(dir string) ([]*policy.Policy, []SkillProblem, error) {
 		if !e.IsDir() || !SkillIDPattern().MatchString(id) {
 			continue
 		}
-		pol, err := policy.LoadDir(filepath.Join(dir, id))
+		pol, err := policy.LoadSkill(filepath.Join(dir, id))
 		if err == nil && pol.Name != id {
 			err = fmt.Errorf("the frontmatter name %q is not the folder name", pol.Name)
 		}

@@ -79,6 +79,46 @@ func (b localBackend) Invoke(ctx context.Context, c mcpserve.Call, h http.Header
 	return &env, nil
 }
 
+// Files lists a skill folder's files through handleSkillFiles.
+func (b localBackend) Files(ctx context.Context, id string) ([]mcpserve.File, error) {
+	rec, err := b.get(ctx, b.d.handleSkillFiles, id, "")
+	if err != nil {
+		return nil, err
+	}
+	var files []mcpserve.File
+	if err := json.Unmarshal(rec.body.Bytes(), &files); err != nil {
+		return nil, fmt.Errorf("skill files: %w", err)
+	}
+	return files, nil
+}
+
+// ReadFile reads one file of a skill folder through handleSkillFile.
+func (b localBackend) ReadFile(ctx context.Context, id, p string) ([]byte, error) {
+	rec, err := b.get(ctx, b.d.handleSkillFile, id, p)
+	if err != nil {
+		return nil, err
+	}
+	return rec.body.Bytes(), nil
+}
+
+// get runs an admin GET handler in-process with the path values set.
+func (b localBackend) get(ctx context.Context, h http.HandlerFunc, id, p string) (*recorder, error) {
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+	if err != nil {
+		return nil, err
+	}
+	r.SetPathValue("id", id)
+	r.SetPathValue("path", p)
+	rec := &recorder{h: http.Header{}, code: http.StatusOK}
+	h(rec, r)
+	if rec.code != http.StatusOK {
+		var ae APIError
+		_ = json.Unmarshal(rec.body.Bytes(), &ae)
+		return nil, &mcpserve.APIError{Status: rec.code, Code: ae.Code, Msg: ae.Error}
+	}
+	return rec, nil
+}
+
 // recorder keeps handleInvoke's answer in memory.
 type recorder struct {
 	h    http.Header

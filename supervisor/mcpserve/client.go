@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/cyberos/supervisor/policy"
@@ -35,29 +36,42 @@ func NewSocketBackend(socket string) *SocketBackend {
 const maxAnswer = 64 << 20
 
 func (b *SocketBackend) do(ctx context.Context, method, path string, body, out any) error {
+	raw, err := b.raw(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("admin socket %s: answer to %s: %w", b.socket, path, err)
+	}
+	return nil
+}
+
+// raw sends a request and returns the answer's body; a non-2xx answer is
+// an *APIError.
+func (b *SocketBackend) raw(ctx context.Context, method, path string, body any) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		j, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(j)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://cyberos"+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := b.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("admin socket %s: %w", b.socket, err)
+		return nil, fmt.Errorf("admin socket %s: %w", b.socket, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
-		return fmt.Errorf("admin socket %s: %w", b.socket, err)
+		return nil, fmt.Errorf("admin socket %s: %w", b.socket, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var ae struct {
@@ -67,12 +81,9 @@ func (b *SocketBackend) do(ctx context.Context, method, path string, body, out a
 		if json.Unmarshal(raw, &ae) != nil || ae.Error == "" {
 			ae.Error = strings.TrimSpace(string(raw))
 		}
-		return &APIError{Status: resp.StatusCode, Code: ae.Code, Msg: ae.Error}
+		return nil, &APIError{Status: resp.StatusCode, Code: ae.Code, Msg: ae.Error}
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("admin socket %s: answer to %s: %w", b.socket, path, err)
-	}
-	return nil
+	return raw, nil
 }
 
 // Skills is GET /v1/skills.
@@ -93,4 +104,16 @@ func (b *SocketBackend) Invoke(ctx context.Context, c Call, _ http.Header) (*sup
 		return nil, err
 	}
 	return &env, nil
+}
+
+// Files is GET /v1/skills/{id}/files.
+func (b *SocketBackend) Files(ctx context.Context, id string) ([]File, error) {
+	var files []File
+	err := b.do(ctx, http.MethodGet, "/v1/skills/"+url.PathEscape(id)+"/files", nil, &files)
+	return files, err
+}
+
+// ReadFile is GET /v1/skills/{id}/files/{path}.
+func (b *SocketBackend) ReadFile(ctx context.Context, id, p string) ([]byte, error) {
+	return b.raw(ctx, http.MethodGet, "/v1/skills/"+url.PathEscape(id)+"/files/"+(&url.URL{Path: p}).EscapedPath(), nil)
 }

@@ -44,6 +44,16 @@ type Backend interface {
 	// answered with an error) is an *APIError. h is the HTTP header of an
 	// /mcp request (tenant, traceparent), nil over stdio.
 	Invoke(ctx context.Context, c Call, h http.Header) (*supervisor.Envelope, error)
+	// Files lists the regular files of a skill's folder; ReadFile reads
+	// one (size-capped by the daemon).
+	Files(ctx context.Context, id string) ([]File, error)
+	ReadFile(ctx context.Context, id, path string) ([]byte, error)
+}
+
+// File is one file of a skill folder.
+type File struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
 }
 
 // APIError is the daemon's refusal of a call.
@@ -78,8 +88,10 @@ type Server struct {
 	// two servers' calls must never share a request_id.
 	salt string
 
-	mu    sync.Mutex
-	tools map[string]*entry // skill id → what is registered
+	mu      sync.Mutex
+	tools   map[string]*entry // skill id → what is registered
+	prompts map[string]string // instructions skill id → its prompt's JSON
+	res     map[string]bool   // resource URIs registered
 }
 
 type entry struct {
@@ -101,14 +113,15 @@ func New(ctx context.Context, b Backend, o Options) *Server {
 	}
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:])
-	s := &Server{b: b, opts: o, tools: map[string]*entry{}, salt: hex.EncodeToString(rnd[:])}
+	s := &Server{b: b, opts: o, tools: map[string]*entry{}, prompts: map[string]string{}, res: map[string]bool{}, salt: hex.EncodeToString(rnd[:])}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "cyberos", Version: o.Version}, &mcp.ServerOptions{
-		Logger:       o.Log,
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+		Logger: o.Log,
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true},
+			Prompts: &mcp.PromptCapabilities{ListChanged: true}, Resources: &mcp.ResourceCapabilities{ListChanged: true}},
 	})
 	s.srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method == "tools/list" {
+			if method == "tools/list" || method == "prompts/list" || method == "resources/list" {
 				if err := s.Refresh(ctx); err != nil {
 					return nil, fmt.Errorf("list skills: %w", err)
 				}
@@ -133,6 +146,7 @@ func (s *Server) Refresh(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.refreshInstructions(ctx, skills)
 	seen := map[string]bool{}
 	for _, p := range skills {
 		if !Executable(p) {
@@ -163,7 +177,7 @@ func (s *Server) Refresh(ctx context.Context) error {
 
 // Executable reports whether the skill is a tool (it has an entrypoint to
 // run) rather than instructions only.
-func Executable(p *policy.Policy) bool { return p.Entrypoint != "" }
+func Executable(p *policy.Policy) bool { return p.Kind == policy.KindTool && p.Entrypoint != "" }
 
 // toolOf is the MCP tool of a skill.
 func toolOf(p *policy.Policy) *mcp.Tool {
