@@ -632,3 +632,61 @@ func testMCPInstructionsSkill(t *testing.T, connect mcpConnect) {
 		t.Errorf("skill list:\n%s", out)
 	}
 }
+
+// TestMCPToolListChanged: a skill installed while a client is connected
+// reaches it as notifications/tools/list_changed, unasked; a removal too.
+func TestMCPToolListChanged(t *testing.T) {
+	for _, tr := range mcpTransports {
+		t.Run(tr.name, func(t *testing.T) { testMCPToolListChanged(t, tr.connect) })
+	}
+}
+
+func testMCPToolListChanged(t *testing.T, connect mcpConnect) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	d := startDaemon(t, e)
+	changed := make(chan struct{}, 16)
+	cs := connect(t, d, mcpTenantA, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+		changed <- struct{}{}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), slow(60*time.Second))
+	defer cancel()
+	names := func() string {
+		lt, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n []string
+		for _, tl := range lt.Tools {
+			n = append(n, tl.Name)
+		}
+		return strings.Join(n, ",")
+	}
+	if got := names(); got != "fails,greet,writer" {
+		t.Fatalf("tools %s", got)
+	}
+	e.skill("newcomer", "", "#!/bin/sh\necho '{}'\n")
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("no notifications/tools/list_changed after an install")
+	}
+	if got := names(); got != "fails,greet,newcomer,writer" {
+		t.Errorf("tools after the install: %s", got)
+	}
+	for len(changed) > 0 {
+		<-changed
+	}
+	if err := os.RemoveAll(filepath.Join(e.base, "skills", "fails")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("no notifications/tools/list_changed after a removal")
+	}
+	if got := names(); got != "greet,newcomer,writer" {
+		t.Errorf("tools after the removal: %s", got)
+	}
+}

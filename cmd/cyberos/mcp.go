@@ -24,6 +24,7 @@ func newMCPCmd() *cobra.Command {
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			s := mcpserve.New(cmd.Context(), mcpserve.NewSocketBackend(socket), mcpserve.Options{
 				Tenant: tenant, Log: log, Version: telemetry.Build().Version})
+			go s.Watch(cmd.Context(), daemon.MCPRefreshInterval)
 			err := s.MCP().Run(cmd.Context(), mcpserve.IDTransport{Transport: &mcp.StdioTransport{}})
 			if errors.Is(err, mcp.ErrConnectionClosed) {
 				return nil // the client went away: the normal end

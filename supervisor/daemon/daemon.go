@@ -73,6 +73,7 @@ type Daemon struct {
 	adminGID int
 	hub      *hub
 	cancels  cancels // running invocations' cancel switches
+	mcpStop  func()  // ends the MCP server's watch of skills_dir
 	// requests holds the idempotency records; nil when idempotency_window is 0.
 	requests *requests
 
@@ -384,6 +385,9 @@ func (d *Daemon) notify(state string) {
 
 func (d *Daemon) shutdown() {
 	d.notify(sddaemon.SdNotifyStopping)
+	if d.mcpStop != nil {
+		d.mcpStop()
+	}
 	d.gate.Lock()
 	d.draining.Store(true)
 	d.gate.Unlock()

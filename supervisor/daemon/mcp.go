@@ -19,6 +19,10 @@ import (
 // when absent), as --tenant does for `cyberos mcp serve`.
 const TenantHeader = "Cyberos-Tenant"
 
+// MCPRefreshInterval is how often the MCP server looks at skills_dir for
+// installed, removed or changed skills.
+const MCPRefreshInterval = 2 * time.Second
+
 // mcpSessionIdle closes an /mcp session no request has used for this long.
 const mcpSessionIdle = 30 * time.Minute
 
@@ -26,6 +30,9 @@ const mcpSessionIdle = 30 * time.Minute
 // `cyberos mcp serve`, its calls going to handleInvoke in-process.
 func (d *Daemon) mcpHandler() http.Handler {
 	s := mcpserve.New(context.Background(), localBackend{d}, mcpserve.Options{Log: d.log})
+	ctx, cancel := context.WithCancel(context.Background())
+	d.mcpStop = cancel
+	go s.Watch(ctx, MCPRefreshInterval)
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.MCP() },
 		&mcp.StreamableHTTPOptions{Logger: d.log, SessionTimeout: mcpSessionIdle})
 	inner := mcpserve.IDHandler(h, MaxInvokeBody)

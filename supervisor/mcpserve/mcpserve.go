@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -173,6 +174,25 @@ func (s *Server) Refresh(ctx context.Context) error {
 		s.srv.RemoveTools(gone...)
 	}
 	return nil
+}
+
+// Watch refreshes the lists every interval until ctx ends, so a skill
+// installed, removed or changed reaches connected clients as
+// notifications/tools/list_changed (and prompts, resources) without their
+// asking.
+func (s *Server) Watch(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+				s.opts.Log.Warn("mcp: list skills", "err", err)
+			}
+		}
+	}
 }
 
 // Executable reports whether the skill is a tool (it has an entrypoint to
