@@ -424,7 +424,7 @@ func mcpCompletedRow(e *env, id string) map[string]any {
 }
 
 // TestMCPProgressAndCancel: a call with a progressToken gets
-// notifications/progress at its start and end; a call the client cancels
+// notifications/progress at its start, each tool call and its end; a call the client cancels
 // (notifications/cancelled, sent by the SDK when its context ends) is
 // ended through the deadline path: a completed row with outcome cancelled,
 // and no process or cgroup left.
@@ -439,6 +439,7 @@ func testMCPProgressAndCancel(t *testing.T, connect mcpConnect) {
 	e := newEnv(t)
 	mcpSkills(e)
 	e.skill("sleeper", "effort_minutes: 2\n", "#!/bin/sh\nexec sleep 600\n")
+	callsSkill(e, "calls")
 	d := startDaemon(t, e)
 	var mu sync.Mutex
 	var got []string
@@ -449,15 +450,16 @@ func testMCPProgressAndCancel(t *testing.T, connect mcpConnect) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), slow(60*time.Second))
 	defer cancel()
-	p := &mcp.CallToolParams{Name: "writer", Arguments: map[string]any{}}
+	p := &mcp.CallToolParams{Name: "calls", Arguments: map[string]any{}}
 	p.SetProgressToken("tok-1")
 	if _, err := cs.CallTool(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 2 })
+	want := "tok-1:started|tok-1:tool_call Read: success|tok-1:tool_call Bash: denied|tok-1:success"
+	waitFor(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 4 })
 	mu.Lock()
-	if got[0] != "tok-1:started" || got[len(got)-1] != "tok-1:success" {
-		t.Errorf("progress: %v, want tok-1:started first and tok-1:success last", got)
+	if strings.Join(got, "|") != want {
+		t.Errorf("progress:\n%s\nwant\n%s", strings.Join(got, "|"), want)
 	}
 	mu.Unlock()
 

@@ -610,7 +610,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 			if cl.own {
 				d.requests.started(cl.key, s.InvocationID)
 			}
-			d.hub.started(s)
+			d.hub.startedAs(s, req.RequestID)
 		},
 		OnToolCall:      d.hub.decided,
 		OnProtocolAbuse: func(kind string) { d.hub.protocolAbuse(id, kind) },

@@ -126,6 +126,39 @@ func (b localBackend) get(ctx context.Context, h http.HandlerFunc, id, p string)
 	return rec, nil
 }
 
+// Events follows the hub as GET /v1/events?skill=ID does.
+func (b localBackend) Events(ctx context.Context, skill string) (<-chan mcpserve.Event, error) {
+	wt := b.d.hub.watch(skill)
+	ch := make(chan mcpserve.Event, subscriberBuffer)
+	go func() {
+		defer close(ch)
+		defer b.d.hub.unwatch(wt)
+		for {
+			select {
+			case ev, ok := <-wt.ch:
+				if !ok {
+					return
+				}
+				out := mcpserve.Event{Type: ev.Type, InvocationID: ev.InvocationID, RequestID: ev.RequestID, Outcome: ev.Outcome}
+				if ev.Call != nil {
+					out.Call = &struct {
+						Tool    string `json:"tool"`
+						Outcome string `json:"outcome"`
+					}{ev.Call.Tool, ev.Call.Outcome}
+				}
+				select {
+				case ch <- out:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
 // recorder keeps handleInvoke's answer in memory.
 type recorder struct {
 	h    http.Header

@@ -117,3 +117,43 @@ func (b *SocketBackend) Files(ctx context.Context, id string) ([]File, error) {
 func (b *SocketBackend) ReadFile(ctx context.Context, id, p string) ([]byte, error) {
 	return b.raw(ctx, http.MethodGet, "/v1/skills/"+url.PathEscape(id)+"/files/"+(&url.URL{Path: p}).EscapedPath(), nil)
 }
+
+// Events follows GET /v1/events?skill=ID: it returns once the daemon has
+// said it is watching, so no event of a call made after is missed.
+func (b *SocketBackend) Events(ctx context.Context, skill string) (<-chan Event, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://cyberos/v1/events?skill="+url.QueryEscape(skill), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket %s: %w", b.socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, &APIError{Status: resp.StatusCode, Code: "events", Msg: "events stream refused"}
+	}
+	dec := json.NewDecoder(resp.Body)
+	var first Event
+	if err := dec.Decode(&first); err != nil || first.Type != "watching" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("admin socket %s: events stream: no watching line (%v)", b.socket, err)
+	}
+	ch := make(chan Event, 64)
+	go func() {
+		defer close(ch)
+		defer resp.Body.Close()
+		for {
+			var ev Event
+			if dec.Decode(&ev) != nil {
+				return
+			}
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}

@@ -49,6 +49,21 @@ type Backend interface {
 	// one (size-capped by the daemon).
 	Files(ctx context.Context, id string) ([]File, error)
 	ReadFile(ctx context.Context, id, path string) ([]byte, error)
+	// Events streams a skill's invocation events from now until ctx
+	// ends (GET /v1/events?skill=ID); the channel is closed at the end.
+	Events(ctx context.Context, skill string) (<-chan Event, error)
+}
+
+// Event is one line of the daemon's events stream, as progress needs it.
+type Event struct {
+	Type         string `json:"type"`
+	InvocationID string `json:"invocation_id"`
+	RequestID    string `json:"request_id"`
+	Outcome      string `json:"outcome"`
+	Call         *struct {
+		Tool    string `json:"tool"`
+		Outcome string `json:"outcome"`
+	} `json:"call"`
 }
 
 // File is one file of a skill folder.
@@ -266,11 +281,13 @@ func (s *Server) handler(id string) mcp.ToolHandler {
 			c.RequestID = RequestID(sess, rid)
 		}
 		progress(ctx, req, 0, "started")
+		steps := s.followCalls(ctx, req, id, c.RequestID)
 		var h http.Header
 		if req.Extra != nil {
 			h = req.Extra.Header
 		}
 		env, err := s.b.Invoke(ctx, c, h)
+		n := steps(env)
 		var ae *APIError
 		switch {
 		case errors.As(err, &ae) && ae.Code == "not_found":
@@ -280,7 +297,7 @@ func (s *Server) handler(id string) mcp.ToolHandler {
 		case err != nil:
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil
 		}
-		progress(ctx, req, 1, string(env.Outcome))
+		progress(ctx, req, n+1, string(env.Outcome))
 		return resultOf(env), nil
 	}
 }
