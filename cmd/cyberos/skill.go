@@ -291,7 +291,7 @@ func newValidateCmd() *cobra.Command {
 			}
 			kind := "a tool, runs " + p.Entrypoint
 			if p.Kind == policy.KindInstructions {
-				kind = "instructions only, nothing to run (an MCP prompt)"
+				kind = "instructions only: nothing to run, served as an MCP prompt"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: valid (%s)\n", p.Name, p.Version, kind)
 			return nil
