@@ -54,7 +54,7 @@ const (
 var ProtocolAbuseKinds = []string{AbuseOversizedFrame, AbuseNotJSONRPC, AbuseInvalidRequest, AbuseInvalidParams,
 	AbuseUnknownMethod, AbuseRefusedPeer, AbuseTooManyConns, AbuseTruncatedFrame}
 
-// Outcomes. An invocation ends in one of the first six; a tool call in
+// Outcomes. An invocation ends in one of the first seven; a tool call in
 // success, error or timeout.
 const (
 	OutcomeSuccess = "success"
@@ -62,6 +62,10 @@ const (
 	OutcomePanic   = "panic"
 	OutcomeTimeout = "timeout"
 	OutcomeKilled  = "killed"
+	// OutcomeCancelled: the caller cancelled the invocation (an MCP client's
+	// notifications/cancelled, or the admin API); it was ended through the
+	// deadline path.
+	OutcomeCancelled = "cancelled"
 	// OutcomeLost closes an invocation whose supervisor died before it could
 	// record the real outcome (found through Store.Unterminated on restart).
 	OutcomeLost = "lost"
@@ -601,7 +605,7 @@ var commonFields = []field{
 	{"trace_id", anyString},
 }
 
-var invocationOutcomes = []string{OutcomeSuccess, OutcomeError, OutcomePanic, OutcomeTimeout, OutcomeKilled, OutcomeLost}
+var invocationOutcomes = []string{OutcomeSuccess, OutcomeError, OutcomePanic, OutcomeTimeout, OutcomeKilled, OutcomeCancelled, OutcomeLost}
 var toolCallOutcomes = []string{OutcomeSuccess, OutcomeError, OutcomeTimeout}
 
 // InvocationOutcomes returns every outcome an invoked_completed row may carry.

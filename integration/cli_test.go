@@ -303,9 +303,9 @@ func TestSkillList(t *testing.T) {
 		rows = append(rows, strings.Fields(l))
 	}
 	want := [][]string{
-		{"SKILL", "VERSION", "TOOLS", "MEMORY", "FILES", "DOMAINS", "EFFORT"},
-		{"calls", "0.0.0", "Read", "-", filepath.Join(e.base, "data-calls") + "/**", "-", "5m"},
-		{"quick", "2.1.0", "-", "-", "-", "-", "3m"},
+		{"SKILL", "VERSION", "KIND", "TOOLS", "MEMORY", "FILES", "DOMAINS", "EFFORT"},
+		{"calls", "0.0.0", "tool", "Read", "-", filepath.Join(e.base, "data-calls") + "/**", "-", "5m"},
+		{"quick", "2.1.0", "tool", "-", "-", "-", "-", "3m"},
 		{"not", "usable:", "bad:", "the", "frontmatter", "name", `"other"`, "is", "not", "the", "folder", "name"},
 	}
 	if len(rows) != len(want) {

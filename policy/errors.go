@@ -13,6 +13,9 @@ var (
 	// ErrNoFrontmatter: SKILL.md does not start with a "---" line, or no
 	// second "---" line closes the frontmatter. It also matches ErrInvalid.
 	ErrNoFrontmatter error = &kindError{msg: "no frontmatter", kind: ErrInvalid}
+
+	// ErrArgs: a call's args do not match the skill's x-input-schema.
+	ErrArgs = errors.New("args do not match x-input-schema")
 )
 
 // FieldError says which frontmatter field (the key as written in the file, or

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,51 @@ func LoadDir(dir string) (*Policy, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// LoadSkill is LoadDir for a skill that may be instructions only: when the
+// frontmatter names no entrypoint and the default one does not exist, the
+// skill is valid with Kind KindInstructions and no Entrypoint. Only a tool
+// is ever run: the run path loads with LoadDir, which refuses it.
+func LoadSkill(dir string) (*Policy, error) {
+	p, err := LoadDir(dir)
+	var fe *FieldError
+	if err == nil || !errors.As(err, &fe) || fe.Field != "entrypoint" {
+		return p, err
+	}
+	data, rerr := readSkillFile(filepath.Join(dir, "SKILL.md"))
+	if rerr != nil {
+		return nil, rerr
+	}
+	q, perr := Parse(data)
+	if perr != nil {
+		return nil, perr
+	}
+	if q.Given("entrypoint") {
+		return nil, err
+	}
+	if _, serr := os.Lstat(filepath.Join(dir, q.Entrypoint)); !errors.Is(serr, fs.ErrNotExist) {
+		return nil, err // main exists and is not acceptable
+	}
+	q.Entrypoint, q.Kind = "", KindInstructions
+	return q, nil
+}
+
+// Body is SKILL.md after its frontmatter: the instructions.
+func Body(data []byte) string {
+	data = bytes.TrimPrefix(data, utf8BOM)
+	first, rest, _ := cutLine(data)
+	if !isDelimiter(first) {
+		return string(data)
+	}
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = cutLine(rest)
+		if isDelimiter(line) {
+			return strings.TrimLeft(string(rest), "\r\n")
+		}
+	}
+	return ""
 }
 
 // readSkillFile reads SKILL.md, refusing a symlink, a non-regular file and

@@ -251,6 +251,8 @@ var fields = []field{
 		p.RateLimitPerMinute = int(n)
 		return err
 	}},
+	{"x-input-schema", "", setInputSchema},
+	{"x-output-schema", "", setOutputSchema},
 	{"x-compensation", "", func(p *Policy, k string, v any) error {
 		b, ok := v.(bool)
 		if !ok {
@@ -277,6 +279,7 @@ var spellings = func() map[string]*field {
 // build applies the top-level keys, in file order, over the defaults.
 func build(top yaml.MapSlice, plain map[string]any) (*Policy, error) {
 	p := &Policy{
+		Kind:                KindTool,
 		Version:             DefaultVersion,
 		Entrypoint:          DefaultEntrypoint,
 		AllowedTools:        []ToolRule{},

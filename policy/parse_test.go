@@ -52,6 +52,7 @@ func TestParseFullExample(t *testing.T) {
 		Version:     "1.2.3-rc.1",
 		Description: "Summarise a repository.",
 		Entrypoint:  "bin/run",
+		Kind:        KindTool,
 		AllowedTools: []ToolRule{
 			{Tool: ToolRead},
 			{Tool: ToolBash, Pattern: "git status", Prefix: true},
@@ -95,6 +96,7 @@ func TestParseDefaults(t *testing.T) {
 		Version:             DefaultVersion,
 		Description:         "A demo skill.",
 		Entrypoint:          DefaultEntrypoint,
+		Kind:                KindTool,
 		AllowedTools:        []ToolRule{},
 		DisallowedTools:     []ToolRule{},
 		AllowedMemoryScopes: []string{},

@@ -3,6 +3,8 @@
 // It imports nothing else of this module.
 package policy
 
+import "encoding/json"
+
 // Tool is the name of a native tool a skill may call through the broker.
 type Tool string
 
@@ -98,6 +100,15 @@ const (
 	DefaultEntrypoint     = "main"
 )
 
+// Skill kinds.
+const (
+	// KindTool: the skill has an entrypoint to run in a sandbox.
+	KindTool = "tool"
+	// KindInstructions: a SKILL.md of instructions for the agent (and the
+	// files of its folder), with nothing to run.
+	KindInstructions = "instructions"
+)
+
 // DefaultCPU is x-cpu where the frontmatter is silent: one CPU of quota, so
 // a skill that spins cannot take the whole host. x-cpu: 0 asks for none.
 const DefaultCPU = 1.0
@@ -124,6 +135,15 @@ type Policy struct {
 	CPU                float64  `json:"x_cpu"`                   // CPUs of quota (default 1); 0 = no quota
 	RateLimitPerMinute int      `json:"x_rate_limit_per_minute"` // 0 = no limit
 	Compensation       bool     `json:"x_compensation"`
+
+	// InputSchema and OutputSchema are x-input-schema and x-output-schema
+	// as JSON: the JSON Schemas of the skill's args and result (nil: none).
+	InputSchema  json.RawMessage `json:"x_input_schema,omitempty"`
+	OutputSchema json.RawMessage `json:"x_output_schema,omitempty"`
+
+	// Kind is KindTool, or KindInstructions for a skill LoadSkill found
+	// without an executable.
+	Kind string `json:"kind"`
 
 	// Extensions holds the other x- keys, untouched (the open namespace).
 	Extensions map[string]any `json:"extensions,omitempty"`

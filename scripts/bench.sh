@@ -79,6 +79,10 @@ echo "== the daemon: invocations/s of a trivial skill through the admin socket a
 go test -tags seccomp -run '^$' -bench BenchmarkDaemon -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 
 echo
+echo "== an MCP tools/call over stdio (cyberos mcp serve) vs POST /v1/invocations with and without a request_id, warm sandbox ready, p50 (issue 40: mcp-over-api <= 1.2)"
+go test -tags seccomp -run '^$' -bench BenchmarkMCPStdioCall -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
+
+echo
 echo "== results table and plots (scripts/benchplot: medians of the lines above)"
 go run ./scripts/benchplot -out "$out" "$raw"
 echo "   raw lines: $raw"

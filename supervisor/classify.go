@@ -17,6 +17,7 @@ type ending struct {
 	exit                         sandbox.Exit
 	capHit                       bool // the audit row cap was reached
 	termSent, killSent, stopSent bool // the deadline (or the daemon's stop) fired
+	cancelSent                   bool // the caller's cancel fired (with termSent)
 	oomKills                     uint64
 	stdoutOverflow               bool
 	stdout                       []byte
@@ -53,6 +54,14 @@ func classify(e ending) verdict {
 	case e.capHit:
 		v.outcome = OutcomeKilled
 		v.auditMsg = fmt.Sprintf("killed at the audit row cap: %d rows (skill.audit_cap_reached)", e.maxAuditRows)
+		v.errorMessage = v.auditMsg
+	case e.cancelSent && (e.killSent || e.termSent):
+		v.outcome = OutcomeCancelled
+		v.signalSent = "SIGTERM"
+		if e.killSent {
+			v.signalSent = "SIGKILL"
+		}
+		v.auditMsg = "cancelled by the caller: ended through the deadline path (SIGTERM, then kill after the grace)"
 		v.errorMessage = v.auditMsg
 	case e.killSent || e.termSent:
 		v.outcome = OutcomeTimeout

@@ -34,6 +34,8 @@ func TestClassify(t *testing.T) {
 			OutcomeTimeout, "SIGKILL", "deadline of 10s reached", ""},
 		{"daemon stop", with(func(e *ending) { e.termSent, e.stopSent = true, true }),
 			OutcomeTimeout, "SIGTERM", "supervisor shut down", ""},
+		{"caller cancel", with(func(e *ending) { e.termSent, e.cancelSent = true, true; e.exit.Code = 143 }),
+			OutcomeCancelled, "SIGTERM", "cancelled by the caller", ""},
 		{"deadline before OOM", with(func(e *ending) { e.killSent = true; e.oomKills = 2 }),
 			OutcomeTimeout, "SIGKILL", "deadline of 10s", ""},
 		{"OOM", with(func(e *ending) { e.oomKills = 1; e.exit.Signal = syscall.SIGKILL }),

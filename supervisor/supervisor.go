@@ -92,6 +92,8 @@ const (
 	OutcomePanic   Outcome = audit.OutcomePanic
 	OutcomeTimeout Outcome = audit.OutcomeTimeout
 	OutcomeKilled  Outcome = audit.OutcomeKilled
+	// OutcomeCancelled: Request.Cancel was closed while the skill ran.
+	OutcomeCancelled Outcome = audit.OutcomeCancelled
 	// OutcomeLost closes an invocation whose supervisor died before it
 	// could record how it ended (crash reconciliation).
 	OutcomeLost Outcome = audit.OutcomeLost
@@ -149,6 +151,9 @@ type Request struct {
 	// (SIGTERM now, SIGKILL after the usual 10% grace, at most StopKillAfter):
 	// the daemon's shutdown. The outcome is timeout, with its skill.timeout row.
 	Stop <-chan struct{}
+	// Cancel, when closed, ends the invocation as Stop does, with the
+	// outcome cancelled: the caller gave up on it.
+	Cancel <-chan struct{}
 }
 
 // Defaults are limits applied where the frontmatter is silent.
@@ -848,7 +853,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	env.SandboxStartMS = float64(proc.StartLatency().Microseconds()) / 1000
 	s.metrics().SandboxStart.Observe(proc.StartLatency().Seconds())
 
-	var termSent, killSent, stopSent atomic.Bool
+	var termSent, killSent, stopSent, cancelSent atomic.Bool
 	termTimer := time.AfterFunc(deadline*termNum/termDen, func() {
 		termSent.Store(true)
 		if err := proc.Terminate(); err != nil {
@@ -863,23 +868,32 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 	})
 	var timersMu sync.Mutex
 	waited := make(chan struct{})
-	if inv.req.Stop != nil {
+	if inv.req.Stop != nil || inv.req.Cancel != nil {
 		go func() {
+			cancelled := false
 			select {
 			case <-inv.req.Stop:
-				timersMu.Lock()
-				defer timersMu.Unlock()
-				select {
-				case <-waited:
-					return
-				default:
-				}
+			case <-inv.req.Cancel:
+				cancelled = true
+			case <-waited:
+				return
+			}
+			timersMu.Lock()
+			defer timersMu.Unlock()
+			select {
+			case <-waited:
+				return
+			default:
+			}
+			if cancelled {
+				cancelSent.Store(true)
+				log.Info("invocation cancelled: ending it through the deadline path")
+			} else {
 				stopSent.Store(true)
 				log.Warn("supervisor stopping: ending the invocation through the timeout path")
-				termTimer.Reset(0)
-				killTimer.Reset(min(deadline-deadline*termNum/termDen, StopKillAfter))
-			case <-waited:
 			}
+			termTimer.Reset(0)
+			killTimer.Reset(min(deadline-deadline*termNum/termDen, StopKillAfter))
 		}()
 	}
 	exit, werr := proc.Wait()
@@ -909,7 +923,7 @@ func (s *Supervisor) dispatch(inv *invocation, log *slog.Logger) (Envelope, stri
 
 	v := classify(ending{
 		waitErr: werr, exit: exit, capHit: inv.capHit.Load(),
-		termSent: termSent.Load(), killSent: killSent.Load(), stopSent: stopSent.Load(),
+		termSent: termSent.Load(), killSent: killSent.Load(), stopSent: stopSent.Load(), cancelSent: cancelSent.Load(),
 		oomKills: oomKills, stdoutOverflow: inv.stdout.overflow, stdout: inv.stdout.Bytes(), logTail: env.LogTail,
 		deadline: deadline, maxAuditRows: inv.limits.maxAuditRows, memoryMB: inv.pol.MemoryMB,
 	})

@@ -374,9 +374,9 @@ func newListCmd() *cobra.Command {
 				return enc.Encode(list)
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SKILL\tVERSION\tTOOLS\tMEMORY\tFILES\tDOMAINS\tEFFORT")
+			fmt.Fprintln(tw, "SKILL\tVERSION\tKIND\tTOOLS\tMEMORY\tFILES\tDOMAINS\tEFFORT")
 			for _, p := range list.Skills {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%dm\n", p.Name, orDash(p.Version), orDash(toolRules(p.AllowedTools)),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%dm\n", p.Name, orDash(p.Version), orDash(p.Kind), orDash(toolRules(p.AllowedTools)),
 					orDash(strings.Join(p.AllowedMemoryScopes, ",")), orDash(strings.Join(p.AllowedFiles, ",")), orDash(strings.Join(p.AllowedDomains, ",")), p.EffortMinutes)
 			}
 			if err := tw.Flush(); err != nil {

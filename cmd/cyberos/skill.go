@@ -290,14 +290,18 @@ func newValidateCmd() *cobra.Command {
 		Short: "Parse and validate the skill's SKILL.md frontmatter and entrypoint",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			p, err := policy.LoadDir(a[0])
+			p, err := policy.LoadSkill(a[0])
 			if err != nil {
 				return &exitError{exitUsage, fmt.Errorf("invalid skill %s: %w", a[0], err)}
 			}
 			for _, w := range p.Warnings {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: valid\n", p.Name, p.Version)
+			kind := "a tool, runs " + p.Entrypoint
+			if p.Kind == policy.KindInstructions {
+				kind = "instructions only: nothing to run, served as an MCP prompt"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: valid (%s)\n", p.Name, p.Version, kind)
 			return nil
 		},
 	}

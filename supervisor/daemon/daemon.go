@@ -56,6 +56,10 @@ type InvokeRequest struct {
 	// most MaxDeadlineMS, 0 keeps effort_minutes.
 	DeadlineMS int64  `json:"deadline_ms,omitempty"`
 	RequestID  string `json:"request_id,omitempty"`
+	// CancelOnDisconnect: a caller that goes away before the answer
+	// cancels the invocation (outcome cancelled), as an MCP client's
+	// notifications/cancelled does. Without it the invocation runs on.
+	CancelOnDisconnect bool `json:"cancel_on_disconnect,omitempty"`
 }
 
 // APIError is the body of every non-200 answer.
@@ -74,6 +78,8 @@ type Daemon struct {
 	log      *slog.Logger
 	adminGID int
 	hub      *hub
+	cancels  cancels // running invocations' cancel switches
+	mcpStop  func()  // ends the MCP server's watch of skills_dir
 	// requests holds the idempotency records; nil when idempotency_window is 0.
 	requests *requests
 
@@ -177,12 +183,16 @@ func New(cfg Config, o Options) (*Daemon, error) {
 // routes is the admin API, behind the peer check.
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/mcp", d.mcpHandler())
 	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
 	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
 	mux.HandleFunc("GET /v1/events", d.handleEvents)
 	mux.HandleFunc("GET /v1/skills", d.handleSkills)
+	mux.HandleFunc("GET /v1/skills/{id}/files", d.handleSkillFiles)
+	mux.HandleFunc("GET /v1/skills/{id}/files/{path...}", d.handleSkillFile)
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
+	mux.HandleFunc("POST /v1/invocations/{id}/cancel", d.handleCancel)
 	mux.HandleFunc("GET /healthz", healthz)
 	return d.countRequests(d.authorize(mux))
 }
@@ -322,7 +332,7 @@ func InstalledSkills(dir string) ([]*policy.Policy, []SkillProblem, error) {
 		if !e.IsDir() || !SkillIDPattern().MatchString(id) {
 			continue
 		}
-		pol, err := policy.LoadDir(filepath.Join(dir, id))
+		pol, err := policy.LoadSkill(filepath.Join(dir, id))
 		if err == nil && pol.Name != id {
 			err = fmt.Errorf("the frontmatter name %q is not the folder name", pol.Name)
 		}
@@ -438,6 +448,9 @@ func (d *Daemon) notify(state string) {
 
 func (d *Daemon) shutdown() {
 	d.notify(sddaemon.SdNotifyStopping)
+	if d.mcpStop != nil {
+		d.mcpStop()
+	}
 	d.gate.Lock()
 	d.draining.Store(true)
 	d.gate.Unlock()
@@ -649,6 +662,12 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		traceparent, tracestate = telemetry.FromHeaders(r.Header)
 	}
 	var id string
+	cancel := d.cancels.open()
+	defer d.cancels.close(cancel)
+	if req.CancelOnDisconnect {
+		stop := context.AfterFunc(r.Context(), cancel.fire)
+		defer stop()
+	}
 	def := supervisor.Defaults(d.cfg.Defaults)
 	env, err := d.sup.Run(supervisor.Request{
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
@@ -658,14 +677,16 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		Ceilings: d.cfg.Limits.Ceilings(),
 		OnStarted: func(s supervisor.Started) {
 			id = s.InvocationID
+			d.cancels.name(cancel, id)
 			if cl.own {
 				d.requests.started(cl.key, s.InvocationID)
 			}
-			d.hub.started(s)
+			d.hub.startedAs(s, req.RequestID)
 		},
 		OnToolCall:      d.hub.decided,
 		OnProtocolAbuse: func(kind string) { d.hub.protocolAbuse(id, kind) },
 		Stop:            d.stop,
+		Cancel:          cancel.ch,
 		// Admitted; a cold sandbox is created once a start slot is free. A
 		// caller that gives up meanwhile leaves the line, and nothing runs.
 		StartSlot: func() (func(), error) { return d.starts.enter(r.Context(), d.stop) },

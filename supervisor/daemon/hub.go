@@ -72,6 +72,7 @@ type Event struct {
 	InvocationID string          `json:"invocation_id,omitempty"`
 	SkillID      string          `json:"skill_id,omitempty"`
 	TenantID     string          `json:"tenant_id,omitempty"`
+	RequestID    string          `json:"request_id,omitempty"` // invocation_started
 	TS           string          `json:"ts,omitempty"`
 	Outcome      string          `json:"outcome,omitempty"` // invocation_ended
 	Call         *broker.Decided `json:"call,omitempty"`    // tool_call
@@ -140,11 +141,15 @@ func (h *hub) protocolAbuse(id, kind string) {
 	}
 }
 
-func (h *hub) started(s supervisor.Started) {
+func (h *hub) started(s supervisor.Started) { h.startedAs(s, "") }
+
+// startedAs is started for a request with a request_id, which its
+// invocation_started event carries (an MCP call finds its invocation by it).
+func (h *hub) startedAs(s supervisor.Started, requestID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.active[s.InvocationID] = &active{info: s, subs: map[*subscriber]struct{}{}}
-	h.emitLocked(Event{Type: EventInvocationStarted, InvocationID: s.InvocationID, SkillID: s.SkillID, TenantID: s.TenantID, TS: s.StartedAt.UTC().Format(time.RFC3339Nano)})
+	h.emitLocked(Event{Type: EventInvocationStarted, InvocationID: s.InvocationID, SkillID: s.SkillID, TenantID: s.TenantID, RequestID: requestID, TS: s.StartedAt.UTC().Format(time.RFC3339Nano)})
 }
 
 // emitLocked hands ev to the watchers that want its skill; it never
