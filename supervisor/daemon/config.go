@@ -69,6 +69,10 @@ type Config struct {
 	// hold between reading and answering (broker.Budget); 0 means
 	// broker.DefaultDaemonBudget. See checkResponseBudget.
 	ResponseBudgetMB int64 `yaml:"response_budget_mb"`
+
+	// MCPHTTP is the optional loopback TCP listener for MCP clients
+	// (mcptcp.go); the admin socket's /mcp needs none.
+	MCPHTTP MCPHTTP `yaml:"mcp_http"`
 }
 
 // Fleet is the config of a daemon that is one host of many.
@@ -484,6 +488,9 @@ func (c *Config) Validate() error {
 	if err := sandbox.CheckIDRanges("userns.host_id_base", "userns.ranges", c.Userns.HostIDBase, c.IDRanges(), sandbox.HostIDFiles); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
+	if err := c.MCPHTTP.check(); err != nil {
+		return err
+	}
 	return c.checkResponseBudget()
 }
 
@@ -520,6 +527,9 @@ func (c *Config) ReservedPaths(configPath string) []string {
 	out := []string{c.SkillsDir, c.AdminSocket, key, key + ".pub"}
 	if c.Fleet.PostgresDSNFile != "" { // it may hold a password
 		out = append(out, c.Fleet.PostgresDSNFile)
+	}
+	if c.MCPHTTP.TokenFile != "" {
+		out = append(out, c.MCPHTTP.TokenFile)
 	}
 	if configPath != "" {
 		if abs, err := filepath.Abs(configPath); err == nil {

@@ -98,6 +98,9 @@ type Daemon struct {
 	adminLn net.Listener
 	metrSrv *http.Server
 	metrLn  net.Listener
+	mcpSrv  *http.Server // mcp_http's loopback listener (mcptcp.go); nil when off
+	mcpLn   net.Listener
+	mcpH    http.Handler // /mcp, served on the admin socket and on mcpLn
 }
 
 // Options are what New needs besides the config.
@@ -177,13 +180,23 @@ func New(cfg Config, o Options) (*Daemon, error) {
 		mm.HandleFunc("GET /healthz", healthz)
 		d.metrSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
 	}
+	if cfg.MCPHTTP.Listen != "" {
+		if err := d.listenMCPHTTP(d.mcpH); err != nil {
+			d.adminLn.Close()
+			if d.metrLn != nil {
+				d.metrLn.Close()
+			}
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
 // routes is the admin API, behind the peer check.
 func (d *Daemon) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", d.mcpHandler())
+	d.mcpH = d.mcpHandler()
+	mux.Handle("/mcp", d.mcpH)
 	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
 	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
@@ -406,12 +419,15 @@ func (d *Daemon) authorize(next http.Handler) http.Handler {
 // then the rest are ended through the timeout path (each gets its
 // skill.timeout and completed rows) before Serve returns.
 func (d *Daemon) Serve(ctx context.Context) error {
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- d.admin.Serve(d.adminLn) }()
 	if d.metrSrv != nil {
 		go func() { errc <- d.metrSrv.Serve(d.metrLn) }()
 	}
-	d.log.Info("supervisor serving", "admin_socket", d.cfg.AdminSocket, "metrics", d.MetricsAddr(), "skills_dir", d.cfg.SkillsDir)
+	if d.mcpSrv != nil {
+		go func() { errc <- d.mcpSrv.Serve(d.mcpLn) }()
+	}
+	d.log.Info("supervisor serving", "admin_socket", d.cfg.AdminSocket, "metrics", d.MetricsAddr(), "mcp_http", d.MCPHTTPAddr(), "skills_dir", d.cfg.SkillsDir)
 	if err := d.store.Damage(); err != nil {
 		d.log.Error("audit store damaged: invocations are refused until it is repaired", "err", err, "severity", "sev-1")
 	}
@@ -462,6 +478,9 @@ func (d *Daemon) shutdown() {
 		_ = d.admin.Shutdown(shutCtx)
 		close(shutDone)
 	}()
+	if d.mcpSrv != nil {
+		go func() { _ = d.mcpSrv.Shutdown(shutCtx) }()
+	}
 	done := make(chan struct{})
 	go func() {
 		d.wg.Wait()
@@ -488,6 +507,9 @@ func (d *Daemon) shutdown() {
 	}
 	cancel()
 	_ = d.admin.Close()
+	if d.mcpSrv != nil {
+		_ = d.mcpSrv.Close()
+	}
 	if d.metrSrv != nil {
 		ctx, c := context.WithTimeout(context.Background(), time.Second)
 		_ = d.metrSrv.Shutdown(ctx)
