@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -67,5 +69,67 @@ func TestMCPLoopbackListenerNeedsTheToken(t *testing.T) {
 
 	if strings.Contains(d.logs.String(), token) {
 		t.Errorf("the daemon's log holds the token")
+	}
+}
+
+// mcpPost sends one JSON-RPC message to the admin socket's /mcp in session
+// sid ("" before initialize) and returns the session id and the JSON-RPC
+// answer's body (from a JSON or an event-stream response).
+func mcpPost(t *testing.T, d *daemonProc, sid, msg string) (string, rpcAnswer) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://cyberos/mcp", strings.NewReader(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Cyberos-Tenant", mcpTenantA)
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("POST /mcp %s: %d %s", msg, resp.StatusCode, body)
+	}
+	var a rpcAnswer
+	for _, line := range strings.Split(string(body), "\n") {
+		line = strings.TrimPrefix(line, "data: ")
+		if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &a) == nil && a.Method == "" {
+			break
+		}
+	}
+	return resp.Header.Get("Mcp-Session-Id"), a
+}
+
+// TestMCPHTTPRetryIsIdempotent: over Streamable HTTP too, the same
+// tools/call (same JSON-RPC id in the same session) sent again gets the
+// first answer and makes one started row; another id is another
+// invocation.
+func TestMCPHTTPRetryIsIdempotent(t *testing.T) {
+	testutil.RequiresRoot(t)
+	e := newEnv(t)
+	mcpSkills(e)
+	d := startDaemon(t, e)
+	sid, _ := mcpPost(t, d, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if sid == "" {
+		t.Fatal("initialize answered without Mcp-Session-Id")
+	}
+	mcpPost(t, d, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"writer","arguments":{}}}`
+	_, a1 := mcpPost(t, d, sid, call)
+	_, a2 := mcpPost(t, d, sid, call)
+	if a1.Error != nil || len(a1.Result) == 0 || string(a1.Result) != string(a2.Result) {
+		t.Fatalf("first %s %v, retry %s %v", a1.Result, a1.Error, a2.Result, a2.Error)
+	}
+	if rows := startedRows(e, "writer"); len(rows) != 1 {
+		t.Errorf("writer: %d started rows after a retry, want 1", len(rows))
+	}
+	if _, a := mcpPost(t, d, sid, strings.Replace(call, `"id":7`, `"id":8`, 1)); a.Error != nil || string(a.Result) == string(a1.Result) {
+		t.Errorf("id 8: %s %v", a.Result, a.Error)
 	}
 }
