@@ -34,11 +34,15 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 
 	if why := mustBeDir(cfg.SkillsDir); why != "" {
 		bad("skills_dir", "%s %s", cfg.SkillsDir, why)
-	} else if _, problems, err := daemon.InstalledSkills(cfg.SkillsDir); err != nil {
+	} else if skills, problems, err := daemon.InstalledSkills(cfg.SkillsDir); err != nil {
 		bad("skills_dir", "%v", err)
 	} else {
 		for _, p := range problems {
 			warnings = append(warnings, fmt.Sprintf("skill %s is not usable: %v", p.ID, p.Err))
+		}
+		reserved := cfg.ReservedPaths(configPath)
+		for _, p := range skills {
+			warnings = append(warnings, reservedWarnings(p.Name, p, reserved)...)
 		}
 	}
 	if why := mustBeDir(cfg.SeccompProfilesDir); why != "" {

@@ -284,7 +284,8 @@ func printEnvelope(w io.Writer, e supervisor.Envelope) {
 }
 
 func newValidateCmd() *cobra.Command {
-	return &cobra.Command{
+	var configPath string
+	cmd := &cobra.Command{
 		Use:   "validate DIR",
 		Short: "Parse and validate the skill's SKILL.md frontmatter and entrypoint",
 		Args:  cobra.ExactArgs(1),
@@ -293,13 +294,32 @@ func newValidateCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{exitUsage, fmt.Errorf("invalid skill %s: %w", a[0], err)}
 			}
-			for _, w := range p.Warnings {
+			warn := func(msg string, kv ...any) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", slogLine(msg, kv...))
+			}
+			reserved, err := daemonReserved(configPath, warn)
+			if err != nil {
+				return &exitError{exitUsage, err}
+			}
+			for _, w := range append(p.Warnings, reservedWarnings(p.Name, p, reserved)...) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: valid\n", p.Name, p.Version)
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&configPath, "config", "", "the daemon config whose reserved paths the skill's x-allowed-files are checked against; default: "+defaultConfigPath+" when it exists")
+	return cmd
+}
+
+// slogLine renders a message and its key-value pairs as one line.
+func slogLine(msg string, kv ...any) string {
+	var b strings.Builder
+	b.WriteString(msg)
+	for i := 0; i+1 < len(kv); i += 2 {
+		fmt.Fprintf(&b, " %v=%v", kv[i], kv[i+1])
+	}
+	return b.String()
 }
 
 // newLogger logs to stderr at level, as slog's text (key=value) or JSON
