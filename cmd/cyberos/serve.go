@@ -25,8 +25,16 @@ import (
 	"github.com/cyberos/supervisor/telemetry"
 )
 
+// newSupervisorCmd is `supervisor`, which holds `serve` under its old
+// name (`cyberos serve` is the same command).
 func newSupervisorCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "supervisor", Short: "The root daemon"}
+	cmd := &cobra.Command{Use: "supervisor", Short: "The root daemon (supervisor serve is cyberos serve)"}
+	cmd.AddCommand(newServeCmd())
+	return cmd
+}
+
+// newServeCmd is the daemon: `cyberos serve`, also `cyberos supervisor serve`.
+func newServeCmd() *cobra.Command {
 	var configPath, runDir, logLevel, logFormat, placement string
 	var check bool
 	serve := &cobra.Command{
@@ -88,8 +96,7 @@ func newSupervisorCmd() *cobra.Command {
 	fl.StringVar(&logFormat, "log-format", "text", "text (key=value) or json (one object per line)")
 	fl.StringVar(&placement, "cgroup-placement", "", "overrides the config's cgroup_placement (auto, service or root); the systemd unit, which delegates the daemon its cgroup, says service")
 	_ = fl.MarkHidden("run-dir")
-	cmd.AddCommand(serve)
-	return cmd
+	return serve
 }
 
 func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *slog.Logger) error {

@@ -281,6 +281,26 @@ func printEnvelope(w io.Writer, e supervisor.Envelope) {
 	for _, n := range c.NotEnforced {
 		fmt.Fprintf(w, "  NOT ENFORCED  %s\n", n)
 	}
+	if e.Outcome != supervisor.OutcomeSuccess && strings.TrimSpace(e.LogTail) != "" {
+		lines := lastLines(e.LogTail, stderrLines)
+		fmt.Fprintf(w, "stderr (last %d lines):\n", len(lines))
+		for _, l := range lines {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+}
+
+// stderrLines is how much of a failed skill's stderr its human output ends
+// with: the lines that usually say why.
+const stderrLines = 10
+
+// lastLines is the last n non-empty-tail lines of s.
+func lastLines(s string, n int) []string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
 }
 
 func newValidateCmd() *cobra.Command {
