@@ -42,7 +42,7 @@ func TestCLIDialErrors(t *testing.T) {
 func TestCLITopLevelCommands(t *testing.T) {
 	e := newEnv(t)
 	callsSkill(e, "calls")
-	e.skill("sleeper", "", "#!/bin/sh\nsleep 60\n")
+	e.skill("sleeper", "", "#!/bin/sh\necho 'sleeper: waiting for the deadline' >&2\nsleep 60\n")
 	d := startDaemon(t, e)
 	sock := []string{"--socket", d.adminSocket}
 
@@ -96,8 +96,41 @@ func TestCLITopLevelCommands(t *testing.T) {
 	if code != 2 || stderr != "cyberos: --output: \"yaml\": want table or json\n" {
 		t.Errorf("ps -o yaml: exit %d, stderr %q", code, stderr)
 	}
+	// logs -f waits for the running invocation's end, then prints its stderr.
+	logs := make(chan string, 1)
+	go func() {
+		out, stderr, code := cli(t, nil, append([]string{"logs", "-f", id}, sock...)...)
+		logs <- out + stderr + "exit " + strconv.Itoa(code)
+	}()
 	if env := <-done; env.Outcome != "timeout" {
 		t.Errorf("sleeper: outcome %q, want timeout", env.Outcome)
+	}
+	if got := <-logs; got != "sleeper: waiting for the deadline\nexit 0" {
+		t.Errorf("logs -f: %q", got)
+	}
+	out, _, code = cli(t, nil, append([]string{"logs", id}, sock...)...)
+	if code != 0 || out != "sleeper: waiting for the deadline\n" {
+		t.Errorf("logs: exit %d %q", code, out)
+	}
+	// inspect: the invocation's record from the audit.
+	out, _, code = cli(t, nil, append([]string{"inspect", id}, sock...)...)
+	var rec map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec["invocation_id"] != id || rec["skill_id"] != "sleeper" || rec["outcome"] != "timeout" || rec["running"] != false || rec["containment"] == nil {
+		t.Errorf("inspect: exit %d\n%s", code, out)
+	}
+	// ps -a: the ended one, with its outcome.
+	out, _, code = cli(t, nil, append([]string{"ps", "-a"}, sock...)...)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || !slices.Equal(strings.Fields(lines[1])[:4], []string{id, "sleeper", "00000000-0000-0000-0000-000000000000", "timeout"}) {
+		t.Errorf("ps -a: exit %d\n%s", code, out)
+	}
+	// An invocation nobody ran.
+	const none = "01M00000000000000000000000"
+	for _, args := range [][]string{{"inspect", none}, {"logs", none}} {
+		_, stderr, code := cli(t, nil, append(args, sock...)...)
+		if code != 2 || !strings.Contains(stderr, none) || !strings.Contains(stderr, "HTTP 404") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming it, HTTP 404", args, code, stderr)
+		}
 	}
 
 	// replay ID prints what skill broker replay --invocation ID does.

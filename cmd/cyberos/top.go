@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -74,10 +76,11 @@ func writeJSON(out io.Writer, v any) error {
 // newPsCmd is `ps`: the running invocations, like docker ps.
 func newPsCmd() *cobra.Command {
 	var socket, output string
-	var quiet bool
+	var quiet, all bool
+	var last int
 	cmd := &cobra.Command{
 		Use:   "ps",
-		Short: "List the running invocations (-q: their ids only)",
+		Short: "List the running invocations (-a: and the last ended ones; -q: ids only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
@@ -87,33 +90,59 @@ func newPsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			rows := make([]psRow, 0, len(st.Invocations))
+			for _, a := range st.Invocations {
+				rows = append(rows, psRow{ActiveView: a, Status: "running"})
+			}
+			if all {
+				recent, err := fetchRecent(socket, last)
+				if err != nil {
+					return err
+				}
+				for _, r := range recent {
+					rows = append(rows, psRow{ActiveView: daemon.ActiveView{InvocationID: r.InvocationID, SkillID: r.SkillID, TenantID: r.TenantID},
+						Status: r.Outcome, EndedAt: r.EndedAt, DurationMS: r.DurationMS})
+				}
+			}
 			out := cmd.OutOrStdout()
 			switch {
 			case quiet:
-				for _, a := range st.Invocations {
-					fmt.Fprintln(out, a.InvocationID)
+				for _, r := range rows {
+					fmt.Fprintln(out, r.InvocationID)
 				}
 				return nil
 			case output == "json":
-				if st.Invocations == nil {
-					st.Invocations = []daemon.ActiveView{}
-				}
-				return writeJSON(out, st.Invocations)
+				return writeJSON(out, rows)
 			}
-			return psTable(out, st.Invocations)
+			return psTable(out, rows)
 		},
 	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "the last ended invocations too (newest first)")
+	cmd.Flags().IntVarP(&last, "last", "n", 20, "with -a: how many ended invocations (1 to 1000)")
 	socketFlag(cmd, &socket)
 	outputFlag(cmd, &output)
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print the invocation ids only")
 	return cmd
 }
 
-func psTable(out io.Writer, invs []daemon.ActiveView) error {
+// psRow is one line of ps: a running invocation (status "running") or an
+// ended one (status its outcome).
+type psRow struct {
+	daemon.ActiveView
+	Status     string `json:"status"`
+	EndedAt    string `json:"ended_at,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+}
+
+func psTable(out io.Writer, rows []psRow) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "INVOCATION\tSKILL\tTENANT\tSTARTED\tTOOL CALLS\tPROTOCOL ABUSE")
-	for _, a := range invs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", a.InvocationID, a.SkillID, orDash(a.TenantID), a.StartedAt, a.ToolCalls, orDash(strings.Join(a.ProtocolAbuse, ",")))
+	fmt.Fprintln(tw, "INVOCATION\tSKILL\tTENANT\tSTATUS\tSINCE\tTOOL CALLS\tPROTOCOL ABUSE")
+	for _, r := range rows {
+		since, calls := r.StartedAt, strconv.FormatInt(r.ToolCalls, 10)
+		if r.Status != "running" {
+			since, calls = r.EndedAt, "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.InvocationID, r.SkillID, orDash(r.TenantID), r.Status, since, calls, orDash(strings.Join(r.ProtocolAbuse, ",")))
 	}
 	return tw.Flush()
 }
@@ -145,7 +174,11 @@ func newStatusCmd() *cobra.Command {
 			}
 			if len(st.Invocations) > 0 {
 				fmt.Fprintln(out)
-				return psTable(out, st.Invocations)
+				rows := make([]psRow, 0, len(st.Invocations))
+				for _, a := range st.Invocations {
+					rows = append(rows, psRow{ActiveView: a, Status: "running"})
+				}
+				return psTable(out, rows)
 			}
 			return nil
 		},
@@ -194,4 +227,71 @@ func newReplayCmd() *cobra.Command {
 	cmd.Flags().StringVar(&pol, "policy", "", "a SKILL.md to re-judge the recorded calls against")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table (lines for people) or json (JSON lines)")
 	return cmd
+}
+
+// newInspectCmd is `inspect ID`: an invocation's record from the audit,
+// as JSON (like docker inspect).
+func newInspectCmd() *cobra.Command {
+	var socket string
+	cmd := &cobra.Command{
+		Use:   "inspect ID",
+		Short: "Print an invocation's record from the audit (JSON): skill, version, tenant, containment, outcome, error, tool calls",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/invocations/"+url.PathEscape(a[0]), nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var rec map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&rec); err != nil {
+				return &exitError{exitRefused, fmt.Errorf("daemon answer: %w", err)}
+			}
+			return writeJSON(cmd.OutOrStdout(), rec)
+		},
+	}
+	socketFlag(cmd, &socket)
+	return cmd
+}
+
+// newLogsCmd is `logs ID [-f]`: the invocation's stderr, through the
+// daemon, so no access to state_dir is needed.
+func newLogsCmd() *cobra.Command {
+	var socket string
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print an invocation's stderr (-f: of a running one, once it ends)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			path := "/v1/invocations/" + url.PathEscape(a[0]) + "/logs"
+			if follow {
+				path += "?follow=1"
+			}
+			resp, err := newAdminClient(socket).do(http.MethodGet, path, nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			_, err = io.Copy(cmd.OutOrStdout(), resp.Body)
+			return err
+		},
+	}
+	socketFlag(cmd, &socket)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "wait for a running invocation to end and print its stderr then")
+	return cmd
+}
+
+// fetchRecent is GET /v1/invocations: the last limit ended invocations.
+func fetchRecent(socket string, limit int) ([]daemon.Recent, error) {
+	resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/invocations?limit="+strconv.Itoa(limit), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out []daemon.Recent
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, &exitError{exitRefused, fmt.Errorf("daemon answer: %w", err)}
+	}
+	return out, nil
 }

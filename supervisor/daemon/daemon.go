@@ -177,6 +177,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/events", d.handleEvents)
 	mux.HandleFunc("GET /v1/skills", d.handleSkills)
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
+	d.routesOps(mux)
 	mux.HandleFunc("GET /healthz", healthz)
 	return d.authorize(mux)
 }
