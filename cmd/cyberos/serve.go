@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,7 +47,14 @@ func newServeCmd() *cobra.Command {
 				return &exitError{exitUsage, errors.New("--check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)")}
 			}
 			cfg := daemon.DefaultConfig()
-			if configPath != "" {
+			var loadProblems []string // --check goes on past these to name every problem
+			if check {
+				var errs []error
+				cfg, errs = daemon.CheckConfigFile(configPath)
+				for _, e := range errs {
+					loadProblems = append(loadProblems, strings.TrimPrefix(e.Error(), daemon.ErrConfig.Error()+": "))
+				}
+			} else if configPath != "" {
 				var err error
 				if cfg, err = daemon.LoadConfig(configPath); err != nil {
 					return &exitError{exitUsage, err}
@@ -72,7 +80,7 @@ func newServeCmd() *cobra.Command {
 			}
 			sb := sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges(),
 				CgroupPlacement: sandbox.Placement(cfg.CgroupPlacement)}
-			warnings, err := preflight(cfg, configPath, sb, placementKey)
+			warnings, err := preflight(cfg, configPath, sb, placementKey, loadProblems...)
 			if check {
 				for _, w := range warnings {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
