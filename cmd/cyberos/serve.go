@@ -208,11 +208,43 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnHUP(ctx, hup, d, configPath, log)
 	if err := d.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return &exitError{exitRefused, err}
 	}
 	log.Info("supervisor stopped")
 	return nil
+}
+
+// reloadOnHUP reloads the config at each SIGHUP (systemctl reload): what
+// can change in a running daemon is applied and logged at INFO, a changed
+// key that needs a restart is named at WARN, and a config that does not
+// load changes nothing (ERROR, with every problem).
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, configPath string, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if configPath == "" {
+			log.Warn("SIGHUP: no config file to reload (serve runs on the built-in defaults)")
+			continue
+		}
+		cfg, problems := daemon.CheckConfigFile(configPath)
+		if len(problems) > 0 {
+			log.Error("SIGHUP: the config does not load; nothing changed", "config", configPath, "err", errors.Join(problems...))
+			continue
+		}
+		applied, restart := d.Reload(cfg)
+		log.Info("SIGHUP: config reloaded", "config", configPath, "applied", strings.Join(applied, ","), "skills", "read from skills_dir at each invocation")
+		if len(restart) > 0 {
+			log.Warn("SIGHUP: changed keys need a restart to take effect", "keys", strings.Join(restart, ","))
+		}
+	}
 }
 
 // removeStaleSockets deletes the broker sockets of ids, sandboxes whose

@@ -72,8 +72,10 @@ type Daemon struct {
 	requests *requests
 
 	inflight atomic.Int64
-	starts   startGate  // sandbox creations in progress
-	scav     *scavenger // hands a burst's memory back to the OS
+	// reloadedDefaults are the defaults of the last SIGHUP (reload.go).
+	reloadedDefaults atomic.Pointer[Defaults]
+	starts           startGate  // sandbox creations in progress
+	scav             *scavenger // hands a burst's memory back to the OS
 	// gate orders the admission of an invocation (wg.Add) before shutdown's
 	// wg.Wait: once draining is set under it, nothing is added.
 	gate     sync.Mutex
@@ -579,7 +581,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		d.wg.Done()
 	}()
 	var id string
-	def := supervisor.Defaults(d.cfg.Defaults)
+	def := supervisor.Defaults(d.currentDefaults())
 	env, err := d.sup.Run(supervisor.Request{
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
 		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
