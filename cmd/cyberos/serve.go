@@ -240,7 +240,11 @@ func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, co
 			continue
 		}
 		applied, restart := d.Reload(cfg)
-		log.Info("SIGHUP: config reloaded", "config", configPath, "applied", strings.Join(applied, ","), "skills", "read from skills_dir at each invocation")
+		changed := strings.Join(applied, ",")
+		if changed == "" {
+			changed = "nothing"
+		}
+		log.Info("SIGHUP: config reloaded", "config", configPath, "applied", changed, "skills", "read from skills_dir at each invocation")
 		if len(restart) > 0 {
 			log.Warn("SIGHUP: changed keys need a restart to take effect", "keys", strings.Join(restart, ","))
 		}
