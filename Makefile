@@ -15,25 +15,28 @@ DEMO_STATE ?= /tmp/cyberos-demo-state
 # Installed by `make deps` (scripts/install-deps.sh pins the version).
 GOLANGCI_LINT ?= $(CURDIR)/.cache/bin/golangci-lint
 
-.PHONY: help deps build demo first-build-note test test-tools fuzz vm-test bench lint clean install uninstall
+.PHONY: help deps deps-build build demo first-build-note test test-tools fuzz vm-test bench lint clean install uninstall
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-deps: ## install what the build needs (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl, postgresql for the fleet tests; golangci-lint into .cache/bin); idempotent
+deps: ## install what the build, the tests and the linter need (deps-build, postgresql for the fleet tests, golangci-lint into .cache/bin); idempotent
 	@bash scripts/install-deps.sh
 
-build: deps ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-spawn (the same, the sandbox creation helper), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
+deps-build: ## install only what build and demo need (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl); idempotent
+	@bash scripts/install-deps.sh build
+
+build: deps-build ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-spawn (the same, the sandbox creation helper), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
 	CGO_ENABLED=1 $(GO) build $(STATIC) -o $(BIN) ./cmd/cyberos
 	CGO_ENABLED=1 $(GO) build $(STATIC) -o bin/cyberos-spawn ./cmd/cyberos-spawn
 	$(CC) -static -O2 -Wall -Wextra -Werror -o bin/cyberos-init sandbox-init/cyberos-init.c
 	CGO_ENABLED=0 $(GO) build -o bin/cyberos-tool ./cmd/cyberos-tool
 	CGO_ENABLED=0 $(GO) build -o examples/notes-go/main examples/notes-go/skill.go
 
-# The first build downloads the Go modules and builds golangci-lint: say so
-# before minutes of silence.
+# The first build downloads the Go modules: say so before minutes of
+# silence.
 first-build-note:
-	@test -x $(BIN) || echo "first build: Go modules and golangci-lint are downloaded and built, a few minutes; later builds take seconds"
+	@test -x $(BIN) || echo "first build: the Go modules are downloaded, a minute or two; later builds take seconds"
 
 demo: first-build-note build ## run the example skills in the sandbox (as root): results, what was enforced, broker refusals, the audit chain
 	@bash scripts/demo.sh $(BIN) $(DEMO_STATE)

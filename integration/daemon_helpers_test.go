@@ -82,6 +82,8 @@ type daemonStart struct {
 	// cgroups are cgroup directories the daemon's process joins before
 	// the daemon runs (a shell writes its pid into each, then execs it).
 	cgroups []string
+	// configPath is where the config is written; default <base>/etc/supervisor.yaml.
+	configPath string
 }
 
 // startDaemonWith is startDaemon started as s says.
@@ -93,7 +95,9 @@ func startDaemonWith(t testing.TB, e *env, s daemonStart, extra ...string) *daem
 	d := &daemonProc{t: t, e: e, metricsAddr: freePort(t), logs: &bytes.Buffer{}, exited: make(chan error, 1),
 		adminSocket: filepath.Join(e.base, "admin.sock"), socketDir: filepath.Join(e.base, "sockets"),
 		skillsDir: filepath.Join(e.base, "skills"), cfgPath: filepath.Join(e.base, "etc", "supervisor.yaml")}
-	// The config's directory is reserved to the supervisor: its own one.
+	if s.configPath != "" {
+		d.cfgPath = s.configPath
+	}
 	if err := os.MkdirAll(filepath.Dir(d.cfgPath), 0o755); err != nil {
 		t.Fatal(err)
 	}

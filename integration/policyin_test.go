@@ -92,9 +92,14 @@ func rewriteCalls(own, other, profile, config, data string) [][3]string {
 		c = append(c,
 			[3]string{"write_config", "Write", fmt.Sprintf(`{"path":"%s","content":"version: 1\n"}`, config)},
 			[3]string{"edit_config", "Edit", fmt.Sprintf(`{"path":"%s","old_string":"version: 1","new_string":"version: 1\nmax_concurrent: 1"}`, config)},
-			[3]string{"write_config_dir", "Write", fmt.Sprintf(`{"path":"%s/other.yaml","content":"x"}`, filepath.Dir(config))},
 			[3]string{"read_config", "Read", fmt.Sprintf(`{"path":"%s"}`, config)},
 		)
+		// The directory around the config is not reserved unless it is the
+		// dedicated one (issue 41.1: it may be /tmp); the daemon reads no
+		// other file there.
+		if filepath.Dir(config) == "/etc/cyberos" {
+			c = append(c, [3]string{"write_config_dir", "Write", fmt.Sprintf(`{"path":"%s/other.yaml","content":"x"}`, filepath.Dir(config))})
+		}
 	}
 	return c
 }
@@ -176,7 +181,7 @@ func TestSkillCannotRewritePolicy(t *testing.T) {
 }
 
 // TestSkillCannotRewritePolicyDaemon: the daemon variant, skills_dir, the
-// config's directory and the profiles all under the allowed glob.
+// config file and the profiles all under the allowed glob.
 func TestSkillCannotRewritePolicyDaemon(t *testing.T) {
 	e := newEnv(t)
 	profiles := e.profilesWithout(t, "")
@@ -206,7 +211,7 @@ func TestSkillCannotRewritePolicyDaemon(t *testing.T) {
 			t.Errorf("no skill changes a policy input: %s changed", p)
 		}
 	}
-	for _, p := range []string{filepath.Join(own, "planted"), filepath.Join(filepath.Dir(own), "loose.txt"), filepath.Join(filepath.Dir(d.cfgPath), "other.yaml")} {
+	for _, p := range []string{filepath.Join(own, "planted"), filepath.Join(filepath.Dir(own), "loose.txt")} {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("a file was planted among the policy inputs: %s", p)
 		}

@@ -4,7 +4,8 @@ package integration
 // x-allowed-files ["/**"] edited a daemon config and read the audit
 // signing key, which `serve` reserves. `skill run` reserves them too: the
 // default config's directory (/etc/cyberos), the default config and every
-// file it names, and a --config and every file it names.
+// file it names, and a --config and every file it names (not its
+// directory: issue 41.1).
 
 import (
 	"errors"
@@ -18,16 +19,21 @@ import (
 // reserveCalls are the attacks on a daemon's config and key; "ctl_" names
 // are controls that must succeed.
 func reserveCalls(config, key, named, data string) [][3]string {
-	return [][3]string{
+	calls := [][3]string{
 		{"read_key", "Read", fmt.Sprintf(`{"path":"%s"}`, key)},
 		{"read_key_pub", "Read", fmt.Sprintf(`{"path":"%s.pub"}`, key)},
 		{"write_key", "Write", fmt.Sprintf(`{"path":"%s","content":"x"}`, key)},
 		{"read_config", "Read", fmt.Sprintf(`{"path":"%s"}`, config)},
 		{"edit_config", "Edit", fmt.Sprintf(`{"path":"%s","old_string":"version: 1","new_string":"version: 1\nmax_concurrent: 1"}`, config)},
-		{"write_config_dir", "Write", fmt.Sprintf(`{"path":"%s/planted.yaml","content":"x"}`, filepath.Dir(config))},
 		{"read_named", "Read", fmt.Sprintf(`{"path":"%s"}`, named)},
 		{"ctl_read_data", "Read", fmt.Sprintf(`{"path":"%s"}`, data)},
 	}
+	// The dedicated config directory is reserved wholesale; another
+	// config's directory is not (issue 41.1: it may be /tmp).
+	if filepath.Dir(config) == "/etc/cyberos" {
+		calls = append(calls, [3]string{"write_config_dir", "Write", fmt.Sprintf(`{"path":"%s/planted.yaml","content":"x"}`, filepath.Dir(config))})
+	}
+	return calls
 }
 
 func TestSkillRunReservesTheDaemonsFiles(t *testing.T) {
@@ -73,8 +79,8 @@ func TestSkillRunReservesTheDaemonsFiles(t *testing.T) {
 				t.Errorf("skill run let a skill change %s", p)
 			}
 		}
-		if _, err := os.Stat(filepath.Join(filepath.Dir(config), "planted.yaml")); err == nil {
-			t.Error("a file was planted beside the daemon's config")
+		if _, err := os.Stat(filepath.Join(filepath.Dir(config), "planted.yaml")); err == nil && filepath.Dir(config) == "/etc/cyberos" {
+			t.Error("a file was planted in the daemon's config directory")
 		}
 	}
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build needs, only when missing, and
-# golangci-lint. With the argument "promtool" it installs only promtool, which
-# only the tests need (make test-tools).
+# Installs, only when missing, the Debian packages the build, the tests and
+# the linter need, and golangci-lint. With the argument "build" only what
+# `make build` and `make demo` need (no PostgreSQL, no golangci-lint); with
+# "promtool" only promtool, which only the tests need (make test-tools).
 set -euo pipefail
 bin_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/bin"
 if [ "${1:-}" = promtool ]; then
@@ -18,8 +19,14 @@ if [ "${1:-}" = promtool ]; then
   fi
   exit 0
 fi
+# The build's packages (python3 and curl: the demo and the README's
+# quickstart); PostgreSQL only for the fleet tests.
+pkgs=(libseccomp-dev pkg-config gcc libc6-dev python3 curl)
+if [ "${1:-}" != build ]; then
+  pkgs+=(postgresql)
+fi
 need=()
-for pkg in libseccomp-dev pkg-config gcc libc6-dev python3 curl postgresql; do
+for pkg in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -34,6 +41,9 @@ fi
 if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
   echo "Go is not installed (expected at /usr/local/go)" >&2
   exit 1
+fi
+if [ "${1:-}" = build ]; then
+  exit 0
 fi
 # golangci-lint for `make lint`, built into .cache/bin unless that version is
 # there: a tool, kept out of go.mod so its dependencies are not the product's.

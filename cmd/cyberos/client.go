@@ -71,7 +71,7 @@ func (c *adminClient) do(method, path string, body any) (*http.Response, error) 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, &exitError{exitRefused, fmt.Errorf("admin socket %s: %w", c.socket, err)}
+		return nil, &exitError{exitRefused, dialError(c.socket, err)}
 	}
 	if resp.StatusCode/100 == 2 {
 		return resp, nil
@@ -219,64 +219,7 @@ func newBrokerCmd() *cobra.Command {
 			if repID == "" {
 				return &exitError{exitUsage, errors.New("--invocation is required")}
 			}
-			var pol *policy.Policy
-			if repPolicy != "" {
-				b, err := os.ReadFile(repPolicy)
-				if err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--policy: %w", err)}
-				}
-				if pol, err = policy.Parse(b); err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--policy %s: %w", repPolicy, err)}
-				}
-			}
-			resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/invocations/"+repID+"/replay", nil)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			var calls []broker.Decided
-			if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
-				return &exitError{exitRefused, err}
-			}
-			out := cmd.OutOrStdout()
-			enc := json.NewEncoder(out)
-			if pol == nil {
-				for _, c := range calls {
-					if repJSON {
-						_ = enc.Encode(c)
-					} else {
-						fmt.Fprintln(out, humanCall(c))
-					}
-				}
-				return nil
-			}
-			judged := daemon.Rejudge(calls, pol)
-			denied := 0
-			for _, j := range judged {
-				if j.Verdict == daemon.VerdictDenied {
-					denied++
-				}
-				if repJSON {
-					_ = enc.Encode(j)
-					continue
-				}
-				mark := "  "
-				if j.Verdict == daemon.VerdictDenied {
-					mark = "✗ "
-				}
-				fmt.Fprintf(out, "%s%s  now: %s", mark, humanCall(j.Decided), j.Verdict)
-				if j.Why != "" {
-					fmt.Fprintf(out, " (%s)", j.Why)
-				}
-				fmt.Fprintln(out)
-			}
-			if !repJSON {
-				fmt.Fprintf(out, "%d of %d calls would now be denied by %s (%s %s)\n", denied, len(judged), repPolicy, pol.Name, pol.Version)
-			}
-			if denied > 0 { // a policy change a CI job can gate on
-				return &exitError{exitOutcome, nil}
-			}
-			return nil
+			return runReplay(cmd.OutOrStdout(), socket, repID, repPolicy, repJSON)
 		},
 	}
 	replay.Flags().StringVar(&repID, "invocation", "", "the invocation id")
@@ -416,4 +359,67 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// runReplay prints invocation id's recorded tool calls, re-judged against
+// the SKILL.md at repPolicy when given (exit 1 when any would now be
+// denied): `replay ID` and `skill broker replay --invocation ID`.
+func runReplay(out io.Writer, socket, repID, repPolicy string, repJSON bool) error {
+	var pol *policy.Policy
+	if repPolicy != "" {
+		b, err := os.ReadFile(repPolicy)
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--policy: %w", err)}
+		}
+		if pol, err = policy.Parse(b); err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--policy %s: %w", repPolicy, err)}
+		}
+	}
+	resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/invocations/"+repID+"/replay", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var calls []broker.Decided
+	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
+		return &exitError{exitRefused, err}
+	}
+	enc := json.NewEncoder(out)
+	if pol == nil {
+		for _, c := range calls {
+			if repJSON {
+				_ = enc.Encode(c)
+			} else {
+				fmt.Fprintln(out, humanCall(c))
+			}
+		}
+		return nil
+	}
+	judged := daemon.Rejudge(calls, pol)
+	denied := 0
+	for _, j := range judged {
+		if j.Verdict == daemon.VerdictDenied {
+			denied++
+		}
+		if repJSON {
+			_ = enc.Encode(j)
+			continue
+		}
+		mark := "  "
+		if j.Verdict == daemon.VerdictDenied {
+			mark = "✗ "
+		}
+		fmt.Fprintf(out, "%s%s  now: %s", mark, humanCall(j.Decided), j.Verdict)
+		if j.Why != "" {
+			fmt.Fprintf(out, " (%s)", j.Why)
+		}
+		fmt.Fprintln(out)
+	}
+	if !repJSON {
+		fmt.Fprintf(out, "%d of %d calls would now be denied by %s (%s %s)\n", denied, len(judged), repPolicy, pol.Name, pol.Version)
+	}
+	if denied > 0 { // a policy change a CI job can gate on
+		return &exitError{exitOutcome, nil}
+	}
+	return nil
 }

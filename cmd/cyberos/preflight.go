@@ -27,18 +27,22 @@ import (
 // sb.CgroupPlacement came from: the key or serve's flag). Warnings are what
 // serve logs and runs without: skills that are not usable, an admin socket
 // or metrics address a running daemon holds.
-func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placementKey string) (warnings []string, err error) {
-	var problems []string // "key: what is wrong"
+func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placementKey string, earlier ...string) (warnings []string, err error) {
+	problems := earlier // "key: what is wrong"; earlier: the config file's own
 	bad := func(key, format string, a ...any) { problems = append(problems, key+": "+fmt.Sprintf(format, a...)) }
 	sandboxErr := sandbox.Preflight(sb)
 
 	if why := mustBeDir(cfg.SkillsDir); why != "" {
 		bad("skills_dir", "%s %s", cfg.SkillsDir, why)
-	} else if _, problems, err := daemon.InstalledSkills(cfg.SkillsDir); err != nil {
+	} else if skills, problems, err := daemon.InstalledSkills(cfg.SkillsDir); err != nil {
 		bad("skills_dir", "%v", err)
 	} else {
 		for _, p := range problems {
 			warnings = append(warnings, fmt.Sprintf("skill %s is not usable: %v", p.ID, p.Err))
+		}
+		reserved := cfg.ReservedPaths(configPath)
+		for _, p := range skills {
+			warnings = append(warnings, reservedWarnings(p.Name, p, reserved)...)
 		}
 	}
 	if why := mustBeDir(cfg.SeccompProfilesDir); why != "" {
@@ -121,6 +125,9 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 func configError(problems []string) error {
 	if len(problems) == 1 {
 		return fmt.Errorf("%w: %s", daemon.ErrConfig, problems[0])
+	}
+	for i, p := range problems { // a problem quoting YAML source spans lines
+		problems[i] = strings.ReplaceAll(p, "\n", "\n    ")
 	}
 	return fmt.Errorf("%w, %d problems:\n  %s", daemon.ErrConfig, len(problems), strings.Join(problems, "\n  "))
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,8 +26,16 @@ import (
 	"github.com/cyberos/supervisor/telemetry"
 )
 
+// newSupervisorCmd is `supervisor`, which holds `serve` under its old
+// name (`cyberos serve` is the same command).
 func newSupervisorCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "supervisor", Short: "The root daemon"}
+	cmd := &cobra.Command{Use: "supervisor", Short: "The root daemon (supervisor serve is cyberos serve)"}
+	cmd.AddCommand(newServeCmd())
+	return cmd
+}
+
+// newServeCmd is the daemon: `cyberos serve`, also `cyberos supervisor serve`.
+func newServeCmd() *cobra.Command {
 	var configPath, runDir, logLevel, logFormat, placement string
 	var check bool
 	serve := &cobra.Command{
@@ -38,7 +47,14 @@ func newSupervisorCmd() *cobra.Command {
 				return &exitError{exitUsage, errors.New("--check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)")}
 			}
 			cfg := daemon.DefaultConfig()
-			if configPath != "" {
+			var loadProblems []string // --check goes on past these to name every problem
+			if check {
+				var errs []error
+				cfg, errs = daemon.CheckConfigFile(configPath)
+				for _, e := range errs {
+					loadProblems = append(loadProblems, strings.TrimPrefix(e.Error(), daemon.ErrConfig.Error()+": "))
+				}
+			} else if configPath != "" {
 				var err error
 				if cfg, err = daemon.LoadConfig(configPath); err != nil {
 					return &exitError{exitUsage, err}
@@ -64,7 +80,7 @@ func newSupervisorCmd() *cobra.Command {
 			}
 			sb := sandbox.Options{RunDir: runDir, HostIDBase: cfg.Userns.HostIDBase, IDRanges: cfg.IDRanges(),
 				CgroupPlacement: sandbox.Placement(cfg.CgroupPlacement)}
-			warnings, err := preflight(cfg, configPath, sb, placementKey)
+			warnings, err := preflight(cfg, configPath, sb, placementKey, loadProblems...)
 			if check {
 				for _, w := range warnings {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
@@ -88,8 +104,7 @@ func newSupervisorCmd() *cobra.Command {
 	fl.StringVar(&logFormat, "log-format", "text", "text (key=value) or json (one object per line)")
 	fl.StringVar(&placement, "cgroup-placement", "", "overrides the config's cgroup_placement (auto, service or root); the systemd unit, which delegates the daemon its cgroup, says service")
 	_ = fl.MarkHidden("run-dir")
-	cmd.AddCommand(serve)
-	return cmd
+	return serve
 }
 
 func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *slog.Logger) error {
@@ -194,11 +209,47 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnHUP(ctx, hup, d, configPath, log)
 	if err := d.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return &exitError{exitRefused, err}
 	}
 	log.Info("supervisor stopped")
 	return nil
+}
+
+// reloadOnHUP reloads the config at each SIGHUP (systemctl reload): what
+// can change in a running daemon is applied and logged at INFO, a changed
+// key that needs a restart is named at WARN, and a config that does not
+// load changes nothing (ERROR, with every problem).
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, configPath string, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if configPath == "" {
+			log.Warn("SIGHUP: no config file to reload (serve runs on the built-in defaults)")
+			continue
+		}
+		cfg, problems := daemon.CheckConfigFile(configPath)
+		if len(problems) > 0 {
+			log.Error("SIGHUP: the config does not load; nothing changed", "config", configPath, "err", errors.Join(problems...))
+			continue
+		}
+		applied, restart := d.Reload(cfg)
+		changed := strings.Join(applied, ",")
+		if changed == "" {
+			changed = "nothing"
+		}
+		log.Info("SIGHUP: config reloaded", "config", configPath, "applied", changed, "skills", "read from skills_dir at each invocation")
+		if len(restart) > 0 {
+			log.Warn("SIGHUP: changed keys need a restart to take effect", "keys", strings.Join(restart, ","))
+		}
+	}
 }
 
 // removeStaleSockets deletes the broker sockets of ids, sandboxes whose

@@ -282,10 +282,31 @@ func printEnvelope(w io.Writer, e supervisor.Envelope) {
 	for _, n := range c.NotEnforced {
 		fmt.Fprintf(w, "  NOT ENFORCED  %s\n", n)
 	}
+	if e.Outcome != supervisor.OutcomeSuccess && strings.TrimSpace(e.LogTail) != "" {
+		lines := lastLines(e.LogTail, stderrLines)
+		fmt.Fprintf(w, "stderr (last %d lines):\n", len(lines))
+		for _, l := range lines {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+}
+
+// stderrLines is how much of a failed skill's stderr its human output ends
+// with: the lines that usually say why.
+const stderrLines = 10
+
+// lastLines is the last n non-empty-tail lines of s.
+func lastLines(s string, n int) []string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
 }
 
 func newValidateCmd() *cobra.Command {
-	return &cobra.Command{
+	var configPath string
+	cmd := &cobra.Command{
 		Use:   "validate DIR",
 		Short: "Parse and validate the skill's SKILL.md frontmatter and entrypoint",
 		Args:  cobra.ExactArgs(1),
@@ -294,7 +315,14 @@ func newValidateCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{exitUsage, fmt.Errorf("invalid skill %s: %w", a[0], err)}
 			}
-			for _, w := range p.Warnings {
+			warn := func(msg string, kv ...any) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", slogLine(msg, kv...))
+			}
+			reserved, err := daemonReserved(configPath, warn)
+			if err != nil {
+				return &exitError{exitUsage, err}
+			}
+			for _, w := range append(p.Warnings, reservedWarnings(p.Name, p, reserved)...) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			kind := "a tool, runs " + p.Entrypoint
@@ -305,6 +333,18 @@ func newValidateCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&configPath, "config", "", "the daemon config whose reserved paths the skill's x-allowed-files are checked against; default: "+defaultConfigPath+" when it exists")
+	return cmd
+}
+
+// slogLine renders a message and its key-value pairs as one line.
+func slogLine(msg string, kv ...any) string {
+	var b strings.Builder
+	b.WriteString(msg)
+	for i := 0; i+1 < len(kv); i += 2 {
+		fmt.Fprintf(&b, " %v=%v", kv[i], kv[i+1])
+	}
+	return b.String()
 }
 
 // newLogger logs to stderr at level, as slog's text (key=value) or JSON

@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 )
 
@@ -14,11 +16,10 @@ import (
 var defaultConfigPath = filepath.Join(daemon.DefaultConfigDir, "supervisor.yaml")
 
 // daemonReserved is what `skill run` reserves of the daemon's files, as
-// `serve` does for its own: the default config's directory, and the config
-// (configPath, given with --config, else the default one when it exists)
-// with every path it names: skills_dir, state_dir, socket_dir, the
-// profiles, the admin socket, the signing key and its public half, the
-// fleet's DSN file. Without a config file the built-in defaults name them.
+// `serve` does for its own (Config.ReservedPaths): the default config's
+// directory, and the config (configPath, given with --config, else the
+// default one when it exists) with every path it names. Without a config
+// file the built-in defaults name them.
 // A --config that cannot be read or is invalid is an error; a default
 // config that is invalid still has its directory and the built-in
 // defaults' paths reserved, and warn says why its own were not.
@@ -38,6 +39,20 @@ func daemonReserved(configPath string, warn func(string, ...any)) ([]string, err
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		warn("the default daemon config cannot be read: only its directory and the built-in defaults' paths are reserved", "config", defaultConfigPath, "err", err)
 	}
-	out := []string{daemon.DefaultConfigDir, cfg.StateDir, cfg.SocketDir, cfg.SeccompProfilesDir}
-	return append(out, cfg.ReservedPaths(configPath)...), nil
+	return cfg.ReservedPaths(configPath), nil
+}
+
+// reservedWarnings says, for each of the skill's x-allowed-files globs that
+// reaches a reserved path, which paths it reaches: the file tools refuse
+// them whatever the glob says.
+func reservedWarnings(skill string, p *policy.Policy, reserved []string) []string {
+	over := p.ReservedOverlaps(reserved)
+	var out []string
+	for _, g := range p.AllowedFiles {
+		if paths, ok := over[g]; ok {
+			out = append(out, fmt.Sprintf("skill %s: x-allowed-files %q overlaps %s, reserved to the supervisor: the file tools refuse it whatever the glob says", skill, g, strings.Join(paths, ", ")))
+			delete(over, g)
+		}
+	}
+	return out
 }

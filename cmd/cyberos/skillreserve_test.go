@@ -28,7 +28,7 @@ func TestDaemonReserved(t *testing.T) {
 		}
 	}
 
-	// A given config: its directory and what it names.
+	// A given config: the file and what it names, not its directory.
 	cfg := filepath.Join(dir, "etc", "supervisor.yaml")
 	if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
 		t.Fatal(err)
@@ -40,10 +40,13 @@ func TestDaemonReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{filepath.Dir(cfg), filepath.Join(filepath.Dir(cfg), "k.key"), "/srv/skills", daemon.DefaultConfigDir} {
+	for _, want := range []string{cfg, filepath.Join(filepath.Dir(cfg), "k.key"), "/srv/skills", daemon.DefaultConfigDir} {
 		if !slices.Contains(got, want) {
 			t.Errorf("--config: %s not reserved in %q", want, got)
 		}
+	}
+	if slices.Contains(got, filepath.Dir(cfg)) {
+		t.Errorf("--config: its whole directory %s is reserved", filepath.Dir(cfg))
 	}
 
 	// An invalid --config is an error; an invalid default one a warning.

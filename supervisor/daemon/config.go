@@ -516,15 +516,17 @@ func (c *Config) ResponseBudget() int64 {
 	return c.ResponseBudgetMB << 20
 }
 
-// ReservedPaths are the paths besides state_dir, socket_dir and
-// seccomp_profiles_dir that feed a policy or the daemon, which no skill's
-// file tools may touch whatever its globs say: skills_dir (every skill's
-// SKILL.md and entrypoint), the admin socket, the audit signing key, and
-// the directory of the
-// config file at configPath (when the daemon was given one).
+// ReservedPaths are the paths that feed a policy or the daemon, which no
+// skill's file tools may touch whatever its globs say: the dedicated config
+// directory (DefaultConfigDir), the config file at configPath (when the
+// daemon was given one) and every path it names: skills_dir (every skill's
+// SKILL.md and entrypoint), state_dir, socket_dir, seccomp_profiles_dir,
+// the admin socket, the audit signing key and its public half, and the
+// fleet's DSN file and mcp_http's token file. The directory holding a given config file is not
+// reserved wholesale: it may be a shared one such as /tmp.
 func (c *Config) ReservedPaths(configPath string) []string {
 	key := c.SigningKeyPath(configPath)
-	out := []string{c.SkillsDir, c.AdminSocket, key, key + ".pub"}
+	out := []string{DefaultConfigDir, c.SkillsDir, c.StateDir, c.SocketDir, c.SeccompProfilesDir, c.AdminSocket, key, key + ".pub"}
 	if c.Fleet.PostgresDSNFile != "" { // it may hold a password
 		out = append(out, c.Fleet.PostgresDSNFile)
 	}
@@ -533,7 +535,7 @@ func (c *Config) ReservedPaths(configPath string) []string {
 	}
 	if configPath != "" {
 		if abs, err := filepath.Abs(configPath); err == nil {
-			out = append(out, filepath.Dir(abs))
+			out = append(out, abs)
 		}
 	}
 	return out

@@ -84,8 +84,10 @@ type Daemon struct {
 	requests *requests
 
 	inflight atomic.Int64
-	starts   startGate  // sandbox creations in progress
-	scav     *scavenger // hands a burst's memory back to the OS
+	// reloadedDefaults are the defaults of the last SIGHUP (reload.go).
+	reloadedDefaults atomic.Pointer[Defaults]
+	starts           startGate  // sandbox creations in progress
+	scav             *scavenger // hands a burst's memory back to the OS
 	// gate orders the admission of an invocation (wg.Add) before shutdown's
 	// wg.Wait: once draining is set under it, nothing is added.
 	gate     sync.Mutex
@@ -206,6 +208,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/skills/{id}/files/{path...}", d.handleSkillFile)
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
 	mux.HandleFunc("POST /v1/invocations/{id}/cancel", d.handleCancel)
+	d.routesOps(mux)
 	mux.HandleFunc("GET /healthz", healthz)
 	return d.countRequests(d.authorize(mux))
 }
@@ -690,7 +693,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		stop := context.AfterFunc(r.Context(), cancel.fire)
 		defer stop()
 	}
-	def := supervisor.Defaults(d.cfg.Defaults)
+	def := supervisor.Defaults(d.currentDefaults())
 	env, err := d.sup.Run(supervisor.Request{
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
 		TenantID: tenant, Persona: req.CallerPersona, Traceparent: traceparent, Tracestate: tracestate,

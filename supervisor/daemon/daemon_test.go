@@ -360,6 +360,9 @@ func TestConfigSigningKey(t *testing.T) {
 	if r := c.ReservedPaths("/srv/conf/supervisor.yaml"); !slices.Contains(r, "/srv/conf/audit-signing.key") || !slices.Contains(r, "/srv/conf/audit-signing.key.pub") {
 		t.Errorf("reserved paths %v lack the key", r)
 	}
+	if r := c.ReservedPaths("/srv/conf/supervisor.yaml"); slices.Contains(r, "/srv/conf") || !slices.Contains(r, "/srv/conf/supervisor.yaml") || !slices.Contains(r, DefaultConfigDir) {
+		t.Errorf("reserved paths %v: want the config file and %s, not the config's directory", r, DefaultConfigDir)
+	}
 	c.Audit.SigningKey = "/var/lib/cyberos/keys/k"
 	if err := c.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "audit.signing_key") || !strings.Contains(err.Error(), "inside state_dir") {
 		t.Errorf("a key in state_dir: %v", err)

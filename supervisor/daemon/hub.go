@@ -290,3 +290,10 @@ func (h *hub) status() Status {
 	sortViews(st.Invocations)
 	return st
 }
+
+// running reports whether invocation id is running.
+func (h *hub) running(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.active[id] != nil
+}
