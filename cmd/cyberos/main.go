@@ -64,7 +64,7 @@ func newRootCmd() *cobra.Command {
 	root.SetVersionTemplate("{{.Version}}")
 	skill := &cobra.Command{Use: "skill", Short: "Run and check skills"}
 	skill.AddCommand(newRunCmd(), newValidateCmd(), newInvokeCmd(), newBrokerCmd(), newListCmd())
-	root.AddCommand(newServeCmd(), newPsCmd(), newInspectCmd(), newLogsCmd(), newStatusCmd(), newEventsCmd(), newReplayCmd())
+	root.AddCommand(newServeCmd(), newPsCmd(), newInspectCmd(), newLogsCmd(), newCancelCmd(), newStatusCmd(), newEventsCmd(), newReplayCmd())
 	root.AddCommand(skill, newMCPCmd(), newSupervisorCmd(), newAuditCmd(), newFleetCmd(), newDoctorCmd(), newSeccompCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, commit and Go version (as --version does)",

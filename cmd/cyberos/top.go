@@ -254,6 +254,29 @@ func newInspectCmd() *cobra.Command {
 	return cmd
 }
 
+// newCancelCmd is `cancel ID`: the daemon ends a running invocation
+// through the deadline path (SIGTERM, then the cgroup killed); its
+// completed row says outcome cancelled.
+func newCancelCmd() *cobra.Command {
+	var socket string
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "End a running invocation (SIGTERM, then kill); its outcome is cancelled",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			resp, err := newAdminClient(socket).do(http.MethodPost, "/v1/invocations/"+url.PathEscape(a[0])+"/cancel", nil)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), a[0])
+			return err
+		},
+	}
+	socketFlag(cmd, &socket)
+	return cmd
+}
+
 // newLogsCmd is `logs ID [-f]`: the invocation's stderr, through the
 // daemon, so no access to state_dir is needed.
 func newLogsCmd() *cobra.Command {
