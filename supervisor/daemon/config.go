@@ -56,6 +56,9 @@ type Config struct {
 	// Fleet puts the audit rows (and, later, tenant memory) on a shared
 	// PostgreSQL; unset, the host stands alone.
 	Fleet Fleet `yaml:"fleet"`
+	// MCPServers are the MCP servers whose tools skills may be granted
+	// (mcpconfig.go).
+	MCPServers *MCPServers `yaml:"mcp_servers"`
 }
 
 // Fleet is the config of a daemon that is one host of many.
@@ -318,8 +321,9 @@ var profileName = regexp.MustCompile(`^[a-z0-9_-]+$`)
 
 // Validate checks every key; the error names the first bad one.
 func (c *Config) Validate() error {
+	mcpErr := c.validateMCP() // every mcp_servers problem, beside the first other one
 	bad := func(key, why string, a ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(why, a...))
+		return errors.Join(fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(why, a...)), mcpErr)
 	}
 	abs := func(key, v string) error {
 		if v == "" || !filepath.IsAbs(v) {
@@ -440,7 +444,7 @@ func (c *Config) Validate() error {
 	if err := sandbox.CheckIDRanges("userns.host_id_base", "userns.ranges", c.Userns.HostIDBase, c.IDRanges(), sandbox.HostIDFiles); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	return nil
+	return mcpErr
 }
 
 // ReservedPaths are the paths besides state_dir, socket_dir and
@@ -455,6 +459,7 @@ func (c *Config) ReservedPaths(configPath string) []string {
 	if c.Fleet.PostgresDSNFile != "" { // it may hold a password
 		out = append(out, c.Fleet.PostgresDSNFile)
 	}
+	out = append(out, c.MCPSecretFiles()...)
 	if configPath != "" {
 		if abs, err := filepath.Abs(configPath); err == nil {
 			out = append(out, filepath.Dir(abs))
