@@ -146,3 +146,22 @@ func (m *mcpRules) check(t Tool) error {
 	}
 	return &Denial{Reason: ReasonToolNotAllowed, Tool: t}
 }
+
+// MCPServerGranted reports whether some allowed rule names server or one
+// of its tools, and no disallowed rule names the whole server: whether any
+// of its tools may be called (starting it is worth it).
+func (e *Enforcer) MCPServerGranted(server string) bool {
+	m := &e.mcp
+	if !ValidMCPServer(server) || m.denyServers[server] {
+		return false
+	}
+	if m.allowServers[server] {
+		return true
+	}
+	for t := range m.allowTools {
+		if s, _, ok := t.SplitMCP(); ok && s == server && !m.denyTools[t] {
+			return true
+		}
+	}
+	return false
+}

@@ -88,3 +88,22 @@ func TestMCPSplit(t *testing.T) {
 		}
 	}
 }
+
+func TestMCPServerGranted(t *testing.T) {
+	for _, tc := range []struct {
+		yaml   string
+		server string
+		want   bool
+	}{
+		{"allowed_tools: [mcp__fs]", "fs", true},
+		{"allowed_tools: [mcp__fs__read]", "fs", true},
+		{"allowed_tools: [mcp__fs__read]", "other", false},
+		{"allowed_tools: [mcp__fs]\ndisallowed_tools: [mcp__fs__*]", "fs", false},
+		{"allowed_tools: [mcp__fs__read]\ndisallowed_tools: [mcp__fs__read]", "fs", false},
+		{"allowed_tools: [Read]", "fs", false},
+	} {
+		if got := newEnforcer(t, tc.yaml, EnforcerOptions{}).MCPServerGranted(tc.server); got != tc.want {
+			t.Errorf("%q, %s: %v, want %v", tc.yaml, tc.server, got, tc.want)
+		}
+	}
+}
