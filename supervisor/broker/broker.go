@@ -86,6 +86,9 @@ type Config struct {
 	Env *tools.Env
 	// Tools is the registry; it must pass tools.CheckRegistry.
 	Tools map[policy.Tool]tools.Tool
+	// Sources hold the tools registered besides the native ones (MCP
+	// servers'), looked up by name once the enforcer allows the call.
+	Sources []tools.Source
 	// Audit makes rows durable. Required.
 	Audit Auditor
 	// Metrics may be nil (no metrics).
@@ -237,7 +240,7 @@ func Start(cfg Config) (*Broker, error) {
 		cfg: cfg, path: path, ln: ln, log: log, ctx: ctx, cancel: cancel,
 		conns: map[*net.UnixConn]struct{}{},
 		d: &dispatcher{
-			common: cfg.Common, env: cfg.Env, tools: cfg.Tools, audit: cfg.Audit,
+			common: cfg.Common, env: cfg.Env, tools: cfg.Tools, sources: cfg.Sources, audit: cfg.Audit,
 			metrics: cfg.Metrics, log: log, traceparent: tp,
 			onDecided: cfg.OnDecided, tracer: tracerOrNoop(cfg.Tracer), spanParent: cfg.SpanParent,
 			limiter: &window{limit: cfg.RatePerMinute},
