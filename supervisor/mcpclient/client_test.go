@@ -17,13 +17,16 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cyberos/supervisor/internal/mcptest"
+	"github.com/cyberos/supervisor/internal/testutil"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
 func TestMain(m *testing.M) {
 	mcptest.MaybeServe() // the hostile server is this binary re-executed
-	os.Exit(m.Run())
+	code := m.Run()
+	testutil.RemoveSpawnBinary()
+	os.Exit(code)
 }
 
 // logBuf collects log lines for assertions.

@@ -970,6 +970,13 @@ func (r *LinuxRunner) config(spec Spec, lease *idLease) (*configs.Config, Contai
 		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
 	}
 	mounts = append(mounts, &configs.Mount{Source: r.toolCopy, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
+	for _, b := range spec.Binds {
+		flags := bindRO
+		if b.Writable {
+			flags = unix.MS_BIND | unix.MS_REC | unix.MS_NOSUID | unix.MS_NODEV
+		}
+		mounts = append(mounts, &configs.Mount{Source: b.Path, Destination: b.Path, Device: "bind", Flags: flags})
+	}
 	example := specconv.Example().Linux
 	oomAdj := 1000
 	cfg := &configs.Config{
