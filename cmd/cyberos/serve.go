@@ -129,6 +129,14 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		sup.Tracer = tp.Tracer(telemetry.TracerName)
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
+	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, log)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if pool != nil {
+		sup.MCP = pool
+		defer pool.Close()
+	}
 	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {
 		log.Info("sandbox cgroups " + r.CgroupWhere())
 	}

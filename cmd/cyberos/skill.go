@@ -18,6 +18,7 @@ import (
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
@@ -31,6 +32,7 @@ type runFlags struct {
 	deadline                                     time.Duration
 	stateDir, profilesDir, runDir, logLevel      string
 	socketDir                                    string
+	config                                       string // skill run --config: its mcp_servers
 	json, allowDegraded, allowLoopbackHTTP       bool
 	recorder                                     *sandbox.SyscallRecorder // seccomp record
 	limits                                       supervisor.Defaults      // the cost bounds only
@@ -64,6 +66,7 @@ func newRunCmd() *cobra.Command {
 	fl.IntVar(&f.limits.MaxBrokerConnections, "max-broker-connections", supervisor.DefaultMaxBrokerConnections, "simultaneous broker connections")
 	fl.IntVar(&f.limits.MaxAuditRows, "max-audit-rows", supervisor.DefaultMaxAuditRows, "audit rows of the invocation; reached: it is ended as killed")
 	fl.StringVar(&f.socketDir, "socket-dir", "", "private directory of broker sockets (default <run-dir>/sockets)")
+	fl.StringVar(&f.config, "config", "", "a daemon config whose mcp_servers the skill may call (the rest of it is not used)")
 	fl.BoolVar(&f.allowLoopbackHTTP, "allow-loopback-http", false, "let Http tools reach 127.0.0.0/8 and ::1 (tests only)")
 	_ = fl.MarkHidden("run-dir")
 	_ = fl.MarkHidden("allow-loopback-http")
@@ -118,6 +121,12 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
+	mcpCfg := daemon.DefaultConfig()
+	if f.config != "" {
+		if mcpCfg, err = daemon.LoadConfig(f.config); err != nil {
+			return &exitError{exitUsage, err}
+		}
+	}
 	sup, store, closeAll, err := newSupervisor(assembly{
 		Sandbox:  sandbox.Options{RunDir: f.runDir},
 		StateDir: f.stateDir,
@@ -130,12 +139,22 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		ProfilesDir:       profiles,
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		AllowDegraded:     f.allowDegraded,
-		Log:               log,
+		// The MCP servers' secret files are no skill's to read.
+		ExtraReserved: mcpCfg.MCPSecretFiles(),
+		Log:           log,
 	})
 	if err != nil {
 		return err
 	}
 	defer closeAll()
+	pool, err := newMCPPool(mcpCfg, sup.Runner, f.stateDir, profiles, log)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if pool != nil {
+		sup.MCP = pool
+		defer pool.Close()
+	}
 	// The sandbox is destroyed after the envelope is ready (its range is
 	// this process's until it exits).
 	sup.MaxTeardowns = 1

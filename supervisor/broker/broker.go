@@ -87,7 +87,9 @@ type Config struct {
 	// Tools is the registry; it must pass tools.CheckRegistry.
 	Tools map[policy.Tool]tools.Tool
 	// Sources hold the tools registered besides the native ones (MCP
-	// servers'), looked up by name once the enforcer allows the call.
+	// servers'), looked up by name once the enforcer allows the call. A
+	// source that is an io.Closer is closed by Close, once every call
+	// ended (per-invocation servers end with their invocation).
 	Sources []tools.Source
 	// Audit makes rows durable. Required.
 	Audit Auditor
@@ -393,6 +395,13 @@ func (b *Broker) Close() error {
 		b.mu.Unlock()
 		b.cancel()
 		b.wg.Wait()
+		for _, src := range b.cfg.Sources {
+			if c, ok := src.(io.Closer); ok {
+				if cerr := c.Close(); cerr != nil {
+					b.log.Warn("broker: closing a tool source", "err", cerr)
+				}
+			}
+		}
 		b.d.pending.Wait() // every queued completed row is durable (or logged)
 		b.d.logSuppressed()
 		if _, serr := os.Lstat(b.path); serr == nil {

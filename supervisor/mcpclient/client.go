@@ -74,6 +74,8 @@ type Server struct {
 	failures int
 	nextTry  time.Time
 	closed   bool
+	lastUsed time.Time
+	inflight int
 }
 
 // New returns a server's client; it connects on first use.
@@ -129,6 +131,7 @@ func (s *Server) current(ctx context.Context) (*session, error) {
 	if s.closed {
 		return nil, fmt.Errorf("%w: %s: closed", ErrUnavailable, s.o.Name)
 	}
+	s.lastUsed = s.o.Now()
 	if s.sess != nil && s.sess.alive() {
 		return s.sess, nil
 	}
@@ -259,6 +262,53 @@ func (s *Server) drop(ss *session) {
 	}
 	s.mu.Unlock()
 	go ss.cs.Close()
+}
+
+// begin and end bracket a call, so an idle stop never ends a session
+// with a call in flight.
+func (s *Server) begin() {
+	s.mu.Lock()
+	s.inflight++
+	s.mu.Unlock()
+}
+
+func (s *Server) end() {
+	s.mu.Lock()
+	s.inflight--
+	s.lastUsed = s.o.Now()
+	s.mu.Unlock()
+}
+
+// idleFor is how long the server has had a session and no call.
+func (s *Server) idleFor(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess == nil || s.inflight > 0 {
+		return 0
+	}
+	return now.Sub(s.lastUsed)
+}
+
+// stopIdle ends the session when it is still idle for d at now; the next
+// use starts it again.
+func (s *Server) stopIdle(now time.Time, d time.Duration) bool {
+	s.mu.Lock()
+	ss := s.sess
+	if ss == nil || s.inflight > 0 || now.Sub(s.lastUsed) < d {
+		s.mu.Unlock()
+		return false
+	}
+	s.sess = nil
+	s.mu.Unlock()
+	_ = ss.cs.Close()
+	return true
+}
+
+// Running reports whether the server has a live session.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sess != nil && s.sess.alive()
 }
 
 // Close ends the session, if any; later calls fail.

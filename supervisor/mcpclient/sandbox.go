@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,10 @@ type Sandboxed struct {
 	// Stderr receives the server's stderr (a capped log file); nil
 	// discards it.
 	Stderr io.Writer
+	// Prepare, when set, is called at each start for that start's
+	// environment (added to Env: secrets read afresh) and stderr (closed
+	// once the sandbox ended), replacing Stderr.
+	Prepare func() (env []string, stderr io.WriteCloser, err error)
 
 	MemoryMB, PidsMax int64
 	CPU               float64
@@ -62,14 +67,22 @@ func WriteLauncher(dir, command string, args []string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, ".main.tmp")
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o755); err != nil {
+	f, err := os.CreateTemp(dir, ".main-*")
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, 0o755); err != nil { // whatever the umask
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(b.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o755) // whatever the umask
+	}
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, "main"))
+	return os.Rename(f.Name(), filepath.Join(dir, "main"))
 }
 
 // Transport returns the transport factory: each connection starts a new
@@ -88,14 +101,29 @@ func (sb *Sandboxed) Transport() (func(context.Context) (mcp.Transport, error), 
 
 func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 	id := "mcp-" + sb.Server + "-" + strings.ToLower(ulid.Make().String())
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	stderr := sb.Stderr
+	stderr, env := sb.Stderr, sb.Env
+	var stderrCloser io.Closer
+	if sb.Prepare != nil {
+		more, w, err := sb.Prepare()
+		if err != nil {
+			return nil, err
+		}
+		env = append(slices.Clip(env), more...)
+		stderr, stderrCloser = w, w
+	}
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	ok := false
+	defer func() {
+		if !ok && stderrCloser != nil {
+			stderrCloser.Close()
+		}
+	}()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
 	spec := sandbox.Spec{
-		ID: id, SkillDir: sb.LauncherDir, Entrypoint: "main", Env: sb.Env,
+		ID: id, SkillDir: sb.LauncherDir, Entrypoint: "main", Env: env,
 		Stdin: inR, Stdout: outW, Stderr: stderr,
 		MemoryMB: sb.MemoryMB, PidsMax: sb.PidsMax, CPU: sb.CPU,
 		ProfilesDir: sb.ProfilesDir, SeccompProfile: sb.SeccompProfile, Binds: sb.Binds,
@@ -115,12 +143,16 @@ func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 	if run.grace <= 0 {
 		run.grace = 2 * time.Second
 	}
+	ok = true
 	go func() {
 		// The server's end (exit, crash, kill) is EOF on its stdout: the
 		// session ends, and so do its calls.
 		_, _ = p.Wait()
 		outW.Close()
 		inR.Close()
+		if stderrCloser != nil {
+			stderrCloser.Close()
+		}
 		close(run.waited)
 	}()
 	return &mcp.IOTransport{Reader: outR, Writer: run}, nil
@@ -158,6 +190,14 @@ func (r *sandboxRun) Close() error {
 		}
 	})
 	return r.err
+}
+
+// Close closes W when it is an io.Closer.
+func (c *CappedWriter) Close() error {
+	if cl, ok := c.W.(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
 }
 
 // CappedWriter writes to w until max bytes were written, then drops the

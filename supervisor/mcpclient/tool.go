@@ -72,6 +72,8 @@ func (t *Tool) Call(ctx context.Context, c *tools.Call) (any, error) {
 	if err := t.resolved.Validate(args); err != nil {
 		return nil, &tools.SkillError{Class: tools.ErrInvalidParams, Msg: clip("args do not match the tool's inputSchema: "+err.Error(), 1024)}
 	}
+	t.srv.begin()
+	defer t.srv.end()
 	ss, err := t.srv.current(ctx)
 	if err != nil {
 		return nil, &tools.SkillError{Class: tools.ErrFailed, Msg: "MCP server " + t.srv.o.Name + " is not available"}

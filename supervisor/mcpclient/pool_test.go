@@ -1,0 +1,87 @@
+package mcpclient
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/cyberos/supervisor/internal/mcptest"
+	"github.com/cyberos/supervisor/supervisor/tools"
+)
+
+func hostileSpec(name string, share Share, idle time.Duration) Spec {
+	return Spec{Name: name, Share: share, Idle: idle, Transport: func(string) (func(context.Context) (mcp.Transport, error), error) {
+		return func(context.Context) (mcp.Transport, error) {
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), mcptest.EnvServe+"=1")
+			return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}, nil
+		}, nil
+	}}
+}
+
+func pidOf(t *testing.T, src tools.Source, server string) string {
+	t.Helper()
+	res, err := call(t, src, "mcp__"+server+"__pid", `{}`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(res)
+}
+
+// per_tenant: one instance per tenant, shared by its invocations, never
+// by another tenant; global: one for all; per_invocation: one per
+// invocation, ended with it.
+func TestPoolShareModes(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("tenanted", SharePerTenant, 0), hostileSpec("shared", ShareGlobal, 0),
+		hostileSpec("own", SharePerInvocation, 0)}, a, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	a1, a2, b1 := p.For("tenant-a", "inv-1"), p.For("tenant-a", "inv-2"), p.For("tenant-b", "inv-3")
+	if pidOf(t, a1, "tenanted") != pidOf(t, a2, "tenanted") {
+		t.Error("one tenant's invocations got two per_tenant servers")
+	}
+	if pidOf(t, a1, "tenanted") == pidOf(t, b1, "tenanted") {
+		t.Error("two tenants share a per_tenant server")
+	}
+	if pidOf(t, a1, "shared") != pidOf(t, b1, "shared") {
+		t.Error("a global server is not shared")
+	}
+	own1 := pidOf(t, a1, "own")
+	if own1 == pidOf(t, a2, "own") {
+		t.Error("two invocations share a per_invocation server")
+	}
+	if err := a1.(interface{ Close() error }).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if pidOf(t, a2, "tenanted") != pidOf(t, p.For("tenant-a", "inv-4"), "tenanted") {
+		t.Error("ending an invocation ended its tenant's server")
+	}
+	if len(p.instances) != 4 { // tenanted a, b; shared; own inv-2 (inv-1's is gone)
+		t.Errorf("%d instances after inv-1 ended, want 4", len(p.instances))
+	}
+}
+
+// A server unused for its idle time is stopped, and the next call starts
+// it again.
+func TestPoolIdleStop(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("lazy", ShareGlobal, 300*time.Millisecond)}, a, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	src := p.For("t", "i")
+	first := pidOf(t, src, "lazy")
+	srv, _ := p.instance("lazy", "t", "i")
+	waitFor(t, 10*time.Second, func() bool { return !srv.Running() }, "the idle server to stop")
+	if again := pidOf(t, src, "lazy"); again == first {
+		t.Error("the server was not started again")
+	}
+}
