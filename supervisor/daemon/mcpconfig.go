@@ -239,7 +239,7 @@ func checkMCPStdio(s MCPServer, c *Config, bad func(key, why string, a ...any)) 
 	case s.SeccompProfile != "" && !profileName.MatchString(s.SeccompProfile):
 		bad("seccomp_profile", "must be a profile name ([a-z0-9_-]+), got %q", s.SeccompProfile)
 	}
-	reserved := []string{c.StateDir, c.SocketDir, c.SkillsDir, c.SeccompProfilesDir, filepath.Dir(c.AdminSocket)}
+	reserved := []string{c.StateDir, c.SocketDir, c.SkillsDir, c.SeccompProfilesDir, c.AdminSocket}
 	for i, f := range s.Files {
 		key := fmt.Sprintf("files[%d]", i)
 		switch {

@@ -533,6 +533,46 @@ func buildSkeleton(dir, stamp string) error {
 	return os.RemoveAll(old)
 }
 
+// bindPoints makes the mount points of binds in the shared skeleton, as
+// root on the host: the container's own root (a mapped uid) may not write
+// the skeleton. A point is an empty directory (or file) named as the
+// bound path; it stays, empty, in every later sandbox's root.
+func (r *LinuxRunner) bindPoints(binds []Bind) error {
+	for _, b := range binds {
+		if !filepath.IsAbs(b.Path) || filepath.Clean(b.Path) != b.Path || b.Path == "/" {
+			return fmt.Errorf("bind %q: must be an absolute, clean path other than /", b.Path)
+		}
+		fi, err := os.Stat(b.Path)
+		if err != nil {
+			return fmt.Errorf("bind: %w", err)
+		}
+		point := filepath.Join(r.rootfs(), b.Path)
+		if fi.IsDir() {
+			err = os.MkdirAll(point, 0o755)
+		} else if err = os.MkdirAll(filepath.Dir(point), 0o755); err == nil {
+			var f *os.File
+			if f, err = os.OpenFile(point, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("bind %s: mount point: %w", b.Path, err)
+		}
+		// MkdirAll honours the umask; the mapped root must traverse.
+		for d := filepath.Dir(point); len(d) > len(r.rootfs()); d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if fi.IsDir() {
+			if err := os.Chmod(point, 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Check loads the seccomp profile the spec names and says what Start will
 // enforce.
 func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
@@ -598,6 +638,9 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	if err := r.prepareRootfs(); err != nil {
 		return nil, fmt.Errorf("sandbox rootfs: %w", err)
 	}
+	if err := r.bindPoints(spec.Binds); err != nil {
+		return nil, fmt.Errorf("sandbox rootfs: %w", err)
+	}
 	sc, profileHash, err := seccomp.LoadProfileHashed(spec.ProfilesDir, spec.SeccompProfile)
 	if err != nil {
 		return nil, err
@@ -648,6 +691,7 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
 	cont.SeccompProfileHash = profileHash
 	ll := planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile)
+	ll.Binds = spec.Binds
 	ll.apply(&cont)
 	p.cont, p.landlock = cont, ll
 	if spec.Recorder != nil {
