@@ -278,6 +278,9 @@ func checkMCPStdio(s MCPServer, c *Config, bad func(key, why string, a ...any)) 
 }
 
 func checkMCPRemote(s MCPServer, bad func(key, why string, a ...any)) {
+	// The client side exists (mcpclient.RemoteTransport); the daemon does
+	// not dial it until it goes through the Http tools' egress filter.
+	bad("url", "remote MCP servers are not yet supported (the supervisor must dial them through the egress address filter); run the server as a stdio server")
 	u, err := url.Parse(s.URL)
 	switch {
 	case err != nil:

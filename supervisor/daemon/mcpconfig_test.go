@@ -34,26 +34,30 @@ mcp_servers:
     idle: 30s
     call_timeout: 5s
     approve: auto
-  remote-1:
-    url: https://mcp.example.com/mcp
-    headers: {Authorization: /etc/cyberos/mcp-token}
+    secrets: {TOKEN: /etc/cyberos/mcp-token}
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.MCPServerNames(); !slices.Equal(got, []string{"everything", "remote-1"}) {
+	if got := c.MCPServerNames(); !slices.Equal(got, []string{"everything"}) {
 		t.Fatalf("names %v", got)
 	}
 	s, _ := c.MCPServer("everything")
 	if s.Share != MCPSharePerInvocation || time.Duration(s.Idle) != 30*time.Second || s.Approve != MCPApproveAuto || s.Files[1].Mode != "rw" {
 		t.Errorf("everything: %+v", s)
 	}
-	r, _ := c.MCPServer("remote-1")
-	if r.Share != "" || r.Approve != MCPApproveManual || time.Duration(r.CallTimeout) != DefaultMCPCallTimeout {
-		t.Errorf("remote-1 defaults: %+v", r)
+	if time.Duration(s.CallTimeout) != 5*time.Second {
+		t.Errorf("call_timeout %v", time.Duration(s.CallTimeout))
+	}
+	c2, err := loadYAML(t, "version: 1\nmcp_servers: {x: {command: /usr/bin/x}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := c2.MCPServer("x"); d.Share != MCPSharePerTenant || d.Approve != MCPApproveManual || time.Duration(d.CallTimeout) != DefaultMCPCallTimeout || time.Duration(d.Idle) != DefaultMCPIdle {
+		t.Errorf("defaults: %+v", d)
 	}
 	if !slices.Contains(c.ReservedPaths(""), "/etc/cyberos/mcp-token") {
-		t.Errorf("the header's secret file is not reserved from skills: %v", c.ReservedPaths(""))
+		t.Errorf("the secret file is not reserved from skills: %v", c.ReservedPaths(""))
 	}
 }
 
@@ -80,7 +84,7 @@ mcp_servers:
 		"mcp_servers.rel.memory_mb:", "mcp_servers.rel.files[0].path:", "mcp_servers.rel.files[1].mode:",
 		"mcp_servers.net.domains: network access for MCP servers (the egress proxy) is not yet supported",
 		"mcp_servers.secret.secrets.TOKEN:", `mcp_servers.secret.secrets: "1X"`, "mcp_servers.secret.env.TOKEN: is also in secrets",
-		"mcp_servers.remote.url:", `mcp_servers.remote.headers: "Bad Header"`, "mcp_servers.remote.headers.X-Key:",
+		"mcp_servers.remote.url: remote MCP servers are not yet supported", `mcp_servers.remote.headers: "Bad Header"`, "mcp_servers.remote.headers.X-Key:",
 		"mcp_servers.remote.args:", "mcp_servers.remote.share:", "mcp_servers.cred.url: must not carry credentials",
 	} {
 		if !strings.Contains(err.Error(), key) {
