@@ -4,21 +4,46 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // Approvals records, per server and tool, the definition hash an operator
 // accepted (or that was first seen: trust on first use), and the hash of a
 // changed definition waiting for approval. It is a 0600 JSON file under
-// the state dir, rewritten atomically on each change.
+// the state dir, rewritten atomically on each change under an flock of
+// its .lock file, and read again whenever it changed on disk: the daemon
+// and `cyberos mcp approve` share it.
 type Approvals struct {
 	path string
 
-	mu sync.Mutex
-	f  approvalsFile
+	mu   sync.Mutex
+	f    approvalsFile
+	seen fileStamp // of the file f was read from
+}
+
+// fileStamp tells whether the file changed since it was read.
+type fileStamp struct {
+	size  int64
+	mtime time.Time
+	ino   uint64
+}
+
+func stampOf(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	st := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = uint64(sys.Ino)
+	}
+	return st
 }
 
 type approvalsFile struct {
@@ -44,31 +69,70 @@ const ApprovalsFile = "mcp-approvals.json"
 // OpenApprovals reads the store at dir/ApprovalsFile (absent: empty).
 func OpenApprovals(dir string) (*Approvals, error) {
 	a := &Approvals{path: filepath.Join(dir, ApprovalsFile)}
+	if err := a.reload(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// reload reads the file again when it changed since last read.
+func (a *Approvals) reload() error {
+	st := stampOf(a.path)
+	if st == a.seen && a.f.Approved != nil {
+		return nil
+	}
+	var f approvalsFile
 	b, err := os.ReadFile(a.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return nil, fmt.Errorf("mcp approvals: %w", err)
+		return fmt.Errorf("mcp approvals: %w", err)
 	default:
-		if err := json.Unmarshal(b, &a.f); err != nil {
-			return nil, fmt.Errorf("mcp approvals: %s: %w", a.path, err)
+		if err := json.Unmarshal(b, &f); err != nil {
+			return fmt.Errorf("mcp approvals: %s: %w", a.path, err)
 		}
 	}
-	if a.f.Approved == nil {
-		a.f.Approved = map[string]map[string]string{}
+	if f.Approved == nil {
+		f.Approved = map[string]map[string]string{}
 	}
-	if a.f.Pending == nil {
-		a.f.Pending = map[string]map[string]string{}
+	if f.Pending == nil {
+		f.Pending = map[string]map[string]string{}
 	}
-	return a, nil
+	a.f, a.seen = f, st
+	return nil
+}
+
+// locked runs fn with the file locked against other processes and read
+// afresh.
+func (a *Approvals) locked(fn func() error) error {
+	lf, err := os.OpenFile(a.path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("mcp approvals: %w", err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("mcp approvals: lock: %w", err)
+	}
+	if err := a.reload(); err != nil {
+		return err
+	}
+	return fn()
 }
 
 // Judge compares a tool's definition hash with the approved one, recording
 // a first sight, or (auto) a change; a change without auto is recorded as
 // pending and refused.
-func (a *Approvals) Judge(server, tool, hash string, auto bool) (Judged, error) {
+func (a *Approvals) Judge(server, tool, hash string, auto bool) (j Judged, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	err = a.locked(func() (err error) {
+		j, err = a.judge(server, tool, hash, auto)
+		return err
+	})
+	return j, err
+}
+
+func (a *Approvals) judge(server, tool, hash string, auto bool) (Judged, error) {
 	old, seen := a.f.Approved[server][tool]
 	switch {
 	case seen && old == hash:
@@ -95,24 +159,45 @@ func (a *Approvals) Judge(server, tool, hash string, auto bool) (Judged, error) 
 // Approve accepts every pending definition of server and returns the
 // tools approved. Sessions already running keep refusing until their tool
 // list is read again (a reconnect or list_changed).
-func (a *Approvals) Approve(server string) ([]string, error) {
+func (a *Approvals) Approve(server string) (tools []string, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var tools []string
-	for tool, hash := range a.f.Pending[server] {
-		set(a.f.Approved, server, tool, hash)
-		tools = append(tools, tool)
-	}
-	slices.Sort(tools)
-	delete(a.f.Pending, server)
-	return tools, a.save()
+	err = a.locked(func() error {
+		for tool, hash := range a.f.Pending[server] {
+			set(a.f.Approved, server, tool, hash)
+			tools = append(tools, tool)
+		}
+		slices.Sort(tools)
+		delete(a.f.Pending, server)
+		return a.save()
+	})
+	return tools, err
 }
 
-// Approved returns the approved hash of a tool ("" if none).
+// Approved returns the approved hash of a tool ("" if none), as the file
+// says now.
 func (a *Approvals) Approved(server, tool string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	_ = a.reload() // a failed read keeps the last state
 	return a.f.Approved[server][tool]
+}
+
+// Snapshot returns the approved and pending hashes: server → tool → hash.
+func (a *Approvals) Snapshot() (approved, pending map[string]map[string]string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.reload(); err != nil {
+		return nil, nil, err
+	}
+	clone := func(m map[string]map[string]string) map[string]map[string]string {
+		out := make(map[string]map[string]string, len(m))
+		for s, t := range m {
+			out[s] = maps.Clone(t)
+		}
+		return out
+	}
+	return clone(a.f.Approved), clone(a.f.Pending), nil
 }
 
 func set(m map[string]map[string]string, server, tool, hash string) {
@@ -148,6 +233,7 @@ func (a *Approvals) save() error {
 	if err != nil {
 		return fmt.Errorf("mcp approvals: %w", err)
 	}
+	a.seen = stampOf(a.path)
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()

@@ -77,10 +77,10 @@ func (s *Server) register(t *mcp.Tool) (*Tool, error) {
 	switch st, err := s.o.Approvals.Judge(s.o.Name, t.Name, hash, s.o.AutoApprove); {
 	case err != nil:
 		// Not recorded: refuse rather than trust an unrecorded definition.
-		tool.changed = true
+		tool.changed.Store(true)
 		s.log.Error("mcp: approval record not written; tool refused", "tool", t.Name, "err", err)
 	case st == JudgedChanged:
-		tool.changed = true
+		tool.changed.Store(true)
 		s.log.Warn("mcp: tool definition changed since approved; calls refused as tool_definition_changed until `cyberos mcp approve`",
 			"tool", t.Name, "definition_hash", hash)
 	case st == JudgedAutoApproved:

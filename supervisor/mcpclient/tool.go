@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -26,8 +27,23 @@ type Tool struct {
 	schema   json.RawMessage
 	resolved *jsonschema.Resolved
 	defHash  string
-	// changed: the definition differs from the approved one.
-	changed bool
+	// changed: the definition differs from the approved one (cleared
+	// once the store approves this very definition).
+	changed atomic.Bool
+}
+
+// refused reports whether the tool's definition is still not approved,
+// looking at the store again: `cyberos mcp approve` takes effect on the
+// next call.
+func (t *Tool) refused() bool {
+	if !t.changed.Load() {
+		return false
+	}
+	if t.srv.o.Approvals.Approved(t.srv.o.Name, t.name) == t.defHash {
+		t.changed.Store(false)
+		return false
+	}
+	return true
 }
 
 var (
@@ -62,7 +78,7 @@ const maxErrorText = 4096
 // structuredContent) is returned as the server's JSON; isError is a
 // failure whose text reaches the skill.
 func (t *Tool) Call(ctx context.Context, c *tools.Call) (any, error) {
-	if t.changed {
+	if t.refused() {
 		return nil, &policy.Denial{Reason: policy.ReasonDefinitionChanged, Tool: t.full}
 	}
 	var args any
@@ -173,7 +189,7 @@ func (s *Source) Lookup(ctx context.Context, name policy.Tool) (tools.Tool, bool
 		return nil, true, &tools.SkillError{Class: tools.ErrFailed, Msg: "MCP server " + server + " is not available"}
 	case t == nil:
 		return nil, false, nil
-	case t.changed:
+	case t.refused():
 		return t, true, &policy.Denial{Reason: policy.ReasonDefinitionChanged, Tool: name,
 			Detail: "the tool's definition changed since an operator approved it"}
 	}
@@ -199,7 +215,7 @@ func (s *Source) Tools(ctx context.Context, e *policy.Enforcer) []tools.Tool {
 		}
 		slices.SortFunc(ts, func(a, b *Tool) int { return strings.Compare(a.name, b.name) })
 		for _, t := range ts {
-			if !t.changed && e.CheckTool(t.full) == nil {
+			if !t.refused() && e.CheckTool(t.full) == nil {
 				out = append(out, t)
 			}
 		}
