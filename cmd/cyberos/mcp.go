@@ -46,7 +46,7 @@ func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir 
 			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == daemon.MCPApproveAuto,
 			Transport: stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, log)})
 	}
-	return mcpclient.NewPool(specs, approvals, log)
+	return mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
 }
 
 // stdioTransport starts one instance of a stdio server: its secrets read

@@ -59,6 +59,8 @@ type Config struct {
 	// MCPServers are the MCP servers whose tools skills may be granted
 	// (mcpconfig.go).
 	MCPServers *MCPServers `yaml:"mcp_servers"`
+	// MCPMaxRunning bounds the MCP server sandboxes running at once.
+	MCPMaxRunning int `yaml:"mcp_max_running"`
 }
 
 // Fleet is the config of a daemon that is one host of many.
@@ -188,7 +190,7 @@ var DefaultTeardowns = 2 * runtime.NumCPU()
 // IDRanges is the number of ranges in force.
 func (c *Config) IDRanges() int {
 	if c.Userns.Ranges == 0 {
-		return c.MaxConcurrent + c.Warm.MaxSandboxes + DefaultTeardowns
+		return c.MaxConcurrent + c.Warm.MaxSandboxes + DefaultTeardowns + c.mcpRanges()
 	}
 	return c.Userns.Ranges
 }
@@ -272,6 +274,7 @@ func DefaultConfig() Config {
 		Userns:            Userns{HostIDBase: sandbox.DefaultHostIDBase},
 		Audit:             Audit{SigningKey: "audit-signing.key"},
 		CgroupPlacement:   string(sandbox.PlacementAuto),
+		MCPMaxRunning:     DefaultMCPMaxRunning,
 		Warm:              Warm{MaxSandboxes: 16, MaxPerSkill: supervisor.DefaultWarmPerSkill, MaxMemoryMB: 8192, Idle: WarmIdle(supervisor.DefaultWarmIdle)},
 	}
 }

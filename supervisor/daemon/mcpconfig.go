@@ -101,7 +101,18 @@ const (
 const (
 	DefaultMCPIdle        = 5 * time.Minute
 	DefaultMCPCallTimeout = 60 * time.Second
+	// DefaultMCPMaxRunning is mcp_max_running's default.
+	DefaultMCPMaxRunning = 16
 )
+
+// mcpRanges is the host id ranges the MCP server sandboxes may hold at
+// once: mcp_max_running when a server is configured.
+func (c *Config) mcpRanges() int {
+	if len(c.MCPServerNames()) == 0 {
+		return 0
+	}
+	return c.MCPMaxRunning
+}
 
 // mcpServerName is a server's name: it is the middle of every tool name
 // mcp__<server>__<tool>, so it may not hold "__" (checked apart).
@@ -151,6 +162,9 @@ func (c *Config) MCPServer(name string) (MCPServer, bool) {
 // wrapping ErrConfig and naming its key (mcp_servers.NAME.KEY).
 func (c *Config) validateMCP() error {
 	var errs []error
+	if c.MCPMaxRunning < 1 || c.MCPMaxRunning > 4096 {
+		errs = append(errs, fmt.Errorf("%w: mcp_max_running: must be 1..4096, got %d", ErrConfig, c.MCPMaxRunning))
+	}
 	for _, name := range c.MCPServerNames() {
 		for _, p := range checkMCPServer(name, (*c.MCPServers)[name], c) {
 			errs = append(errs, fmt.Errorf("%w: mcp_servers.%s", ErrConfig, p))

@@ -160,3 +160,19 @@ func TestMCPSecretFile(t *testing.T) {
 		t.Errorf("preflight problems %q", problems)
 	}
 }
+
+// Each running MCP server sandbox holds a host id range: the default
+// ranges make room for mcp_max_running of them once a server is set.
+func TestMCPMaxRunning(t *testing.T) {
+	plain := DefaultConfig()
+	c, err := loadYAML(t, "version: 1\nmcp_max_running: 5\nmcp_servers: {x: {command: /usr/bin/x}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.IDRanges(), plain.IDRanges()+5; got != want {
+		t.Errorf("IDRanges %d, want %d", got, want)
+	}
+	if _, err := loadYAML(t, "version: 1\nmcp_max_running: 0\n"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "mcp_max_running") {
+		t.Errorf("mcp_max_running 0: %v", err)
+	}
+}

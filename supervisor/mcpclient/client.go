@@ -60,6 +60,11 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock for restart backoff; nil: time.Now.
 	Now func() time.Time
+	// Slots, when set, bounds the sessions running at once across the
+	// servers sharing it: a session holds one from its start to its end,
+	// and a start finding none free fails (each sandboxed server holds a
+	// host id range the skills' sandboxes draw from too).
+	Slots chan struct{}
 }
 
 // Server is one configured MCP server's client: it connects on first use,
@@ -151,7 +156,19 @@ func (s *Server) current(ctx context.Context) (*session, error) {
 }
 
 // connect starts a session: initialize, then every page of tools/list.
-func (s *Server) connect(ctx context.Context) (*session, error) {
+func (s *Server) connect(ctx context.Context) (_ *session, err error) {
+	if s.o.Slots != nil {
+		select {
+		case s.o.Slots <- struct{}{}:
+		default:
+			return nil, fmt.Errorf("%d MCP servers are running, the most allowed", cap(s.o.Slots))
+		}
+		defer func() {
+			if err != nil {
+				<-s.o.Slots
+			}
+		}()
+	}
 	t, err := s.o.Transport(ctx)
 	if err != nil {
 		return nil, err
@@ -172,14 +189,20 @@ func (s *Server) connect(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
 	ss.cs = cs
+	waited := make(chan struct{})
 	go func() {
 		err := cs.Wait()
 		close(ss.done)
 		s.log.Info("mcp: session ended", "err", err)
+		close(waited)
 	}()
-	if err := s.list(ctx, ss); err != nil {
+	if lerr := s.list(ctx, ss); lerr != nil {
 		cs.Close()
-		return nil, fmt.Errorf("tools/list: %w", err)
+		<-waited // the slot is released by the deferred receive
+		return nil, fmt.Errorf("tools/list: %w", lerr)
+	}
+	if s.o.Slots != nil {
+		go func() { <-waited; <-s.o.Slots }()
 	}
 	return ss, nil
 }

@@ -48,6 +48,7 @@ type Pool struct {
 	specs     map[string]Spec
 	approvals *Approvals
 	log       *slog.Logger
+	slots     chan struct{} // one per running session (NewPool's maxRunning)
 
 	mu        sync.Mutex
 	instances map[instanceKey]*Server
@@ -58,13 +59,17 @@ type Pool struct {
 
 type instanceKey struct{ server, instance string }
 
-// NewPool runs specs' servers on demand; approvals is shared by all.
-func NewPool(specs []Spec, approvals *Approvals, log *slog.Logger) (*Pool, error) {
+// NewPool runs specs' servers on demand, at most maxRunning sessions at
+// once (0: no bound); approvals is shared by all.
+func NewPool(specs []Spec, approvals *Approvals, maxRunning int, log *slog.Logger) (*Pool, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Pool{specs: map[string]Spec{}, approvals: approvals, log: log, instances: map[instanceKey]*Server{},
 		stop: make(chan struct{}), done: make(chan struct{})}
+	if maxRunning > 0 {
+		p.slots = make(chan struct{}, maxRunning)
+	}
 	minIdle := time.Duration(0)
 	for _, s := range specs {
 		if !policy.ValidMCPServer(s.Name) || s.Transport == nil {
@@ -121,7 +126,7 @@ func (p *Pool) instance(server, tenant, invocation string) (*Server, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, server, err)
 	}
 	s, err := New(Options{Name: server, Transport: tr, CallTimeout: spec.CallTimeout, AutoApprove: spec.AutoApprove,
-		Approvals: p.approvals, Log: p.log.With("mcp_instance", inst)})
+		Approvals: p.approvals, Log: p.log.With("mcp_instance", inst), Slots: p.slots})
 	if err != nil {
 		return nil, err
 	}

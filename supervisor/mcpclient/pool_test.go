@@ -2,6 +2,7 @@ package mcpclient
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"testing"
@@ -38,7 +39,7 @@ func pidOf(t *testing.T, src tools.Source, server string) string {
 func TestPoolShareModes(t *testing.T) {
 	a, _ := OpenApprovals(t.TempDir())
 	p, err := NewPool([]Spec{hostileSpec("tenanted", SharePerTenant, 0), hostileSpec("shared", ShareGlobal, 0),
-		hostileSpec("own", SharePerInvocation, 0)}, a, nil)
+		hostileSpec("own", SharePerInvocation, 0)}, a, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestPoolShareModes(t *testing.T) {
 // it again.
 func TestPoolIdleStop(t *testing.T) {
 	a, _ := OpenApprovals(t.TempDir())
-	p, err := NewPool([]Spec{hostileSpec("lazy", ShareGlobal, 300*time.Millisecond)}, a, nil)
+	p, err := NewPool([]Spec{hostileSpec("lazy", ShareGlobal, 300*time.Millisecond)}, a, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,4 +85,30 @@ func TestPoolIdleStop(t *testing.T) {
 	if again := pidOf(t, src, "lazy"); again == first {
 		t.Error("the server was not started again")
 	}
+}
+
+// At most maxRunning sessions run at once: a third tenant's start fails
+// cleanly, and succeeds once a running one stopped.
+func TestPoolMaxRunning(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("capped", SharePerTenant, 0)}, a, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pidOf(t, p.For("a", "1"), "capped")
+	pidOf(t, p.For("b", "2"), "capped")
+	if _, ok, err := p.For("c", "3").Lookup(context.Background(), "mcp__capped__pid"); !ok || !errors.Is(err, tools.ErrFailed) {
+		t.Fatalf("third: ok %v err %v, want ErrFailed", ok, err)
+	}
+	srv, _ := p.instance("capped", "a", "1")
+	srv.stopIdle(time.Now().Add(time.Hour), time.Minute)
+	waitFor(t, 10*time.Second, func() bool {
+		s, _ := p.instance("capped", "c", "3")
+		s.mu.Lock()
+		s.nextTry = time.Time{} // past the backoff of the refused start
+		s.mu.Unlock()
+		_, _, err := p.For("c", "3").Lookup(context.Background(), "mcp__capped__pid")
+		return err == nil
+	}, "a slot to free")
 }
