@@ -7,6 +7,8 @@ package integration
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -246,6 +248,18 @@ func TestMCPHostileServerDaemon(t *testing.T) {
 	}
 	if m := invoke("mutable"); m["mutable"].Err != nil {
 		t.Errorf("after approval: %+v", m["mutable"].Err)
+	}
+	// The restarts are counted by server.
+	resp, err := http.Get("http://" + d.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`cyberos_mcp_server_starts_total{result="ok",server="hostile"}`, `cyberos_mcp_servers_running{server="hostile"}`, `cyberos_mcp_call_duration_seconds_count{server="hostile"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	// Every refusal and failure is in the rows.
 	var denied int

@@ -20,6 +20,7 @@ import (
 	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/daemon"
+	"github.com/cyberos/supervisor/supervisor/mcpclient"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/telemetry"
 )
@@ -134,6 +135,9 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		return &exitError{exitUsage, err}
 	}
 	if pool != nil {
+		if pool.Metrics, err = mcpclient.NewMetrics(metrics.Registry); err != nil {
+			return err
+		}
 		sup.MCP = pool
 		defer pool.Close()
 	}

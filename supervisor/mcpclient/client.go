@@ -65,6 +65,8 @@ type Options struct {
 	// and a start finding none free fails (each sandboxed server holds a
 	// host id range the skills' sandboxes draw from too).
 	Slots chan struct{}
+	// Metrics may be nil.
+	Metrics *Metrics
 }
 
 // Server is one configured MCP server's client: it connects on first use,
@@ -144,6 +146,7 @@ func (s *Server) current(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("%w: %s: restarting (next try in %v)", ErrUnavailable, s.o.Name, s.nextTry.Sub(now).Round(time.Millisecond))
 	}
 	ss, err := s.connect(ctx)
+	s.o.Metrics.started(s.o.Name, err)
 	if err != nil {
 		s.failures++
 		s.nextTry = s.o.Now().Add(min(maxBackoff, restartBackoff<<min(s.failures-1, 16)))
@@ -201,9 +204,13 @@ func (s *Server) connect(ctx context.Context) (_ *session, err error) {
 		<-waited // the slot is released by the deferred receive
 		return nil, fmt.Errorf("tools/list: %w", lerr)
 	}
-	if s.o.Slots != nil {
-		go func() { <-waited; <-s.o.Slots }()
-	}
+	go func() {
+		<-waited
+		s.o.Metrics.ended(s.o.Name)
+		if s.o.Slots != nil {
+			<-s.o.Slots
+		}
+	}()
 	return ss, nil
 }
 

@@ -49,6 +49,9 @@ type Pool struct {
 	approvals *Approvals
 	log       *slog.Logger
 	slots     chan struct{} // one per running session (NewPool's maxRunning)
+	// Metrics, when set before the first use, count the servers' sessions
+	// and calls.
+	Metrics *Metrics
 
 	mu        sync.Mutex
 	instances map[instanceKey]*Server
@@ -126,7 +129,7 @@ func (p *Pool) instance(server, tenant, invocation string) (*Server, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, server, err)
 	}
 	s, err := New(Options{Name: server, Transport: tr, CallTimeout: spec.CallTimeout, AutoApprove: spec.AutoApprove,
-		Approvals: p.approvals, Log: p.log.With("mcp_instance", inst), Slots: p.slots})
+		Approvals: p.approvals, Log: p.log.With("mcp_instance", inst), Slots: p.slots, Metrics: p.Metrics})
 	if err != nil {
 		return nil, err
 	}

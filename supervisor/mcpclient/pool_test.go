@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cyberos/supervisor/internal/mcptest"
 	"github.com/cyberos/supervisor/supervisor/tools"
@@ -111,4 +113,29 @@ func TestPoolMaxRunning(t *testing.T) {
 		_, _, err := p.For("c", "3").Lookup(context.Background(), "mcp__capped__pid")
 		return err == nil
 	}, "a slot to free")
+}
+
+// The series count sessions, starts and calls by server.
+func TestPoolMetrics(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("counted", ShareGlobal, 0)}, a, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if p.Metrics, err = NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	pidOf(t, p.For("a", "1"), "counted")
+	if got := promtest.ToFloat64(p.Metrics.Running.WithLabelValues("counted")); got != 1 {
+		t.Errorf("running %v, want 1", got)
+	}
+	if got := promtest.ToFloat64(p.Metrics.Starts.WithLabelValues("counted", StartOK)); got != 1 {
+		t.Errorf("starts %v, want 1", got)
+	}
+	if n := promtest.CollectAndCount(p.Metrics.CallDuration); n != 1 {
+		t.Errorf("%d call duration series, want 1", n)
+	}
+	p.Close()
+	waitFor(t, 10*time.Second, func() bool { return promtest.ToFloat64(p.Metrics.Running.WithLabelValues("counted")) == 0 }, "the session's end to be counted")
 }

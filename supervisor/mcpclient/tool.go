@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -100,7 +101,9 @@ func (t *Tool) Call(ctx context.Context, c *tools.Call) (any, error) {
 	if c.Traceparent != "" {
 		params.Meta = mcp.Meta{"traceparent": c.Traceparent}
 	}
+	began := time.Now()
 	res, err := ss.cs.CallTool(ctx, params)
+	t.srv.o.Metrics.call(t.srv.o.Name, time.Since(began))
 	switch {
 	case err == nil:
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
