@@ -222,3 +222,59 @@ func TestMCPRugPullDenied(t *testing.T) {
 		t.Errorf("denied row %v", last.Payload)
 	}
 }
+
+// BenchmarkMCPEcho compares one echo call of the hostile server made
+// directly with the Go SDK over stdio (direct) with the same call made by
+// a skill through the broker (brokered: framing, policy, args validation,
+// both rows to an in-memory sink, the SDK call), both to an unsandboxed
+// server. The issue's bound is brokered <= 1.2x direct plus one fdatasync.
+func BenchmarkMCPEcho(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), mcptest.EnvServe+"=1")
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cs.Close()
+		params := &mcp.CallToolParams{Name: "echo", Arguments: json.RawMessage(`{"text":"hello"}`)}
+		b.ResetTimer()
+		for b.Loop() {
+			if _, err := cs.CallTool(context.Background(), params); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("brokered", func(b *testing.B) {
+		var starts atomic.Int64
+		a, err := mcpclient.OpenApprovals(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv, err := mcpclient.New(mcpclient.Options{Name: "hostile", Approvals: a, Transport: func(context.Context) (mcp.Transport, error) {
+			starts.Add(1)
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), mcptest.EnvServe+"=1")
+			return &mcp.CommandTransport{Command: cmd}, nil
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer srv.Close()
+		e := startEnv(b, func(c *Config) {
+			c.Env.Enforcer = testEnforcer(b, mcpSkill)
+			c.Sources = []tools.Source{mcpclient.NewSource(srv)}
+			c.RatePerMinute = 0
+		})
+		c := e.dial()
+		body := []byte(callBody(1, "mcp__hostile__echo", `{"text":"hello"}`, ""))
+		if r := c.rpc(string(body)); r.Error != nil { // the server's start is not measured
+			b.Fatal(r.Error)
+		}
+		b.ResetTimer()
+		for b.Loop() {
+			c.send(body)
+			c.recv()
+		}
+	})
+}
