@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -169,6 +170,11 @@ type Store struct {
 	insert map[int]*sql.Stmt // rows per INSERT statement (insertChunks) → statement
 	head   *sql.Stmt
 
+	// damage is why the store takes no new invocation (startcheck.go).
+	damage atomic.Pointer[error]
+	// started is what the start-up check verified.
+	started StartCheck
+
 	writerState  // the journal writer's (writer.go)
 	applierState // the index applier's (applier.go)
 }
@@ -177,7 +183,9 @@ type Store struct {
 // created 0700, the files 0600. Rows the journal holds beyond the index are
 // applied, and the chain's tail is verified, so a store whose last rows were
 // altered, whose index and journal disagree, or that is not a database at
-// all is refused. Every error wraps ErrUnavailable: the caller must not
+// all is refused. Then every row after the last checkpoint's head is
+// verified in both copies, with that checkpoint (checkSinceCheckpoint): a
+// store found damaged opens, but refuses new invocations (Damage). Every error wraps ErrUnavailable: the caller must not
 // dispatch skills without a store.
 func Open(stateDir string, opts ...Option) (*Store, error) {
 	o := options{maxBatch: DefaultMaxBatch, busyTimeout: DefaultBusyTimeout}
@@ -439,6 +447,9 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 		if err := s.checkAnchor(ctx, h.seq); err != nil {
 			return err
 		}
+		if err := s.checkAtStart(ctx, end); err != nil {
+			return err
+		}
 		s.startAt(h, end)
 		return nil
 	}
@@ -459,9 +470,34 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if err := s.checkAnchor(ctx, j.Seq); err != nil {
 		return err
 	}
+	if err := s.checkAtStart(ctx, end); err != nil {
+		return err
+	}
 	s.startAt(head{j.Seq, j.RowHash}, end)
 	return nil
 }
+
+// checkAtStart runs the start-up check (checkSinceCheckpoint): damage it
+// finds makes the store refuse new invocations (Damage); a failure to read
+// fails Open.
+func (s *Store) checkAtStart(ctx context.Context, end int64) error {
+	sc, err := s.checkSinceCheckpoint(ctx, end)
+	if err != nil {
+		return fmt.Errorf("start-up check: %w", err)
+	}
+	s.started = sc
+	if len(sc.Problems) > 0 {
+		s.setDamage(damageError(filepath.Dir(s.path), "the start-up check", sc.Problems))
+		return nil
+	}
+	if sc.Rows > 0 {
+		markVerified(filepath.Dir(s.path), sc.Head)
+	}
+	return nil
+}
+
+// StartCheck is what Open's start-up check verified and found.
+func (s *Store) StartCheck() StartCheck { return s.started }
 
 // checkJournalLength refuses a journal shorter than what the index says it
 // applied from it (deleted, or its tail cut): a new row would start a chain

@@ -263,6 +263,12 @@ func (s *Store) add(ctx context.Context, d Draft, urgent bool, after *batch, aft
 	if err != nil {
 		return nil, 0, false, err
 	}
+	if d.Kind == KindInvokedStarted {
+		// A damaged store finishes the invocations it runs, and starts none.
+		if err := s.Damage(); err != nil {
+			return nil, 0, false, err
+		}
+	}
 	sl.after, sl.afterIdx = after, afterIdx
 	if err := ctx.Err(); err != nil {
 		return nil, 0, false, err

@@ -24,10 +24,7 @@ func BenchmarkShip(b *testing.B) {
 	wg.Wait()
 	var rate []float64
 	for i := 0; i < b.N; i++ {
-		pool, err := NewPool(pg.CreateDatabase("bench" + string(rune('a'+i))))
-		if err != nil {
-			b.Fatal(err)
-		}
+		pool := newFleetDB(b, pg, "bench"+string(rune('a'+i))).host("host-a")
 		sh := &Shipper{Pool: pool, HostID: "host-a", Source: st}
 		t0 := time.Now()
 		if err := sh.Flush(context.Background()); err != nil {

@@ -6,7 +6,6 @@ package fleet
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -26,7 +25,7 @@ var migrations embed.FS
 const migrateLock = 0x637962726f730001 // "cybros" + 1
 
 // ErrSchemaTooNew: the database was migrated by a newer build than this one.
-var ErrSchemaTooNew = errors.New("fleet: the database schema is newer than this build")
+var ErrSchemaTooNew = fmt.Errorf("%w: the database schema is newer than this build", ErrSetup)
 
 type migration struct {
 	version int
@@ -63,8 +62,10 @@ func loadMigrations() ([]migration, error) {
 
 // Migrate brings the database to this build's schema: every migration
 // newer than the recorded version runs in its own transaction, recorded in
-// cyberos_schema, under an advisory lock so that daemons starting together
-// apply each migration once. A database newer than this build is refused.
+// cyberos_schema, under an advisory lock so that two runs apply each
+// migration once. A database newer than this build is refused. It runs as
+// the tables' owner (`cyberos fleet migrate`), never as a daemon, which
+// only checks the version (CheckRuntime).
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	ms, err := loadMigrations()
 	if err != nil {

@@ -40,9 +40,9 @@ var ErrDiverged = errors.New("fleet: the local audit chain does not continue the
 // NewPool parses dsn and makes a pool that connects on first use, so a
 // daemon starts while PostgreSQL is away (its rows wait in the journal).
 func NewPool(dsn string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("fleet: postgres dsn: %w", err)
+		return nil, err
 	}
 	cfg.MaxConns = max(cfg.MaxConns, 4)
 	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -65,10 +65,13 @@ type Shipper struct {
 	Backoff time.Duration // longest wait between failed attempts; 0: DefaultMaxBackoff
 	Log     *slog.Logger
 	Metrics *telemetry.Metrics // nil: none
+	// OnDiverged, when set, is told each time PostgreSQL refuses the
+	// journal as not the chain it witnessed (ErrDiverged): the daemon
+	// then stops taking invocations, as for damage its own check finds.
+	OnDiverged func(error)
 
-	migrated bool
-	conn     *pgxpool.Conn // holds the host id's advisory lock
-	last     shipped
+	conn *pgxpool.Conn // holds the host id's advisory lock
+	last shipped
 }
 
 // shipped is the newest row PostgreSQL holds for the host.
@@ -88,6 +91,9 @@ func (s *Shipper) Run(ctx context.Context) {
 			return
 		}
 		switch {
+		case errors.Is(err, ErrDiverged):
+			wait = s.maxBackoff()
+			s.logger().Error("audit shipping refused: the local chain is not the one shipped; see `cyberos audit verify --dsn`", "err", err, "retry_in", wait)
 		case err != nil:
 			wait = min(max(2*wait, 100*time.Millisecond), s.maxBackoff())
 			s.logger().Warn("audit shipping failed; retrying", "err", err, "retry_in", wait)
@@ -123,6 +129,9 @@ func (s *Shipper) ShipOnce(ctx context.Context) (int, error) {
 				reason = telemetry.ShipErrorDiverged
 			}
 			m.AuditShipErrors.WithLabelValues(reason).Inc()
+		}
+		if errors.Is(err, ErrDiverged) && s.OnDiverged != nil && ctx.Err() == nil {
+			s.OnDiverged(err)
 		}
 	}
 	if m := s.Metrics; m != nil {
@@ -208,21 +217,20 @@ func (s *Shipper) shipOnce(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// connect takes a connection holding the host id's advisory lock, migrates
-// once, and reads where shipping resumes.
+// connect takes a connection, checks the database is set up for this
+// host (CheckRuntime), takes the host id's advisory lock, and reads where
+// shipping resumes.
 func (s *Shipper) connect(ctx context.Context) error {
 	if s.conn != nil {
 		return nil
 	}
-	if !s.migrated {
-		if err := Migrate(ctx, s.Pool); err != nil {
-			return err
-		}
-		s.migrated = true
-	}
 	conn, err := s.Pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("fleet: connect: %w", err)
+	}
+	if err := CheckRuntime(ctx, conn, s.HostID); err != nil {
+		conn.Release()
+		return err
 	}
 	var locked bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, hostLockKey(s.HostID)).Scan(&locked); err != nil {
@@ -239,6 +247,16 @@ func (s *Shipper) connect(ctx context.Context) error {
 		conn.Conn().Close(ctx) //nolint:errcheck // dropping the session drops the lock
 		conn.Release()
 		return fmt.Errorf("fleet: resume point: %w", err)
+	}
+	// The first comparison, and one at every reconnection: the journal
+	// must hold the shipped chain, not a shorter or another one.
+	if err := CheckHead(ctx, conn, s.HostID, s.Source); err != nil {
+		conn.Conn().Close(ctx) //nolint:errcheck // dropping the session drops the lock
+		conn.Release()
+		return err
+	}
+	if m := s.Metrics; m != nil {
+		m.AuditWitnessUnchecked.Set(0)
 	}
 	s.conn, s.last = conn, last
 	return nil

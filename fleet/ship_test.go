@@ -18,7 +18,7 @@ import (
 	"github.com/cyberos/supervisor/telemetry"
 )
 
-func newPool(t *testing.T, dsn string) *pgxpool.Pool {
+func newPool(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -105,7 +105,7 @@ func sameAsJournal(t *testing.T, pool *pgxpool.Pool, host string, s *audit.Store
 
 func TestShipCopiesTheJournalExactly(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("ship1"))
+	pool := newFleetDB(t, pg, "ship1").host("host-a")
 	st := newStore(t)
 	emit(t, st, "11111111-1111-1111-1111-111111111111", 60)
 	m := telemetry.NewMetrics()
@@ -146,7 +146,7 @@ func TestShipCopiesTheJournalExactly(t *testing.T) {
 // the last seq PostgreSQL holds: no row twice, none missing.
 func TestShipResumesWithoutDuplicates(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("ship2"))
+	pool := newFleetDB(t, pg, "ship2").host("host-a")
 	st := newStore(t)
 	emit(t, st, "11111111-1111-1111-1111-111111111111", 10)
 	first := &Shipper{Pool: pool, HostID: "host-a", Source: st, Batch: 7}
@@ -169,7 +169,7 @@ func TestShipResumesWithoutDuplicates(t *testing.T) {
 // once it is back everything arrives exactly once.
 func TestShipSurvivesAPostgresRestart(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("ship3"))
+	pool := newFleetDB(t, pg, "ship3").host("host-a")
 	st := newStore(t)
 	m := telemetry.NewMetrics()
 	sh := &Shipper{Pool: pool, HostID: "host-a", Source: st, Batch: 20, Poll: 20 * time.Millisecond, Backoff: 200 * time.Millisecond, Metrics: m}
@@ -200,7 +200,7 @@ func TestShipSurvivesAPostgresRestart(t *testing.T) {
 // Two daemons configured with one host id: the second ships nothing.
 func TestShipRefusesASecondShipperOfOneHostID(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("ship4"))
+	pool := newFleetDB(t, pg, "ship4").host("same")
 	a, b := newStore(t), newStore(t)
 	emit(t, a, "11111111-1111-1111-1111-111111111111", 3)
 	emit(t, b, "22222222-2222-2222-2222-222222222222", 3)
@@ -232,7 +232,7 @@ func TestShipRefusesASecondShipperOfOneHostID(t *testing.T) {
 // shipped, the shipped rows untouched.
 func TestShipRefusesADivergedJournal(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("ship5"))
+	pool := newFleetDB(t, pg, "ship5").host("host-a")
 	old := newStore(t)
 	emit(t, old, "11111111-1111-1111-1111-111111111111", 5)
 	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: old}).Flush(context.Background()); err != nil {
@@ -254,7 +254,8 @@ func TestShipRefusesADivergedJournal(t *testing.T) {
 // Shipped rows cannot be changed or removed through SQL.
 func TestShippedRowsAreAppendOnly(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("ship6"))
+	db := newFleetDB(t, pg, "ship6")
+	pool := db.host("host-a")
 	st := newStore(t)
 	emit(t, st, "11111111-1111-1111-1111-111111111111", 1)
 	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(context.Background()); err != nil {
@@ -265,18 +266,19 @@ func TestShippedRowsAreAppendOnly(t *testing.T) {
 		`DELETE FROM audit_rows WHERE seq = 2`,
 		`TRUNCATE audit_rows`,
 	} {
-		if _, err := pool.Exec(context.Background(), q); err == nil || !strings.Contains(err.Error(), "append-only") {
+		// As the owner: the daemon's role may not even try (roles_test.go).
+		if _, err := db.owner.Exec(context.Background(), q); err == nil || !strings.Contains(err.Error(), "append-only") {
 			t.Errorf("%s: %v, want the append-only refusal", q, err)
 		}
 	}
 	sameAsJournal(t, pool, "host-a", st)
 }
 
-// Daemons starting together migrate once; a database from a newer build is
+// Two migrations run at once apply each migration once; a database from a newer build is
 // refused rather than used.
 func TestMigrateConcurrentlyAndRefuseNewer(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("mig"))
+	pool := ownerDB(t, pg, "mig")
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
@@ -303,13 +305,14 @@ func TestMigrateConcurrentlyAndRefuseNewer(t *testing.T) {
 // named, on its host only; a tenant's rows come from every host.
 func TestFleetVerifyAndExport(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("reads"))
+	db := newFleetDB(t, pg, "reads")
+	pool := db.auditor()
 	a, b := newStore(t), newStore(t)
 	emit(t, a, "11111111-1111-1111-1111-111111111111", 3)
 	emit(t, a, "22222222-2222-2222-2222-222222222222", 1)
 	emit(t, b, "11111111-1111-1111-1111-111111111111", 2)
 	for host, st := range map[string]*audit.Store{"host-a": a, "host-b": b} {
-		if err := (&Shipper{Pool: pool, HostID: host, Source: st}).Flush(context.Background()); err != nil {
+		if err := (&Shipper{Pool: db.host(host), HostID: host, Source: st}).Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -348,7 +351,7 @@ func TestFleetVerifyAndExport(t *testing.T) {
 // RowFilter.Since keeps the rows whose ts is at or after it.
 func TestFleetRowsSince(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("since"))
+	pool := newFleetDB(t, pg, "since").host("host-a")
 	st := newStore(t)
 	emit(t, st, "11111111-1111-1111-1111-111111111111", 2)
 	time.Sleep(10 * time.Millisecond)
@@ -374,7 +377,7 @@ func TestFleetRowsSince(t *testing.T) {
 // a note, not a problem.
 func TestFleetVerifyAgainstAnchors(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	pool := newPool(t, pg.CreateDatabase("anchors"))
+	pool := newFleetDB(t, pg, "anchors").host("host-a")
 	st := newStore(t)
 	emit(t, st, "11111111-1111-1111-1111-111111111111", 3)
 	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(context.Background()); err != nil {

@@ -211,9 +211,9 @@ func TestAuditFaultIndexGarbage(t *testing.T) {
 		t.Fatalf("repair: %v\n%s", err, rep)
 	}
 	t.Logf("repair: %s", rep)
-	damaged, _ := filepath.Glob(filepath.Join(e.stateDir, "audit.db.damaged-*"))
+	damaged, _ := filepath.Glob(filepath.Join(e.stateDir, "audit-damaged-*", "audit.db"))
 	if len(damaged) != 1 {
-		t.Errorf("damaged index kept as %v, want one audit.db.damaged-*", damaged)
+		t.Errorf("damaged index kept as %v, want one audit-damaged-*/audit.db", damaged)
 	}
 	if code, out := e.verify(); code != 0 || !strings.Contains(out, "ok: 6 rows") {
 		t.Errorf("verify after repair: exit %d\n%s", code, out)

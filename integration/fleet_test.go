@@ -25,13 +25,14 @@ import (
 // is back; audit verify --dsn passes.
 func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	dsn := pg.CreateDatabase("fleet")
+	db := newFleetDatabase(t, pg, "fleet", true)
+	auditor := db.auditor()
 	eA, eB := newEnv(t), newEnv(t)
 	for _, e := range []*env{eA, eB} {
 		e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
 	}
 	fleetCfg := func(host string) string {
-		return fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: %s}", dsn, host)
+		return fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: %s}", db.host(host), host)
 	}
 	dA := startDaemon(t, eA, fleetCfg("host-a"))
 	// Its own id ranges: two daemons on one host must not share them.
@@ -103,7 +104,7 @@ func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
 
 	// The auditor's view: every host's chain verifies from PostgreSQL, and
 	// a tenant's rows come from both hosts.
-	out, err := cyberos("audit", "verify", "--dsn", dsn).CombinedOutput()
+	out, err := cyberos("audit", "verify", "--dsn-file", auditor).CombinedOutput()
 	sections := strings.Split(string(out), "== host ")
 	if err != nil || len(sections) != 3 || !strings.HasPrefix(sections[1], "host-a\n") || !strings.HasPrefix(sections[2], "host-b\n") ||
 		!strings.Contains(sections[1], "\nok: ") || !strings.Contains(sections[2], "\nok: ") {
@@ -113,14 +114,14 @@ func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
 	// does not.
 	rowsA := eA.auditRows()
 	head := rowsA[len(rowsA)/2]
-	if out, err := cyberos("audit", "verify", "--dsn", dsn, "--host", "host-a", "--anchor", fmt.Sprintf("%d:%s", head.Seq, head.RowHash)).CombinedOutput(); err != nil {
+	if out, err := cyberos("audit", "verify", "--dsn-file", auditor, "--host", "host-a", "--anchor", fmt.Sprintf("%d:%s", head.Seq, head.RowHash)).CombinedOutput(); err != nil {
 		t.Errorf("verify --dsn --host --anchor of a recorded head: %v\n%s", err, out)
 	}
 	forged := fmt.Sprintf("%d:%s", head.Seq, strings.Repeat("0", 64))
-	if out, err := cyberos("audit", "verify", "--dsn", dsn, "--host", "host-a", "--anchor", forged).CombinedOutput(); exitCode(err) != 1 || !strings.Contains(string(out), "chain was rewritten") {
+	if out, err := cyberos("audit", "verify", "--dsn-file", auditor, "--host", "host-a", "--anchor", forged).CombinedOutput(); exitCode(err) != 1 || !strings.Contains(string(out), "chain was rewritten") {
 		t.Errorf("verify --dsn --anchor of a forged head: exit %d\n%s", exitCode(err), out)
 	}
-	out, err = cyberos("audit", "export", "--dsn", dsn, "--tenant", "11111111-1111-1111-1111-111111111111", "--kind", "skill.invoked_completed").Output()
+	out, err = cyberos("audit", "export", "--dsn-file", auditor, "--tenant", "11111111-1111-1111-1111-111111111111", "--kind", "skill.invoked_completed").Output()
 	if err != nil {
 		t.Fatalf("audit export --dsn: %v", err)
 	}
@@ -213,7 +214,8 @@ func TestFleetDSNFileIsReservedFromSkills(t *testing.T) {
 // not affected.
 func TestFleetMemoryAcrossHosts(t *testing.T) {
 	pg := testutil.StartPostgres(t)
-	dsn := pg.CreateDatabase("fleet")
+	db := newFleetDatabase(t, pg, "fleet", true)
+	auditor := db.auditor()
 	eA, eB := newEnv(t), newEnv(t)
 	const t1, t2 = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
 	eA.skill("saver", "allowed_tools: [MemoryEmit]\nallowed_memory_scopes: [\"notes/**\"]\n", callScript(
@@ -224,7 +226,9 @@ func TestFleetMemoryAcrossHosts(t *testing.T) {
 			[3]string{"read", "MemoryRead", `{"path":"notes/fleet"}`}))
 		e.skill("quick", "", "#!/bin/sh\necho '{}'\n")
 	}
-	fleetCfg := func(host string) string { return fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: %s}", dsn, host) }
+	fleetCfg := func(host string) string {
+		return fmt.Sprintf("fleet: {postgres_dsn: '%s', host_id: %s}", db.host(host), host)
+	}
 	dA := startDaemon(t, eA, fleetCfg("host-a"))
 	dB := startDaemon(t, eB, fleetCfg("host-b"), "max_concurrent: 16", "warm: {max_sandboxes: 2}", "userns: {host_id_base: 200000000}")
 
@@ -244,24 +248,20 @@ func TestFleetMemoryAcrossHosts(t *testing.T) {
 	}
 	m, saved := run(dA, "saver", t1)
 	mustOK(t, m, "emit")
-	// Replay through host B finds the invocation host A ran, once shipped
-	// (within a poll or two). Its rows ship in batches: until the tool
-	// call's have, replay answers with the invocation and no call.
-	var replayed []struct {
-		Tool    string `json:"tool"`
-		Outcome string `json:"outcome"`
+	// A host reads only its own shipped rows: replay through host B does
+	// not find what host A ran; the auditor's export does, once shipped.
+	resp, err := dB.client.Get("http://cyberos/v1/invocations/" + saved.InvocationID + "/replay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("replay through host B of host A's invocation: HTTP %d, want 404", resp.StatusCode)
 	}
 	waitFor(t, slow(20*time.Second), func() bool {
-		resp, err := dB.client.Get("http://cyberos/v1/invocations/" + saved.InvocationID + "/replay")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&replayed) == nil && len(replayed) > 0
+		out, err := cyberos("audit", "export", "--dsn-file", auditor, "--invocation", saved.InvocationID, "--kind", string(audit.KindToolCallCompleted)).Output()
+		return err == nil && strings.Contains(string(out), `"host_id":"host-a"`) && strings.Contains(string(out), "MemoryEmit")
 	})
-	if len(replayed) != 1 || replayed[0].Tool != "MemoryEmit" || replayed[0].Outcome != "success" {
-		t.Errorf("replay through host B: %+v, want one MemoryEmit success", replayed)
-	}
 	m, _ = run(dB, "finder", t1)
 	if s := string(mustOK(t, m, "search")); !strings.Contains(s, `"notes/fleet"`) {
 		t.Errorf("tenant 1's search through host B: %s, want the note saved through host A", s)

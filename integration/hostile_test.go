@@ -15,6 +15,9 @@ package integration
 //	fork bomb                                       TestHostileForkBomb, TestPidsMax
 //	tmpfs fill                                      TestHostileTmpfsFill
 //	fd exhaustion                                   TestHostileFDExhaustion
+//	host-wide AIO events (fs.aio-max-nr)            TestHostileAIOExhaustion
+//	host-wide open files kept by mappings           TestHostileMappedFiles
+//	host-wide TCP buffer memory (tcp_mem)           TestHostileTCPBuffers
 //	CPU spin under x-cpu                            TestHostileCPUSpin (TestCPUQuotaApplied: the quota's value)
 //	Landlock: only the sandbox's own view           TestLandlockConfinesSkill
 //	protocol abuse (frames, JSON, batches, depth)   TestBrokerSurvivesAbuse
@@ -525,6 +528,101 @@ func TestHostileFDExhaustion(t *testing.T) {
 		t.Errorf("%s: %v files opened", p, out["opened"])
 	}
 	want(t, "the broker serves after fd exhaustion", out, "after_status", true)
+}
+
+// TestHostileAIOExhaustion: AIO contexts are counted host-wide (fs.aio-nr
+// against fs.aio-max-nr, in no namespace, cgroup or per-user limit), so the
+// default profile refuses io_setup: a skill asking for 16 contexts of 4096
+// events gets none, and the host's fs.aio-nr, read by the skill while it
+// would hold them and by the test after, does not grow by what it asked.
+func TestHostileAIOExhaustion(t *testing.T) {
+	e := newEnv(t)
+	out, _ := e.hostile(t, "aio", "", map[string]string{"op": "aio"})
+	const p = "the default profile takes no host-wide AIO events"
+	if got := fmt.Sprint(out["io_setup"]); got != "EPERM" && got != "ENOSYS" {
+		t.Errorf("%s: io_setup → %s, want EPERM or ENOSYS", p, got)
+	}
+	want(t, p, out, "contexts", 0)
+	before, _ := out["aio_nr_before"].(float64)
+	held, _ := out["aio_nr_held"].(float64)
+	if before < 0 || held < 0 {
+		t.Fatalf("the probe could not read /proc/sys/fs/aio-nr: %v", out)
+	}
+	// Other programs on the host may use AIO meanwhile; the probe asked for
+	// 16 × 4096 events, the kernel charges at least that.
+	if held-before >= 4096 {
+		t.Errorf("%s: fs.aio-nr grew from %v to %v while the skill held its contexts", p, before, held)
+	}
+	if after := readIntFile(t, "/proc/sys/fs/aio-nr"); after-int(before) >= 4096 {
+		t.Errorf("%s: the host's fs.aio-nr is %d after the run, %v before", p, after, before)
+	}
+}
+
+// TestHostileMappedFiles: open files are counted for the whole host
+// (fs.file-nr against fs.file-max), and a file kept by a mapping after its
+// descriptor is closed escapes RLIMIT_NOFILE. What bounds it: one process
+// keeps at most vm.max_map_count mappings (the skill's open stops with
+// ENOMEM there), and the kernel memory of each is charged to the sandbox's
+// memory cgroup (at 16 MiB the skill is OOM-killed first); the files go
+// with the sandbox.
+func TestHostileMappedFiles(t *testing.T) {
+	e := newEnv(t)
+	maxMap := readIntFile(t, "/proc/sys/vm/max_map_count")
+	out, _ := e.hostile(t, "mapper", "x-memory-mb: 64\n", map[string]string{"op": "mapfiles"})
+	const p = "open files kept by mappings are bounded per process"
+	want(t, p, out, "error", "ENOMEM")
+	pinned, _ := out["pinned"].(float64)
+	if pinned < 1000 || int(pinned) > maxMap {
+		t.Errorf("%s: %v pinned, want at most vm.max_map_count %d", p, out["pinned"], maxMap)
+	}
+	before, _ := out["file_nr_before"].(float64)
+	held, _ := out["file_nr_held"].(float64)
+	if held-before < pinned/2 {
+		t.Errorf("the probe's files did not show in fs.file-nr (%v → %v): it measures nothing", before, held)
+	}
+	if after := readIntFile(t, "/proc/sys/fs/file-nr"); float64(after) > before+pinned/2 {
+		t.Errorf("the pinned files outlived the sandbox: fs.file-nr %d after, %v before", after, before)
+	}
+
+	r := e.run(e.skill("mapper-small", "x-memory-mb: 16\n", "probe:hostile"), "--args", `{"op":"mapfiles"}`)
+	r.mustOutcome(t, "killed")
+	if r.env.Stats.OOMKills == 0 {
+		t.Errorf("open files kept by mappings are bounded by the memory cgroup: killed without an OOM kill")
+	}
+}
+
+// TestHostileTCPBuffers: TCP buffers count in the host-wide
+// net.ipv4.tcp_mem whatever the network namespace, and on cgroup v1 the
+// memory cgroup is charged for them only once memory.kmem.tcp is limited.
+// A skill under 64 MiB filling loopback connections it never reads must
+// not buffer more than its memory limit (it held 256 MiB, all it asked
+// for, with 2.8 MB of memory charged, before the sandbox set that limit).
+func TestHostileTCPBuffers(t *testing.T) {
+	e := newEnv(t)
+	out, r := e.hostile(t, "tcpfill", "x-memory-mb: 64\n", map[string]any{"op": "tcpfill", "mib": 256})
+	t.Logf("tcpfill: %v; memory peak %d", out, r.env.Stats.MemoryPeakBytes)
+	const p = "TCP buffers are bounded by the sandbox's memory limit"
+	buffered, _ := out["buffered"].(float64)
+	if buffered < 1<<20 {
+		t.Fatalf("the probe buffered %v bytes: it measures nothing (%v)", buffered, out)
+	}
+	if buffered > 64<<20 {
+		t.Errorf("%s: the skill buffered %.0f MiB in TCP under x-memory-mb 64", p, buffered/(1<<20))
+	}
+}
+
+// readIntFile reads the first integer of a /proc file.
+func readIntFile(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.Fields(string(b))[0])
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return n
 }
 
 // TestHostileTmpfsFill: filling /tmp stops with ENOSPC at its 64 MiB cap

@@ -79,6 +79,14 @@ func rewriteCalls(own, other, profile, config, data string) [][3]string {
 		{"grep_all", "Grep", fmt.Sprintf(`{"pattern":"allowed_tools|SCMP_ACT","path":"%s"}`, filepath.Dir(filepath.Dir(own)))},
 		{"glob_other", "Glob", fmt.Sprintf(`{"pattern":"%s/*"}`, other)},
 		{"ctl_write_data", "Write", fmt.Sprintf(`{"path":"%s/ok.txt","content":"fine"}`, data)},
+		// Any case variant of SKILL.md is a policy input: in a casefold
+		// directory it is the SKILL.md of a new skill (ſ and the Kelvin
+		// sign fold to s and k there too).
+		{"write_case_upper", "Write", fmt.Sprintf(`{"path":"%s/SKILL.MD","content":"%s"}`, data, fmt.Sprintf(evil, "planted"))},
+		{"write_case_lower", "Write", fmt.Sprintf(`{"path":"%s/skill.md","content":"x"}`, data)},
+		{"write_case_long_s", "Write", fmt.Sprintf(`{"path":"%s/\u017fkill.md","content":"x"}`, data)},
+		{"write_case_kelvin", "Write", fmt.Sprintf(`{"path":"%s/S\u212aILL.md","content":"x"}`, data)},
+		{"ctl_write_not_skill_md", "Write", fmt.Sprintf(`{"path":"%s/my-skill.md","content":"fine"}`, data)},
 	}
 	if config != "" {
 		c = append(c,
@@ -113,6 +121,21 @@ func checkRewriteRefused(t *testing.T, m map[string]callResult, names [][3]strin
 	}
 }
 
+// checkNoCaseVariant fails if dir holds a file whose name is SKILL.md in
+// another case.
+func checkNoCaseVariant(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range ents {
+		if strings.EqualFold(en.Name(), "SKILL.md") {
+			t.Errorf("a skill wrote %s, a case variant of SKILL.md", filepath.Join(dir, en.Name()))
+		}
+	}
+}
+
 func TestSkillCannotRewritePolicy(t *testing.T) {
 	e := newEnv(t)
 	profiles := e.profilesWithout(t, "")
@@ -136,6 +159,7 @@ func TestSkillCannotRewritePolicy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(own, "planted")); err == nil {
 		t.Error("a file was planted in the skill's own folder")
 	}
+	checkNoCaseVariant(t, data)
 	// The next run judges by the same policy, and says so.
 	e.run(own, "--seccomp-profiles", profiles).mustOutcome(t, "success")
 	pol, prof := e.policyHashes(t, "rewriter")
@@ -187,6 +211,7 @@ func TestSkillCannotRewritePolicyDaemon(t *testing.T) {
 			t.Errorf("a file was planted among the policy inputs: %s", p)
 		}
 	}
+	checkNoCaseVariant(t, data)
 	if code, env, raw := d.invoke(map[string]any{"skill_id": "rewriter"}); code != 200 || env.Outcome != "success" {
 		t.Fatalf("second invoke: %d %s", code, raw)
 	}

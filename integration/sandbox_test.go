@@ -403,8 +403,10 @@ func TestUnusableStateDirRefuses(t *testing.T) {
 	}
 }
 
-// TestCrashLeftoversAreCleaned: the supervisor is SIGKILLed mid-run; its
-// container, cgroup and processes survive it, and the next start removes them.
+// TestCrashLeftoversAreCleaned: the supervisor is SIGKILLed mid-run; the
+// sandbox's pid 1 ends its processes (the supervisor's end of its control
+// pipe closed), its container state and cgroup survive it, and the next
+// start removes them.
 func TestCrashLeftoversAreCleaned(t *testing.T) {
 	e := newEnv(t)
 	dir := e.skill("orphan", "", "#!/bin/sh\nexec /bin/sleep 42424\n")
@@ -422,9 +424,10 @@ func TestCrashLeftoversAreCleaned(t *testing.T) {
 		t.Fatalf("expected the crashed run's container state, found %d entries", len(ents))
 	}
 	id := ents[0].Name()
-	if !hasCgroup(t, id) || len(procsMatching("sleep 42424")) == 0 {
+	if !hasCgroup(t, id) {
 		t.Fatal("the crash left nothing to clean; the test proves nothing")
 	}
+	waitFor(t, 2*time.Second, func() bool { return len(procsMatching("sleep 42424")) == 0 })
 	r := e.run(e.skill("next", "", "#!/bin/sh\necho '{}'\n"))
 	r.mustOutcome(t, "success")
 	if left := procsMatching("sleep 42424"); len(left) > 0 {

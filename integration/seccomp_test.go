@@ -32,7 +32,7 @@ var profileExpectations = map[string]map[string]string{
 		"x_socket_unix": "allowed", "x_socket_inet": "allowed", "x_socket_netlink": "allowed", "x_bind": "allowed",
 		"x_ioctl_tcgets": "allowed", "x_ioctl_tiocsti": "EPERM", "x_ioctl_tiocswinsz": "allowed",
 		"x_personality_query": "allowed", "x_setresuid_noop": "allowed", "x_memfd_create": "allowed",
-		"x_inotify_init1": "EPERM", "x_linkat": "allowed", "x_mknodat": "allowed", "x_io_setup": "allowed",
+		"x_inotify_init1": "EPERM", "x_linkat": "allowed", "x_mknodat": "allowed", "x_io_setup": "EPERM",
 		"x_shmget": "allowed", "x_getppid": "allowed", "x_mseal": "ENOSYS",
 	},
 	"strict": {

@@ -26,10 +26,10 @@ var (
 	pgSuper   sync.Map // *Store → superuser DSN of its database
 )
 
-// appRole is the role the stores connect as, like a daemon's: it owns its
-// database and is no superuser and has no BYPASSRLS, so row-level security
-// applies to it.
-const appRole = "cyberos_app"
+// ownerRole owns the stores' databases and migrates them; each store
+// connects as a role of its own in cyberos_runtime, as a daemon does
+// (docs/fleet.md): it owns nothing and row-level security holds for it.
+const ownerRole = "cyberos_owner"
 
 func TestMain(m *testing.M) {
 	var stop func()
@@ -51,8 +51,9 @@ func backends(t *testing.T, f func(t *testing.T, s *Store)) {
 	t.Run("postgres", func(t *testing.T) { f(t, newPGStore(t)) })
 }
 
-// newPGStore makes a database owned by appRole, migrates it as appRole (as
-// a daemon does at its first connection) and opens the store on it.
+// newPGStore makes a database owned by ownerRole, migrates it as that
+// role, and opens the store on it as a runtime role bound to a host, as a
+// daemon does.
 func newPGStore(t *testing.T) *Store { return newPGStoreB(t) }
 
 // newPGStoreB is newPGStore for a benchmark too.
@@ -62,18 +63,33 @@ func newPGStoreB(t testing.TB) *Store {
 	pg := pgServer.For(t)
 	pgRoleMu.Lock()
 	if !pgRole {
-		pg.Psql("postgres", "CREATE ROLE "+appRole+" LOGIN NOSUPERUSER NOBYPASSRLS")
+		pg.Psql("postgres", "CREATE ROLE "+ownerRole+" LOGIN CREATEROLE")
 		pgRole = true
 	}
 	pgRoleMu.Unlock()
 	db := fmt.Sprintf("mem%d", pgDBs.Add(1))
-	pg.Psql("postgres", "CREATE DATABASE "+db+" OWNER "+appRole)
-	pool, err := pgxpool.New(context.Background(), fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", appRole, pg.Port, db))
+	pg.Psql("postgres", "CREATE DATABASE "+db+" OWNER "+ownerRole)
+	dsn := func(role string) string {
+		return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", role, pg.Port, db)
+	}
+	owner, err := pgxpool.New(context.Background(), dsn(ownerRole))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = fleet.Migrate(context.Background(), owner)
+	owner.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := db + "_host"
+	pg.Psql("postgres", "CREATE ROLE "+host+" LOGIN IN ROLE cyberos_runtime")
+	pg.Psql(db, "INSERT INTO cyberos_hosts (role_name, host_id) VALUES ('"+host+"', '"+host+"')")
+	pool, err := pgxpool.New(context.Background(), dsn(host))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s := OpenPostgres(pool, func(ctx context.Context) error { return fleet.Migrate(ctx, pool) })
+	s := OpenPostgres(pool, func(ctx context.Context) error { return fleet.CheckRuntime(ctx, pool, host) })
 	t.Cleanup(func() { s.Close() })
 	pgSuper.Store(s, db)
 	return s

@@ -26,12 +26,14 @@ import (
 
 // Limits.
 const (
-	MaxBodyBytes  = 1 << 20 // a document body; larger is ErrTooLarge
-	MaxPathBytes  = 1024    // a canonical document path
-	MaxIDBytes    = 256     // tenant, trace, invocation and skill ids
-	MaxQueryBytes = 4096    // a search query
-	MaxQueryTerms = 64      // words in a search query
-	MaxLimit      = 100     // search results
+	MaxBodyBytes  = 960 << 10 // a document body; larger is ErrTooLarge. With its JSON envelope it fits a 1 MiB request
+	IndexChars    = 1 << 16   // characters of a body that search indexes
+	SnippetChars  = 8192      // characters of a body a search hit's snippet is taken from
+	MaxPathBytes  = 1024      // a canonical document path
+	MaxIDBytes    = 256       // tenant, trace, invocation and skill ids
+	MaxQueryBytes = 4096      // a search query
+	MaxQueryTerms = 64        // words in a search query
+	MaxLimit      = 100       // search results
 )
 
 // FileName is the store's file inside the state dir.
@@ -68,8 +70,8 @@ type Entry struct {
 }
 
 // Hit is one search result. Score is the negated FTS5 bm25 rank, so a larger
-// score is a better match. Snippet is a plain-text excerpt of the body ("…"
-// marks elisions, no highlighting markup).
+// score is a better match. Snippet is a plain-text excerpt of the start of
+// the body (snippet; "…" marks elisions, no highlighting markup).
 type Hit struct {
 	Path        string
 	Score       float64
@@ -81,8 +83,13 @@ type Hit struct {
 // scope, size, UTF-8) over one of two backends, SQLite in the state dir
 // (Open) or a fleet's PostgreSQL (OpenPostgres). It is safe for concurrent use.
 type Store struct {
-	b   backend
-	now func() time.Time
+	b    backend
+	now  func() time.Time
+	fair fairness
+}
+
+func newStoreOn(b backend) *Store {
+	return &Store{b: b, now: time.Now, fair: fairness{lim: DefaultLimits(), tenants: map[string]*tenantShare{}}}
 }
 
 // backend stores and finds documents; Store has checked every argument.
@@ -160,7 +167,7 @@ func openDB(file string) (*Store, error) {
 		db.Close()
 		return nil, unavailable("schema", err)
 	}
-	return &Store{b: &sqliteDB{db: db}, now: time.Now}, nil
+	return newStoreOn(&sqliteDB{db: db}), nil
 }
 
 // prepareFile creates the database file 0600 before SQLite sees it, tightens
@@ -231,7 +238,12 @@ func (s *Store) Read(ctx context.Context, tenant, path string, scopes []string) 
 	if err != nil {
 		return Doc{}, err
 	}
-	return s.b.read(ctx, tenant, p)
+	var d Doc
+	err = s.do(ctx, tenant, "read", false, func(ctx context.Context) (err error) {
+		d, err = s.b.read(ctx, tenant, p)
+		return err
+	})
+	return d, err
 }
 
 func (b *sqliteDB) read(ctx context.Context, tenant, p string) (Doc, error) {
@@ -275,7 +287,7 @@ func (s *Store) Emit(ctx context.Context, e Entry) (Doc, error) {
 		return Doc{}, err
 	}
 	if len(e.Body) > MaxBodyBytes {
-		return Doc{}, fmt.Errorf("%w: body is %d bytes, limit %d", ErrTooLarge, len(e.Body), MaxBodyBytes)
+		return Doc{}, fmt.Errorf("%w: body is %d bytes, the limit is %d bytes", ErrTooLarge, len(e.Body), MaxBodyBytes)
 	}
 	if !utf8.ValidString(e.Body) {
 		return Doc{}, fmt.Errorf("%w: body is not valid UTF-8", ErrInvalid)
@@ -294,7 +306,7 @@ func (s *Store) Emit(ctx context.Context, e Entry) (Doc, error) {
 	if !e.Compensation {
 		d.Body = e.Body
 	}
-	if err := s.b.upsert(ctx, d); err != nil {
+	if err := s.do(ctx, e.Tenant, "emit", true, func(ctx context.Context) error { return s.b.upsert(ctx, d) }); err != nil {
 		return Doc{}, err
 	}
 	return d, nil
@@ -354,12 +366,26 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 }
 
-// dbErr classifies a failed statement: the caller's own cancellation or
-// deadline stays that (errors.Is context.Canceled / DeadlineExceeded);
-// anything else is ErrUnavailable.
+// dbErr classifies a failed statement: the call's cancellation or
+// deadline stays that (errors.Is context.Canceled / DeadlineExceeded); a
+// PostgreSQL statement timeout is ErrTimeout; what a later call may not
+// meet (SQLite busy, PostgreSQL away or overloaded) is ErrUnavailable; the
+// rest (any other SQLite error, PostgreSQL refusing the statement) is
+// ErrFault.
 func dbErr(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("memory %s: %w", op, cerr)
 	}
-	return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
+	var sqliteErr interface{ Code() int }
+	transient := sqliteerr.IsBusy(err)
+	if !errors.As(err, &sqliteErr) {
+		transient = pgTransient(err)
+	}
+	switch {
+	case isStatementTimeout(err):
+		return fmt.Errorf("%w: %s: %v", ErrTimeout, op, err)
+	case transient:
+		return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrFault, op, err)
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -18,10 +21,11 @@ import (
 // tenant (cyberos.tenant_id), which row-level security enforces, so a
 // mistake in a WHERE clause here cannot reach another tenant's rows.
 // The pool connects on first use: while PostgreSQL is away, calls fail
-// with ErrUnavailable. prepare (the fleet's migrations; nil: none) runs
-// before the first call that reaches the database, until it succeeds.
+// with ErrUnavailable. prepare (the fleet's check that the database is
+// set up for this daemon; nil: none) runs before the first call that
+// reaches the database, until it succeeds.
 func OpenPostgres(pool *pgxpool.Pool, prepare func(context.Context) error) *Store {
-	return &Store{b: &pgDB{pool: pool, prepare: prepare}, now: time.Now}
+	return newStoreOn(&pgDB{pool: pool, prepare: prepare})
 }
 
 type pgDB struct {
@@ -46,13 +50,20 @@ func (b *pgDB) ready(ctx context.Context) error {
 
 func (b *pgDB) close() error { return nil } // the pool is its opener's
 
-// inTenant runs fn in a transaction scoped to tenant.
+// inTenant runs fn in a transaction scoped to tenant, with the server's
+// statement_timeout set to what is left of ctx's deadline, so a statement
+// the client no longer waits for does not go on holding a backend.
 func (b *pgDB) inTenant(ctx context.Context, op, tenant string, fn func(pgx.Tx) error) error {
 	if err := b.ready(ctx); err != nil {
 		return dbErr(ctx, op, err)
 	}
+	timeout := "0" // none
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10)
+	}
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('cyberos.tenant_id', $1, true)`, tenant); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT set_config('cyberos.tenant_id', $1, true), set_config('statement_timeout', $2, true)`,
+			tenant, timeout); err != nil {
 			return err
 		}
 		return fn(tx)
@@ -101,7 +112,7 @@ func (b *pgDB) upsert(ctx context.Context, d Doc) error {
 				invocation_id = excluded.invocation_id, skill_id = excluded.skill_id,
 				updated_at = excluded.updated_at, tsv = excluded.tsv`,
 			d.Tenant, d.Path, body, d.BodyWithheld, d.ContentHash, d.TraceID, d.InvocationID, d.SkillID, d.UpdatedAt.UnixNano(),
-			searchText(body))
+			searchText(indexPrefix(body)))
 		return err
 	})
 }
@@ -153,8 +164,8 @@ func (b *pgDB) search(ctx context.Context, tenant string, words, globs, excl []s
 	return hits, nil
 }
 
-// snippets sets each hit's snippet: ts_headline over its body, NULs as
-// spaces, up to 24 words, no highlighting markup.
+// snippets sets each hit's snippet (snippet) from the first
+// SnippetChars characters of its body; no more of a body is read.
 func (b *pgDB) snippets(ctx context.Context, tx pgx.Tx, tenant string, words []string, hits []Hit) error {
 	if len(hits) == 0 {
 		return nil
@@ -163,43 +174,31 @@ func (b *pgDB) snippets(ctx context.Context, tx pgx.Tx, tenant string, words []s
 	for i, h := range hits {
 		paths[i] = h.Path
 	}
-	bodies := map[string]string{}
-	rows, err := tx.Query(ctx, `SELECT path, body FROM memory_docs WHERE tenant_id = $1 AND path = ANY ($2)`, tenant, paths)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var p string
-		var body []byte
-		if err := rows.Scan(&p, &body); err != nil {
-			rows.Close()
-			return err
-		}
-		bodies[p] = searchText(body)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	texts := make([]string, len(hits))
-	for i, h := range hits {
-		texts[i] = bodies[h.Path]
-	}
-	rows, err = tx.Query(ctx, `SELECT ts_headline('simple', t, plainto_tsquery('simple', $2),
-			'StartSel="", StopSel="", MaxWords=24, MinWords=12, ShortWord=0, MaxFragments=1, FragmentDelimiter=" … "')
-		FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n`, texts, strings.Join(words, " "))
+	heads := map[string][]byte{}
+	rows, err := tx.Query(ctx, `SELECT path, substring(body FROM 1 FOR $3) FROM memory_docs WHERE tenant_id = $1 AND path = ANY ($2)`,
+		tenant, paths, utf8.UTFMax*SnippetChars)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	for i := 0; rows.Next(); i++ {
-		if err := rows.Scan(&hits[i].Snippet); err != nil {
+	for rows.Next() {
+		var p string
+		var head []byte
+		if err := rows.Scan(&p, &head); err != nil {
 			return err
 		}
+		heads[p] = head
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, h := range hits {
+		hits[i].Snippet = snippet(heads[h.Path], words)
+	}
+	return nil
 }
 
-// searchText is what the index and snippets read of a body: PostgreSQL
+// searchText is what the index reads of a body: PostgreSQL
 // text holds no NUL.
 func searchText(body []byte) string { return strings.ReplaceAll(string(body), "\x00", " ") }
 
@@ -211,4 +210,54 @@ func likePrefix(g string) string {
 		lit = g[:i]
 	}
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(lit) + "%"
+}
+
+// indexPrefix is the part of a body that search indexes: its first
+// IndexChars characters. It also keeps PostgreSQL's tsvector, which holds
+// at most 1 MiB of lexemes, within bounds: a character gives at most 4
+// bytes of lexeme, and the parser emits a compound word both whole and in
+// parts.
+func indexPrefix[T string | []byte](body T) T { return prefixChars(body, IndexChars) }
+
+// prefixChars is the first n characters of UTF-8 text (all of it when
+// shorter); a character cut off at the end of text does not count.
+func prefixChars[T string | []byte](text T, n int) T {
+	c := 0
+	for i := 0; i < len(text); i++ {
+		if text[i]&0xC0 != 0x80 { // the first byte of a character
+			if c == n {
+				return text[:i]
+			}
+			c++
+		}
+	}
+	return text
+}
+
+// isStatementTimeout reports PostgreSQL's query_canceled (a statement
+// over statement_timeout).
+func isStatementTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014"
+}
+
+// pgTransient reports a failure a later call may not meet. Anything but
+// the server's own answer is the connection's (refused, lost, closed,
+// timed out); of the server's answers, a connection refused or closed
+// (class 08), the server short of resources (class 53), shutting down or
+// starting (57P01..57P03), a serialization failure or a deadlock.
+func pgTransient(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true
+	}
+	switch {
+	case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "53"):
+		return true
+	}
+	switch pe.Code {
+	case "57P01", "57P02", "57P03", "40001", "40P01":
+		return true
+	}
+	return false
 }

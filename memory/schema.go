@@ -8,14 +8,16 @@ import (
 
 // schemaVersion is stored in PRAGMA user_version. A database written by a
 // newer version of this package is refused rather than misread.
-const schemaVersion = 1
+const schemaVersion = 2
 
 // schema is the whole store. docs holds one row per (tenant_id, path); a
 // withheld (compensation) document has body NULL, and the CHECK makes "body
 // stored" and "body withheld" mutually exclusive. docs_fts is an
-// external-content FTS5 index over docs.body: the triggers index a body only
-// when it is not NULL, so a withheld body never reaches the index, and they
-// remove the old body's terms before indexing the new one on every upsert.
+// external-content FTS5 index over docs_indexed, the first IndexChars
+// characters of each body (indexFunc), so neither indexing nor a snippet
+// ever reads more of a body. The triggers index a body only when it is not
+// NULL, so a withheld body never reaches the index, and they remove the old
+// body's terms before indexing the new one on every upsert.
 // FTS5 secure-delete (set once, in migrate) purges removed terms from the
 // index pages instead of leaving them behind delete markers.
 const schema = `
@@ -34,28 +36,31 @@ CREATE TABLE IF NOT EXISTS docs (
 	CHECK ((body IS NULL) = (body_withheld = 1))
 ) STRICT;
 
+CREATE VIEW IF NOT EXISTS docs_indexed AS
+	SELECT id, ` + indexFunc + `(body) AS body FROM docs;
+
 CREATE VIRTUAL TABLE IF NOT EXISTS docs_fts USING fts5(
 	body,
-	content = 'docs',
+	content = 'docs_indexed',
 	content_rowid = 'id',
 	tokenize = 'unicode61 remove_diacritics 2'
 );
 
 CREATE TRIGGER IF NOT EXISTS docs_fts_ai AFTER INSERT ON docs
 WHEN new.body IS NOT NULL BEGIN
-	INSERT INTO docs_fts (rowid, body) VALUES (new.id, new.body);
+	INSERT INTO docs_fts (rowid, body) VALUES (new.id, ` + indexFunc + `(new.body));
 END;
 
 CREATE TRIGGER IF NOT EXISTS docs_fts_ad AFTER DELETE ON docs
 WHEN old.body IS NOT NULL BEGIN
-	INSERT INTO docs_fts (docs_fts, rowid, body) VALUES ('delete', old.id, old.body);
+	INSERT INTO docs_fts (docs_fts, rowid, body) VALUES ('delete', old.id, ` + indexFunc + `(old.body));
 END;
 
 CREATE TRIGGER IF NOT EXISTS docs_fts_au AFTER UPDATE ON docs BEGIN
 	INSERT INTO docs_fts (docs_fts, rowid, body)
-		SELECT 'delete', old.id, old.body WHERE old.body IS NOT NULL;
+		SELECT 'delete', old.id, ` + indexFunc + `(old.body) WHERE old.body IS NOT NULL;
 	INSERT INTO docs_fts (rowid, body)
-		SELECT new.id, new.body WHERE new.body IS NOT NULL;
+		SELECT new.id, ` + indexFunc + `(new.body) WHERE new.body IS NOT NULL;
 END;
 `
 
@@ -84,8 +89,18 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	case v == schemaVersion:
 		return tx.Commit()
 	}
+	if v == 1 {
+		// Version 1 indexed whole bodies: index the prefixes instead.
+		if _, err := tx.ExecContext(ctx, `DROP TRIGGER docs_fts_ai; DROP TRIGGER docs_fts_ad;
+			DROP TRIGGER docs_fts_au; DROP TABLE docs_fts;`); err != nil {
+			return fmt.Errorf("drop the version 1 index: %w", err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO docs_fts (docs_fts) VALUES ('rebuild')`); err != nil {
+		return fmt.Errorf("build fts index: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO docs_fts (docs_fts, rank) VALUES ('secure-delete', 1)`); err != nil {
 		return fmt.Errorf("enable fts secure-delete: %w", err)

@@ -21,12 +21,18 @@ import (
 // glob never contains a control character, so the separator is unambiguous).
 const scopeFunc = "cyberos_memory_in_scope"
 
+// indexFunc is the SQL function that gives the part of a body the search
+// index holds (indexPrefix); NULL stays NULL:
+//
+//	cyberos_memory_index_text(body) → text | NULL
+const indexFunc = "cyberos_memory_index_text"
+
 var (
 	registerOnce sync.Once
 	registerErr  error
 )
 
-// registerFuncs registers scopeFunc with the sqlite driver. Registration is
+// registerFuncs registers scopeFunc and indexFunc with the sqlite driver. Registration is
 // process-wide and must precede the first connection.
 func registerFuncs() error {
 	registerOnce.Do(func() {
@@ -41,6 +47,19 @@ func registerFuncs() error {
 					return int64(1), nil
 				}
 				return int64(0), nil
+			})
+		if registerErr != nil {
+			return
+		}
+		registerErr = sqlite.RegisterDeterministicScalarFunction(indexFunc, 1,
+			func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+				switch v := args[0].(type) {
+				case string:
+					return indexPrefix(v), nil
+				case []byte:
+					return string(indexPrefix(v)), nil
+				}
+				return nil, nil
 			})
 	})
 	return registerErr

@@ -546,20 +546,26 @@ func (e *Enforcer) CheckFile(t Tool, p string) (string, error) {
 }
 
 // SkillFile is the name of a skill's policy file. A directory holding one is
-// a skill folder; the file tools never touch a file of that name, nor
-// anything in a skill folder (supervisor/tools checks the folders on disk).
+// a skill folder; the file tools never touch a file of that name in any
+// case (IsSkillFileName), nor anything in a skill folder (supervisor/tools
+// checks the folders on disk).
 const SkillFile = "SKILL.md"
 
+// IsSkillFileName reports whether name is SKILL.md in any case, Unicode
+// simple folding included ("skill.md", "SKILL.MD", "ſkill.md"): in a
+// casefold directory each of them is the SKILL.md of a skill folder.
+func IsSkillFileName(name string) bool { return strings.EqualFold(name, SkillFile) }
+
 // Reserved reports whether the absolute path p (cleaned lexically) is one
-// no file tool may touch whatever the globs say: a file named SKILL.md, or
-// a path equal to or below one of EnforcerOptions.ReservedDirs. Directory
-// walks use it to skip whole subtrees.
+// no file tool may touch whatever the globs say: a file named SKILL.md in
+// any case, or a path equal to or below one of EnforcerOptions.ReservedDirs.
+// Directory walks use it to skip whole subtrees.
 func (e *Enforcer) Reserved(p string) bool {
 	return e.reserved(path.Clean(p))
 }
 
 func (e *Enforcer) reserved(c string) bool {
-	if path.Base(c) == SkillFile {
+	if IsSkillFileName(path.Base(c)) {
 		return true
 	}
 	for _, d := range e.o.ReservedDirs {

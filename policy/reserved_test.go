@@ -27,16 +27,19 @@ func TestReservedDirsBeatAllowedFiles(t *testing.T) {
 	}
 }
 
-// TestSkillFileAndReservedPaths: a file named SKILL.md is a file_violation
-// wherever it lies and however the path is spelt ("a/../b/SKILL.md" is
-// b's), and Reserved reports what CheckFile refuses as reserved.
+// TestSkillFileAndReservedPaths: a file named SKILL.md, in any case, is a
+// file_violation wherever it lies and however the path is spelt
+// ("a/../b/SKILL.md" is b's), and Reserved reports what CheckFile refuses
+// as reserved.
 func TestSkillFileAndReservedPaths(t *testing.T) {
 	e := NewEnforcer(&Policy{
 		AllowedTools: []ToolRule{{Tool: ToolRead}, {Tool: ToolWrite}, {Tool: ToolGlob}},
 		AllowedFiles: []string{"/tmp/x/**"},
 	}, EnforcerOptions{ReservedDirs: []string{"/tmp/x/skills"}})
 	for _, p := range []string{"/tmp/x/SKILL.md", "/tmp/x/other/a/SKILL.md", "/tmp/x/other/a/../b/SKILL.md",
-		"/tmp/x/other//b/./SKILL.md", "/tmp/x/skills/a/../b/main", "/tmp/x/skills", "/tmp/x/other/../skills/a"} {
+		"/tmp/x/other//b/./SKILL.md", "/tmp/x/skills/a/../b/main", "/tmp/x/skills", "/tmp/x/other/../skills/a",
+		// Case variants: a casefold directory takes each for SKILL.md.
+		"/tmp/x/SKILL.MD", "/tmp/x/skill.md", "/tmp/x/Skill.Md", "/tmp/x/\u017fkill.md", "/tmp/x/S\u212aILL.md"} {
 		for _, tool := range []Tool{ToolRead, ToolWrite, ToolGlob} {
 			_, err := e.CheckFile(tool, p)
 			var d *Denial
@@ -48,7 +51,7 @@ func TestSkillFileAndReservedPaths(t *testing.T) {
 			t.Errorf("Reserved(%q) = false", p)
 		}
 	}
-	for _, p := range []string{"/tmp/x/SKILL.md.bak", "/tmp/x/skill.md/a", "/tmp/x/skillsx/a", "/tmp/x/other/main"} {
+	for _, p := range []string{"/tmp/x/SKILL.md.bak", "/tmp/x/my-skill.md", "/tmp/x/skill.md/a", "/tmp/x/skillsx/a", "/tmp/x/other/main"} {
 		if _, err := e.CheckFile(ToolWrite, p); err != nil {
 			t.Errorf("CheckFile(%q) = %v, want allowed", p, err)
 		}

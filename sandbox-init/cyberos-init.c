@@ -42,12 +42,21 @@
  *
  * "--control" makes the sandbox ready before its invocation exists (a warm
  * sandbox): after the limits and Landlock are in place, this waits on fd 4
- * for the invocation, then closes it and starts the skill. The message is
- * NUL-terminated fields read to EOF: the deadline backstop in ms ("0" for
+ * for the invocation, then starts the skill. The message is NUL-terminated
+ * fields ending with an empty one: the deadline backstop in ms ("0" for
  * none), then the skill's environment, one "NAME=value" per field. EOF
  * with no message means the sandbox was discarded unused: exit 0 without
- * starting anything. A message that is too long or malformed is reported
- * as "control ERRNO" on fd 3 and the skill is not started.
+ * starting anything. A message that is too long, malformed or cut short
+ * by EOF is reported as "control ERRNO" on fd 3 and the skill is not
+ * started.
+ *
+ * After the message fd 4 stays open as the supervisor's lifeline: only the
+ * supervisor holds its write end, and keeps it until it has ended the
+ * sandbox, so EOF on it means the supervisor died (kill -9, a crash). This
+ * then kills the sandbox as at the deadline, within moments, instead of
+ * leaving the skill to run unsupervised until its deadline backstop. It
+ * asks for SIGIO on that EOF (O_ASYNC), which it waits for with the rest;
+ * a profile refusing that fcntl leaves the deadline backstop alone.
  *
  * "--exec" is the mode of the Bash tool's processes, which libcontainer
  * starts in the running sandbox outside this init: apply Landlock, then
@@ -452,32 +461,42 @@ static int userns_hold(void) {
 	return 0;
 }
 
+/* control_end returns the length of the message in buf[0..len) up to and
+ * including its terminating empty field, or 0 while it is incomplete.
+ * Fields are never empty, so the first "\0\0" ends it. */
+static size_t control_end(const char *buf, size_t len) {
+	for (size_t i = 1; i < len; i++)
+		if (buf[i] == '\0' && buf[i - 1] == '\0')
+			return i + 1;
+	return 0;
+}
+
 /*
  * read_control reads the invocation from CONTROL_FD (see "--control"):
  * it returns 0 with *envp and *deadline_ms set, 1 when the sandbox was
- * discarded (EOF before any byte), or an errno.
+ * discarded (EOF before any byte), or an errno. CONTROL_FD stays open
+ * (the lifeline).
  */
 static int read_control(char ***envp, long long *deadline_ms) {
 	static char buf[MAX_CONTROL + 1];
 	static char *env[MAX_ENV + 1];
-	size_t len = 0;
-	for (;;) {
+	size_t len = 0, msg = 0;
+	while (msg == 0) {
 		ssize_t n = read(CONTROL_FD, buf + len, sizeof buf - len);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return errno;
 		if (n == 0)
-			break;
+			return len == 0 ? 1 : EPIPE;
 		len += (size_t)n;
-		if (len > MAX_CONTROL)
+		msg = control_end(buf, len);
+		if (msg == 0 && len > MAX_CONTROL)
 			return E2BIG;
 	}
-	close(CONTROL_FD);
-	if (len == 0)
-		return 1;
-	if (buf[len - 1] != '\0')
-		return EINVAL;
+	if (msg != len)
+		return EINVAL; /* bytes after the message */
+	len = msg - 1;     /* the fields, each NUL-terminated */
 	char *end;
 	errno = 0;
 	long long v = strtoll(buf, &end, 10);
@@ -493,6 +512,33 @@ static int read_control(char ***envp, long long *deadline_ms) {
 	env[n] = NULL;
 	*envp = env;
 	return 0;
+}
+
+/* watch_lifeline makes EOF (or data) on CONTROL_FD send this process
+ * SIGIO; it returns 0 or -1 (said on stderr: the deadline backstop stays). */
+static int watch_lifeline(void) {
+	int fl = fcntl(CONTROL_FD, F_GETFL);
+	if (fl < 0 || fcntl(CONTROL_FD, F_SETOWN, getpid()) < 0 ||
+	    fcntl(CONTROL_FD, F_SETFL, fl | O_ASYNC | O_NONBLOCK) < 0) {
+		perror("cyberos-init: watching the supervisor (only the deadline backstop ends an orphaned sandbox)");
+		return -1;
+	}
+	return 0;
+}
+
+/* supervisor_gone reads what CONTROL_FD holds without blocking: true at
+ * EOF, which the supervisor's death (its write end closing) brings. */
+static int supervisor_gone(void) {
+	char b[256];
+	for (;;) {
+		ssize_t n = read(CONTROL_FD, b, sizeof b);
+		if (n == 0)
+			return 1;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return 0; /* EAGAIN: nothing to read, the writer is there */
+	}
 }
 
 int main(int argc, char **argv) {
@@ -609,6 +655,14 @@ int main(int argc, char **argv) {
 	sigfillset(&all);
 	sigprocmask(SIG_BLOCK, &all, &old);
 
+	/* SIGIO is blocked (its default would end this process) and waited for
+	 * below with the rest. */
+	int lifeline = control && watch_lifeline() == 0;
+	if (lifeline && supervisor_gone()) {
+		report("control", EPIPE);
+		return 127;
+	}
+
 	/* A pipe closed on exec tells the parent whether exec worked. */
 	int ep[2];
 	if (pipe2(ep, O_CLOEXEC) < 0) {
@@ -664,6 +718,10 @@ int main(int argc, char **argv) {
 				continue;
 			perror("cyberos-init: sigwaitinfo");
 			return 127;
+		}
+		if (sig == SIGIO && lifeline && supervisor_gone()) {
+			fprintf(stderr, "cyberos-init: the supervisor is gone: killing the sandbox\n");
+			return finish("signal", SIGKILL, 128 + SIGKILL);
 		}
 		if (sig == SIGALRM && si.si_code == SI_KERNEL) {
 			/* Our deadline timer, not a SIGALRM a process sent. */

@@ -127,6 +127,8 @@ type Request struct {
 	// Defaults replace the built-in limits a frontmatter leaves unset (the
 	// daemon config's defaults). Nil keeps the built-in ones.
 	Defaults *Defaults
+	// Ceilings bound the limits a frontmatter may ask for (ErrOverCeiling).
+	Ceilings Ceilings
 	// OnStarted is called once the started row is durable, before dispatch.
 	OnStarted func(Started)
 	// OnToolCall is called for every decided tool call (it must not block).
@@ -449,7 +451,11 @@ func (s *Supervisor) prepare(req Request, id string) (*invocation, error) {
 	if req.Version != "" && pol.Version != req.Version {
 		return nil, fmt.Errorf("%w: %s version %s (installed: %s)", ErrNotFound, pol.Name, req.Version, pol.Version)
 	}
+	asked := pol
 	pol = applyDefaults(pol, req.Defaults)
+	if err := req.Ceilings.check(asked, pol); err != nil {
+		return nil, err
+	}
 	args := req.Args
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)

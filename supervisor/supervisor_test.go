@@ -385,6 +385,43 @@ func TestSpecDefaults(t *testing.T) {
 	}
 }
 
+// TestCeilings: a frontmatter asking for more memory, pids or CPU than the
+// operator's ceilings is refused before the sandbox starts, naming the key,
+// the value and the ceiling; within them it runs. An x-cpu over the ceiling
+// is refused even where the default quota would have lowered it.
+func TestCeilings(t *testing.T) {
+	c := Ceilings{MaxMemoryMB: 1024, MaxPids: 128, MaxCPU: 2}
+	for _, tc := range []struct {
+		name, fm string
+		d        *Defaults
+		want     string // "" = runs
+	}{
+		{"within", "x-memory-mb: 1024\nx-pids-max: 128\nx-cpu: 2\n", nil, ""},
+		{"memory", "x-memory-mb: 65536\n", nil, "x-memory-mb: 65536 is over limits.max_memory_mb (1024)"},
+		{"pids", "x-pids-max: 4096\n", nil, "x-pids-max: 4096 is over limits.max_pids (128)"},
+		{"cpu", "x-cpu: 3\n", nil, "x-cpu: 3 is over limits.max_cpu (2)"},
+		{"cpu over the ceiling, lowered by the default", "x-cpu: 3\n", &Defaults{CPU: 1}, "x-cpu: 3 is over limits.max_cpu (2)"},
+		{"a default over the ceiling", "", &Defaults{MemoryMB: 2048}, "x-memory-mb: 2048 (the default where the frontmatter is silent) is over"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeRunner{stdout: "{}"}
+			_, err := run(t, f, Request{SkillDir: skillDir(t, tc.fm), Defaults: tc.d, Ceilings: c})
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrOverCeiling) || !errors.Is(err, ErrInvalidSkill) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want ErrOverCeiling saying %q", err, tc.want)
+			}
+			if f.lastSpec.ID != "" {
+				t.Errorf("the sandbox of a refused invocation was started")
+			}
+		})
+	}
+}
+
 func TestBuffers(t *testing.T) {
 	c := &cappedBuffer{max: 4}
 	c.Write([]byte("abc"))

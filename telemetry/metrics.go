@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -37,6 +38,17 @@ type Metrics struct {
 	AuditShipLag       prometheus.Gauge         // cyberos_audit_ship_lag_rows
 	AuditShipped       prometheus.Counter       // cyberos_audit_shipped_rows_total
 	AuditShipErrors    *prometheus.CounterVec   // cyberos_audit_ship_errors_total{reason}
+	AuditScrubLast     prometheus.Gauge         // cyberos_audit_scrub_last_timestamp_seconds
+	AuditScrubOK       prometheus.Gauge         // cyberos_audit_scrub_last_ok
+	AuditScrubProblems prometheus.Gauge         // cyberos_audit_scrub_last_problems
+	AuditScrubRows     prometheus.Gauge         // cyberos_audit_scrub_last_rows
+	AuditScrubDuration prometheus.Gauge         // cyberos_audit_scrub_last_duration_seconds
+	// AuditWitnessUnchecked is 1 while the local chain has not been
+	// compared with the rows the fleet's PostgreSQL holds for this host
+	// (it was away at start), 0 once it has.
+	AuditWitnessUnchecked prometheus.Gauge // cyberos_audit_witness_unchecked
+
+	auditDamaged atomic.Pointer[func() bool] // cyberos_audit_damaged (WatchAuditDamage)
 }
 
 // Audit shipping failures, the reason label of audit_ship_errors_total:
@@ -129,10 +141,37 @@ func NewMetrics() *Metrics {
 		AuditShipErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cyberos_audit_ship_errors_total", Help: "Failed shipping attempts, by reason (database, host_id_in_use, diverged); shipping retries.",
 		}, []string{"reason"}),
+		AuditScrubLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_scrub_last_timestamp_seconds", Help: "When the last scrub of the whole audit chain ended (Unix time; 0: none yet).",
+		}),
+		AuditScrubOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_scrub_last_ok", Help: "1 when the last scrub found the audit chain sound, 0 when it found damage or could not read it.",
+		}),
+		AuditScrubProblems: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_scrub_last_problems", Help: "Damaged rows (problems) the last scrub found.",
+		}),
+		AuditScrubRows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_scrub_last_rows", Help: "Rows the last scrub verified.",
+		}),
+		AuditScrubDuration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_scrub_last_duration_seconds", Help: "How long the last scrub took.",
+		}),
+		AuditWitnessUnchecked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cyberos_audit_witness_unchecked", Help: "1 while this host's audit chain has not been compared with the rows the fleet's PostgreSQL holds for it since start (it was unreachable), else 0.",
+		}),
 	}
 	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDuration, m.InvocationsLost, m.AuditEmitFailures, m.AuditEmitDuration,
 		m.SandboxStart, m.InvocationsRunning, m.ToolCalls, m.ResponseTruncated, m.WarmSandboxes, m.WarmClaims, m.WarmRefill,
-		m.AuditShipLag, m.AuditShipped, m.AuditShipErrors,
+		m.AuditShipLag, m.AuditShipped, m.AuditShipErrors, m.AuditWitnessUnchecked,
+		m.AuditScrubLast, m.AuditScrubOK, m.AuditScrubProblems, m.AuditScrubRows, m.AuditScrubDuration,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cyberos_audit_damaged", Help: "1 while the audit store is found damaged and no invocation is taken (until `cyberos audit repair`).",
+		}, func() float64 {
+			if f := m.auditDamaged.Load(); f != nil && (*f)() {
+				return 1
+			}
+			return 0
+		}),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	for _, r := range []string{ShipErrorDatabase, ShipErrorHostID, ShipErrorDiverged} {
 		m.AuditShipErrors.WithLabelValues(r)
@@ -143,6 +182,11 @@ func NewMetrics() *Metrics {
 	}
 	return m
 }
+
+// WatchAuditDamage makes cyberos_audit_damaged report damaged(): 1 while
+// damage (the start-up check's or a scrub's) stops the daemon taking
+// invocations.
+func (m *Metrics) WatchAuditDamage(damaged func() bool) { m.auditDamaged.Store(&damaged) }
 
 // Handler serves m's registry as /metrics: Prometheus text, or
 // OpenMetrics when the scraper asks for it.

@@ -69,8 +69,8 @@ func TestMetricsLintClean(t *testing.T) {
 			ours++
 		}
 	}
-	if ours != 16 {
-		t.Errorf("%d cyberos_ series gathered, want 16", ours)
+	if ours != 23 {
+		t.Errorf("%d cyberos_ series gathered, want 23", ours)
 	}
 }
 

@@ -22,7 +22,8 @@ func newAuditCmd() *cobra.Command {
 	var stateDir string
 	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "/var/lib/cyberos", "where the audit store lives")
 
-	var invocation, kind, dsn, host, tenant, since string
+	var invocation, kind, host, tenant, since string
+	var exportDSN, verifyDSN *dsnFlag
 	export := &cobra.Command{
 		Use:   "export",
 		Short: "Print audit rows as JSON lines (all of them, or filtered)",
@@ -30,7 +31,7 @@ func newAuditCmd() *cobra.Command {
 			"PostgreSQL, each line then with its host_id, by host and seq.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dsn != "" {
+			if exportDSN.set() {
 				f := fleet.RowFilter{Host: host, Tenant: tenant, InvocationID: invocation, Kind: audit.Kind(kind)}
 				if since != "" {
 					t, err := parseSince(since)
@@ -39,7 +40,7 @@ func newAuditCmd() *cobra.Command {
 					}
 					f.Since = t
 				}
-				return exportFleet(cmd, dsn, f)
+				return exportFleet(cmd, exportDSN, f)
 			}
 			if host != "" || tenant != "" || since != "" {
 				return &exitError{exitUsage, errors.New("--host, --tenant and --since select a fleet's rows: they need --dsn")}
@@ -62,7 +63,7 @@ func newAuditCmd() *cobra.Command {
 	}
 	export.Flags().StringVar(&invocation, "invocation", "", "only this invocation's rows")
 	export.Flags().StringVar(&kind, "kind", "", "only rows of this kind (e.g. skill.invoked_completed)")
-	export.Flags().StringVar(&dsn, "dsn", "", "read the rows a fleet shipped to this PostgreSQL (the daemons' fleet.postgres_dsn)")
+	exportDSN = addDSNFlags(export.Flags(), "dsn", "read the rows a fleet shipped to this PostgreSQL (as its auditor role)")
 	export.Flags().StringVar(&host, "host", "", "with --dsn: only this host's rows")
 	export.Flags().StringVar(&tenant, "tenant", "", "with --dsn: only this tenant's rows")
 	export.Flags().StringVar(&since, "since", "", "with --dsn: only rows from this time on (RFC 3339, or a UTC date YYYY-MM-DD)")
@@ -81,16 +82,16 @@ func newAuditCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var opts audit.VerifyOptions
-			if dsn != "" && file != "" {
+			if verifyDSN.set() && file != "" {
 				return &exitError{exitUsage, errors.New("--dsn verifies the fleet's rows in PostgreSQL, --file an export: one of them")}
 			}
-			if dsn != "" && len(anchors) > 0 && host == "" {
+			if verifyDSN.set() && len(anchors) > 0 && host == "" {
 				return &exitError{exitUsage, errors.New("--anchor with --dsn needs --host: an anchor is one host's head")}
 			}
-			if dsn == "" && host != "" {
+			if !verifyDSN.set() && host != "" {
 				return &exitError{exitUsage, errors.New("--host selects a fleet's host: it needs --dsn")}
 			}
-			if dsn != "" && pubkeyFile != "" && host == "" {
+			if verifyDSN.set() && pubkeyFile != "" && host == "" {
 				return &exitError{exitUsage, errors.New("--pubkey with --dsn needs --host: each host signs with its own key")}
 			}
 			if pubkeyFile != "" {
@@ -107,8 +108,8 @@ func newAuditCmd() *cobra.Command {
 				}
 				opts.Heads = append(opts.Heads, h)
 			}
-			if dsn != "" {
-				return verifyFleet(cmd, dsn, host, opts.PublicKey, opts.Heads)
+			if verifyDSN.set() {
+				return verifyFleet(cmd, verifyDSN, host, opts.PublicKey, opts.Heads, stateDir)
 			}
 			var rep audit.Report
 			if file != "" {
@@ -148,19 +149,33 @@ func newAuditCmd() *cobra.Command {
 	verify.Flags().StringArrayVar(&anchors, "anchor", nil,
 		"SEQ:ROW_HASH of a head recorded outside the state dir (the daemon's syslog lines say anchor=SEQ:ROW_HASH); the chain must reach it")
 	verify.Flags().StringVar(&file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
-	verify.Flags().StringVar(&dsn, "dsn", "", "verify every host's chain a fleet shipped to this PostgreSQL instead")
+	verifyDSN = addDSNFlags(verify.Flags(), "dsn", "verify every host's chain a fleet shipped to this PostgreSQL instead (as its auditor role), and compare this host's journal "+
+		"(--state-dir) with the rows shipped under its host id (--host; default $CYBEROS_HOST_ID, else the hostname) both ways")
 	verify.Flags().StringVar(&host, "host", "", "with --dsn: only this host's chain (and --anchor: that host's recorded heads)")
 
 	var acceptLoss bool
 	var signingKey string
+	var fromDSN *dsnFlag
 	repair := &cobra.Command{
 		Use:   "repair",
-		Short: "Rebuild a damaged or missing audit file from the other one, once that one verifies",
-		Long: "Checks the store; if the journal (audit.jsonl) verifies, a damaged index (audit.db) is moved " +
-			"aside as audit.db.damaged-<time> and rebuilt from it; if the journal is missing or cut short and " +
-			"the index verifies, the journal is rewritten from the index. Run it with the daemon stopped.",
+		Short: "Rebuild the audit store row by row from whichever file's copy of each row verifies",
+		Long: "Checks the store; when it does not verify, each row is taken from the copy that verifies (its hash, " +
+			"its link to the row before, a checkpoint's signature), the journal's line (audit.jsonl) or the index's " +
+			"row (audit.db), so a row damaged, missing or out of place in one file is restored from the other. The " +
+			"files replaced are kept in STATE_DIR/audit-damaged-<time>/. Rows that verify in neither file are listed " +
+			"and nothing is changed. With --from-dsn (or --from-dsn-file), a journal cut short is completed from the rows " +
+			"this host shipped to the fleet's PostgreSQL, each checked to continue the chain. Run it with the daemon stopped.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fromDSN.set() {
+				if acceptLoss || signingKey != "" {
+					return &exitError{exitUsage, errors.New("--from-dsn restores rows from PostgreSQL; --accept-loss and --signing-key are for a repair without it")}
+				}
+				return repairFromDSN(cmd, stateDir, fromDSN, host)
+			}
+			if host != "" {
+				return &exitError{exitUsage, errors.New("--host names the host whose rows --from-dsn restores: it needs --from-dsn")}
+			}
 			var signer *audit.Signer
 			if signingKey != "" {
 				var err error
@@ -170,7 +185,7 @@ func newAuditCmd() *cobra.Command {
 			}
 			res, err := audit.RepairSigned(context.Background(), stateDir, acceptLoss, signer)
 			for _, m := range res.Moved {
-				fmt.Fprintf(cmd.OutOrStdout(), "kept the damaged file as %s\n", m)
+				fmt.Fprintf(cmd.OutOrStdout(), "kept the replaced file as %s\n", m)
 			}
 			if err != nil {
 				return &exitError{exitOutcome, err}
@@ -187,6 +202,9 @@ func newAuditCmd() *cobra.Command {
 	repair.Flags().BoolVar(&acceptLoss, "accept-loss", false,
 		"when rows past the anchor (audit.anchor) are gone for good, accept the loss: reset the anchor to the chain's head")
 	repair.Flags().StringVar(&signingKey, "signing-key", "", "sign the anchor --accept-loss resets with this key (the daemon's audit.signing_key)")
+	fromDSN = addDSNFlags(repair.Flags(), "from-dsn",
+		"restore a cut tail of the journal from the rows this host shipped to the fleet's PostgreSQL (as this host's role, or the auditor's)")
+	repair.Flags().StringVar(&host, "host", "", "with --from-dsn: the host id the rows were shipped under (default: $CYBEROS_HOST_ID, else the hostname)")
 	cmd.AddCommand(export, verify, repair)
 	return cmd
 }
@@ -221,8 +239,8 @@ func parseSince(v string) (time.Time, error) {
 
 // exportFleet prints the shipped rows f selects as JSON lines, each with
 // its host_id.
-func exportFleet(cmd *cobra.Command, dsn string, f fleet.RowFilter) error {
-	pool, err := fleet.NewPool(dsn)
+func exportFleet(cmd *cobra.Command, dsn *dsnFlag, f fleet.RowFilter) error {
+	pool, err := dsn.pool(cmd.ErrOrStderr())
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
@@ -242,8 +260,8 @@ func exportFleet(cmd *cobra.Command, dsn string, f fleet.RowFilter) error {
 
 // verifyFleet verifies each host's shipped chain and prints a report per
 // host; it fails when any host's chain does not verify.
-func verifyFleet(cmd *cobra.Command, dsn, host, pubkey string, heads []audit.Checkpoint) error {
-	pool, err := fleet.NewPool(dsn)
+func verifyFleet(cmd *cobra.Command, dsn *dsnFlag, host, pubkey string, heads []audit.Checkpoint, stateDir string) error {
+	pool, err := dsn.pool(cmd.ErrOrStderr())
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
@@ -255,7 +273,6 @@ func verifyFleet(cmd *cobra.Command, dsn, host, pubkey string, heads []audit.Che
 	w := cmd.OutOrStdout()
 	if len(reps) == 0 {
 		fmt.Fprintln(w, "no rows: no host has shipped any (or none under --host)")
-		return nil
 	}
 	var bad []string
 	for _, r := range reps {
@@ -264,6 +281,27 @@ func verifyFleet(cmd *cobra.Command, dsn, host, pubkey string, heads []audit.Che
 		if !r.Report.OK {
 			bad = append(bad, r.Host)
 		}
+	}
+	// PostgreSQL as this host's witness: its journal against the rows
+	// shipped under its host id, in both directions.
+	local, ok, err := witnessStateDir(cmd, stateDir)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if ok {
+		id, err := witnessHost(host)
+		if err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--host: %w", err)}
+		}
+		differ, err := verifyWitness(w, pool, local, id)
+		if err != nil {
+			return &exitError{exitRefused, err}
+		}
+		if differ {
+			bad = append(bad, "the journal in "+local+" against host "+id+"'s rows")
+		}
+	} else {
+		fmt.Fprintf(w, "NOTE no journal in %s: no local chain compared with PostgreSQL (--state-dir names one)\n", stateDir)
 	}
 	if len(bad) > 0 {
 		return &exitError{exitOutcome, fmt.Errorf("the chain of %s does not verify", strings.Join(bad, ", "))}

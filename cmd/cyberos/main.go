@@ -64,7 +64,7 @@ func newRootCmd() *cobra.Command {
 	root.SetVersionTemplate("{{.Version}}")
 	skill := &cobra.Command{Use: "skill", Short: "Run and check skills"}
 	skill.AddCommand(newRunCmd(), newValidateCmd(), newInvokeCmd(), newBrokerCmd(), newListCmd())
-	root.AddCommand(skill, newSupervisorCmd(), newAuditCmd(), newDoctorCmd(), newSeccompCmd(), newMCPCmd(), &cobra.Command{
+	root.AddCommand(skill, newSupervisorCmd(), newAuditCmd(), newFleetCmd(), newDoctorCmd(), newSeccompCmd(), newMCPCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, commit and Go version (as --version does)",
 		Args:  cobra.NoArgs,

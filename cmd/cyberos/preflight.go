@@ -10,9 +10,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cyberos/supervisor/audit"
+	"github.com/cyberos/supervisor/fleet"
 	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/telemetry"
@@ -76,6 +75,9 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 	} else if why := mustBeDir(filepath.Dir(key)); why != "" {
 		bad("audit.signing_key", "%s does not exist and its directory (where serve makes it) %s %s", key, filepath.Dir(key), why)
 	}
+	if w := openFilesWarning(cfg, readSysctl("fs.file-max"), readSysctl("vm.max_map_count")); w != "" {
+		warnings = append(warnings, w)
+	}
 	if err := checkPlacement(sb); err != nil {
 		bad(placementKey, "%v", err)
 	}
@@ -96,7 +98,7 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 	if cfg.Fleet.Enabled() {
 		if dsn, err := cfg.Fleet.DSN(); err != nil {
 			problems = append(problems, strings.TrimPrefix(err.Error(), daemon.ErrConfig.Error()+": "))
-		} else if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		} else if _, err := fleet.ParseDSN(dsn); err != nil {
 			bad("fleet.postgres_dsn", "%v", err)
 		}
 		if _, err := cfg.Fleet.ResolvedHostID(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -129,6 +130,25 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		}()
 		sup.Tracer = tp.Tracer(telemetry.TracerName)
 	}
+	// Before any row is written (Reconcile writes some): the database must
+	// be set up for this host's role (checkFleet), and then the journal
+	// must hold the chain the fleet's PostgreSQL witnessed for this host,
+	// read through that role's view (its host's rows).
+	var fleetDB *pgxpool.Pool
+	var fleetHost string
+	if cfg.Fleet.Enabled() {
+		fleetDB, fleetHost, err = fleetPool(cfg.Fleet)
+		if err != nil {
+			return &exitError{exitUsage, err}
+		}
+		defer fleetDB.Close()
+		if err := checkFleet(fleetDB, fleetHost, log); err != nil {
+			return &exitError{exitRefused, err}
+		}
+		if err := witnessAtStart(fleetDB, cfg.Fleet, fleetHost, cfg.StateDir, store, metrics, log); err != nil {
+			return err
+		}
+	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, log)
 	if err != nil {
@@ -149,28 +169,37 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	} else if len(lost) > 0 {
 		log.Warn("closed invocations lost by a previous run", "count", len(lost))
 	}
-	removeStaleSockets(sup.SocketDir, log.Warn)
+	if r, ok := sup.Runner.(interface{ Leftovers() []string }); ok {
+		removeStaleSockets(sup.SocketDir, r.Leftovers(), log.Warn)
+	}
 	if sup.Warm, err = supervisor.NewWarmPool(sup, cfg.Warm.Pool()); errors.Is(err, supervisor.ErrWarmUnsupported) {
 		log.Warn("warm sandboxes are off: every sandbox starts cold", "err", err)
 	} else if err != nil {
 		return &exitError{exitRefused, err}
 	}
-	var fleetRows daemon.RowSource
-	if cfg.Fleet.Enabled() {
-		pool, host, err := fleetPool(cfg.Fleet)
-		if err != nil {
-			return &exitError{exitUsage, err}
-		}
-		defer pool.Close()
+	if pool, host := fleetDB, fleetHost; pool != nil {
 		// Tenant memory is the fleet's: a note saved through one host is
 		// found through any other.
 		sup.OpenMemory = func() (*memory.Store, error) {
-			return memory.OpenPostgres(pool, func(ctx context.Context) error { return fleet.Migrate(ctx, pool) }), nil
+			return memory.OpenPostgres(pool, func(ctx context.Context) error { return fleet.CheckRuntime(ctx, pool, host) }), nil
 		}
-		fleetRows = fleet.Rows{Pool: pool}
 		defer shipToFleet(pool, host, store, metrics, log)()
 	}
-	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log, Fleet: fleetRows})
+	// Each tenant's share of the memory store: memory.* in the config.
+	if open := sup.OpenMemory; open != nil {
+		sup.OpenMemory = func() (*memory.Store, error) {
+			m, err := open()
+			if err != nil {
+				return nil, err
+			}
+			if err := m.SetLimits(cfg.Memory.Limits()); err != nil {
+				m.Close()
+				return nil, err
+			}
+			return m, nil
+		}
+	}
+	d, err := daemon.New(cfg, daemon.Options{Supervisor: sup, Store: store, Log: log})
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}
@@ -183,13 +212,16 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	return nil
 }
 
-// removeStaleSockets deletes broker sockets a previous daemon left behind
-// (their invocations were closed as lost by Reconcile).
-func removeStaleSockets(dir string, warn func(string, ...any)) {
-	ents, _ := filepath.Glob(filepath.Join(dir, "cyberos-skill-broker.*.sock"))
-	for _, e := range ents {
-		if err := os.Remove(e); err != nil {
-			warn("stale broker socket", "path", e, "err", err)
+// removeStaleSockets deletes the broker sockets of ids, sandboxes whose
+// supervisor is gone (the runner removed them as leftovers; Reconcile
+// removes those of invocations it closed as lost). Only those: the socket
+// dir may be shared with live supervisors (a `skill run`, a second daemon)
+// whose sandboxes are being made with their sockets right now.
+func removeStaleSockets(dir string, ids []string, warn func(string, ...any)) {
+	for _, id := range ids {
+		p := filepath.Join(dir, "cyberos-skill-broker."+id+".sock")
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			warn("stale broker socket", "path", p, "err", err)
 		}
 	}
 }
@@ -212,11 +244,41 @@ func fleetPool(f daemon.Fleet) (*pgxpool.Pool, string, error) {
 	return pool, host, nil
 }
 
+// checkFleet checks at start that the fleet's database is set up for this
+// daemon (fleet.CheckRuntime): a database not migrated, or a role that
+// could lift its controls or is not bound to this host, is refused now,
+// as an operator's mistake to fix; a database that cannot be reached is
+// only logged, since rows wait in the journal until it can.
+func checkFleet(pool *pgxpool.Pool, host string, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), fleetCheck)
+	defer cancel()
+	err := fleet.CheckRuntime(ctx, pool, host)
+	switch {
+	case errors.Is(err, fleet.ErrSetup):
+		return err
+	case err != nil:
+		log.Warn("the fleet's PostgreSQL cannot be checked at start; audit rows wait in the journal and memory calls fail until it can", "err", err)
+		return nil
+	}
+	if shared, err := fleet.SharedRole(ctx, pool); err == nil && shared {
+		log.Warn("the fleet's PostgreSQL binds this daemon's role to every host id ('*'): any host sharing it may read and append under this host's id (docs/fleet.md, Roles)")
+	}
+	return nil
+}
+
+// fleetCheck bounds the check of the fleet's database at start.
+const fleetCheck = 10 * time.Second
+
 // shipToFleet starts shipping the audit rows to the fleet's PostgreSQL in
 // the background. The returned stop, called once the last invocation has
 // ended, ships what is left (for at most fleetFlush).
 func shipToFleet(pool *pgxpool.Pool, host string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) (stop func()) {
-	sh := &fleet.Shipper{Pool: pool, HostID: host, Source: store, Log: log.With("component", "audit shipping"), Metrics: metrics}
+	sh := &fleet.Shipper{Pool: pool, HostID: host, Source: store, Log: log.With("component", "audit shipping"), Metrics: metrics,
+		// A journal the fleet did not witness takes no invocation, even
+		// when PostgreSQL was away at start and only the shipper sees it.
+		OnDiverged: func(err error) {
+			store.SetDamaged(fmt.Errorf("%w; compare with `cyberos audit verify --dsn-file F --host %s`, then `cyberos audit repair --from-dsn-file F --host %s`", err, host, host))
+		}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); sh.Run(ctx) }()

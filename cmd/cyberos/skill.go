@@ -18,7 +18,6 @@ import (
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
-	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 )
 
@@ -32,7 +31,7 @@ type runFlags struct {
 	deadline                                     time.Duration
 	stateDir, profilesDir, runDir, logLevel      string
 	socketDir                                    string
-	config                                       string // skill run --config: its mcp_servers
+	configPath                                   string // the daemon config: files reserved, limits, its fleet witnesses the state dir, its MCP servers
 	json, allowDegraded, allowLoopbackHTTP       bool
 	recorder                                     *sandbox.SyscallRecorder // seccomp record
 	limits                                       supervisor.Defaults      // the cost bounds only
@@ -66,7 +65,7 @@ func newRunCmd() *cobra.Command {
 	fl.IntVar(&f.limits.MaxBrokerConnections, "max-broker-connections", supervisor.DefaultMaxBrokerConnections, "simultaneous broker connections")
 	fl.IntVar(&f.limits.MaxAuditRows, "max-audit-rows", supervisor.DefaultMaxAuditRows, "audit rows of the invocation; reached: it is ended as killed")
 	fl.StringVar(&f.socketDir, "socket-dir", "", "private directory of broker sockets (default <run-dir>/sockets)")
-	fl.StringVar(&f.config, "config", "", "a daemon config whose mcp_servers the skill may call (the rest of it is not used)")
+	fl.StringVar(&f.configPath, "config", "", "a daemon config whose files (its directory, the signing key, skills_dir, …) no skill may reach, whose limits (the ceilings of x-memory-mb, x-pids-max, x-cpu) apply and whose mcp_servers the skill may call, as under serve; with a fleet whose state_dir is --state-dir, the journal is first compared with the rows PostgreSQL holds for the host, as serve does (default: "+defaultConfigPath+" when it exists)")
 	fl.BoolVar(&f.allowLoopbackHTTP, "allow-loopback-http", false, "let Http tools reach 127.0.0.0/8 and ::1 (tests only)")
 	_ = fl.MarkHidden("run-dir")
 	_ = fl.MarkHidden("allow-loopback-http")
@@ -117,15 +116,13 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if why := mustBeDirOrCreatable(f.stateDir, false); why != "" {
 		return &exitError{exitRefused, fmt.Errorf("--state-dir %s %s", f.stateDir, why)}
 	}
-	profiles, err := resolveProfilesDir(f.profilesDir)
+	rc, err := loadRunConfig(f.configPath, log.Warn)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
-	mcpCfg := daemon.DefaultConfig()
-	if f.config != "" {
-		if mcpCfg, err = daemon.LoadConfig(f.config); err != nil {
-			return &exitError{exitUsage, err}
-		}
+	profiles, err := resolveProfilesDir(f.profilesDir)
+	if err != nil {
+		return &exitError{exitUsage, err}
 	}
 	sup, store, closeAll, err := newSupervisor(assembly{
 		Sandbox:  sandbox.Options{RunDir: f.runDir},
@@ -137,17 +134,16 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		SocketDir:         f.socketDir,
 		SocketDirDefault:  filepath.Join(f.runDir, "sockets"),
 		ProfilesDir:       profiles,
+		ExtraReserved:     rc.reserved(), // with the MCP servers' secret files
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		AllowDegraded:     f.allowDegraded,
-		// The MCP servers' secret files are no skill's to read.
-		ExtraReserved: mcpCfg.MCPSecretFiles(),
-		Log:           log,
+		Log:               log,
 	})
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	pool, err := newMCPPool(mcpCfg, sup.Runner, f.stateDir, profiles, log)
+	pool, err := newMCPPool(rc.Config, sup.Runner, f.stateDir, profiles, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
@@ -159,6 +155,9 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	// this process's until it exits).
 	sup.MaxTeardowns = 1
 	defer sup.Drain()
+	if err := runWitness(rc.Config, f.stateDir, store, log); err != nil {
+		return err
+	}
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	}
@@ -170,6 +169,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		Traceparent: f.traceparent,
 		Deadline:    f.deadline,
 		Defaults:    limitsOnly(f.limits),
+		Ceilings:    rc.Limits.Ceilings(),
 
 		SeccompRecorder: f.recorder,
 	}, f.start == supervisor.StartWarm)

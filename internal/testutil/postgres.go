@@ -168,6 +168,34 @@ func (p *Postgres) Stop() {
 	}
 }
 
+// RequirePasswords makes the server ask every role but the superuser for
+// its password over TCP (scram-sha-256), as a production server does; the
+// superuser, which Psql and DSN use, stays trusted.
+func (p *Postgres) RequirePasswords() {
+	p.t.Helper()
+	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(filepath.Join(p.dir, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(p.dir, "pg_hba.conf"), p.uid, p.gid); err != nil {
+		p.t.Fatal(err)
+	}
+	p.Psql("postgres", "SELECT pg_reload_conf()")
+	// The reload is asynchronous: wait until a role is asked for its
+	// password (a role that does not exist is, rather than refused).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := p.command("psql", "-X", "-w", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "cyberos_probe", "-d", "postgres", "-c", "SELECT 1").CombinedOutput()
+		if strings.Contains(string(out), "password") {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("pg_hba.conf not in force after a reload: %s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // DSN is a superuser connection URL to database db.
 func (p *Postgres) DSN(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.Port, db)

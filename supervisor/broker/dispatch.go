@@ -725,7 +725,10 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 		outcome, metricOutcome, msg = audit.OutcomeTimeout, telemetry.ToolCallTimeout, errorObject(err).Message
 	default:
 		outcome, metricOutcome, msg = audit.OutcomeError, telemetry.ToolCallError, errorObject(err).Message
-		if !errors.Is(err, errToolPanic) {
+		switch {
+		case errors.Is(err, tools.ErrHostFault):
+			log.Warn("broker: tool failed", "err", err) // the operator's to mend
+		case !errors.Is(err, errToolPanic):
 			log.Info("broker: tool failed", "err", err) // the host-side detail stays in the log
 		}
 	}

@@ -342,7 +342,7 @@ func decodeMembers(raw []byte) ([]member, error) {
 		}
 		for _, m := range out {
 			if m.key == key {
-				return nil, fmt.Errorf("duplicate key %q", key)
+				return nil, fmt.Errorf("%w %q", ErrDuplicateKey, key)
 			}
 		}
 		var val json.RawMessage

@@ -61,6 +61,12 @@ type Config struct {
 	MCPServers *MCPServers `yaml:"mcp_servers"`
 	// MCPMaxRunning bounds the MCP server sandboxes running at once.
 	MCPMaxRunning int `yaml:"mcp_max_running"`
+
+	// Limits are the ceilings a frontmatter's limits may not exceed.
+	Limits Limits `yaml:"limits"`
+
+	// Memory bounds each tenant's share of the memory store (memoryconfig.go).
+	Memory Memory `yaml:"memory"`
 }
 
 // Fleet is the config of a daemon that is one host of many.
@@ -167,7 +173,27 @@ type Audit struct {
 	// outside the state dir (e.g. /dev/log, which journald serves); "" sends
 	// none.
 	Syslog string `yaml:"syslog"`
+	// ScrubInterval is how often the daemon verifies the whole chain in the
+	// background (the first time at start); damage found stops it taking
+	// invocations until `cyberos audit repair`. 0 turns the scrub off.
+	ScrubInterval ScrubInterval `yaml:"scrub_interval"`
 }
+
+// ScrubInterval is audit.scrub_interval: a Go duration ("1h"), 0 for none.
+type ScrubInterval time.Duration
+
+// UnmarshalText parses a Go duration.
+func (s *ScrubInterval) UnmarshalText(b []byte) error {
+	d, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("audit.scrub_interval: %q is not a duration (e.g. 1h, or 0 for no scrub)", b)
+	}
+	*s = ScrubInterval(d)
+	return nil
+}
+
+// DefaultScrubInterval is audit.scrub_interval's default.
+const DefaultScrubInterval = time.Hour
 
 // DefaultConfigDir is where relative paths point when the daemon runs
 // without a config file.
@@ -272,10 +298,12 @@ func DefaultConfig() Config {
 		ShutdownGrace:     Grace(30 * time.Second),
 		IdempotencyWindow: Window(24 * time.Hour),
 		Userns:            Userns{HostIDBase: sandbox.DefaultHostIDBase},
-		Audit:             Audit{SigningKey: "audit-signing.key"},
+		Audit:             Audit{SigningKey: "audit-signing.key", ScrubInterval: ScrubInterval(DefaultScrubInterval)},
 		CgroupPlacement:   string(sandbox.PlacementAuto),
 		MCPMaxRunning:     DefaultMCPMaxRunning,
+		Limits:            DefaultLimits(),
 		Warm:              Warm{MaxSandboxes: 16, MaxPerSkill: supervisor.DefaultWarmPerSkill, MaxMemoryMB: 8192, Idle: WarmIdle(supervisor.DefaultWarmIdle)},
+		Memory:            defaultMemory(),
 	}
 }
 
@@ -379,6 +407,9 @@ func (c *Config) Validate() error {
 	if c.Fleet.HostID != "" && !hostIDPattern().MatchString(c.Fleet.HostID) {
 		return bad("fleet.host_id", "%q must match %s", c.Fleet.HostID, hostIDPattern())
 	}
+	if err := c.Memory.validate(); err != nil {
+		return err
+	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 65536 {
 		return bad("max_concurrent", "must be 1..65536, got %d", c.MaxConcurrent)
 	}
@@ -408,6 +439,9 @@ func (c *Config) Validate() error {
 	case d.MaxAuditRows < 100 || d.MaxAuditRows > 100_000_000:
 		return bad("defaults.max_audit_rows", "must be 100..100000000, got %d", d.MaxAuditRows)
 	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
 	if g := time.Duration(c.ShutdownGrace); g < 0 || g > time.Hour {
 		return bad("shutdown_grace", "must be 0..1h, got %v", g)
 	}
@@ -432,6 +466,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Userns.Ranges != 0 && c.Userns.Ranges < c.MaxConcurrent+w.MaxSandboxes {
 		return bad("userns.ranges", "%d is below max_concurrent %d + warm.max_sandboxes %d: each running or warm sandbox holds a range (0 means their sum plus %d for sandboxes being destroyed)", c.Userns.Ranges, c.MaxConcurrent, w.MaxSandboxes, DefaultTeardowns)
+	}
+	if si := time.Duration(c.Audit.ScrubInterval); si != 0 && (si < time.Minute || si > 7*24*time.Hour) {
+		return bad("audit.scrub_interval", "must be 0 (no scrub) or 1m..168h, got %s", si)
 	}
 	if c.Audit.SigningKey == "" {
 		return bad("audit.signing_key", "must be a path (relative to the config file's directory), got \"\"")

@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -25,6 +27,7 @@ import (
 	"github.com/cyberos/supervisor/internal/unixsock"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/telemetry"
 )
 
@@ -125,6 +128,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, sup: o.Supervisor, store: o.Store, fleet: o.Fleet, metrics: o.Supervisor.Metrics, log: log, adminGID: gid,
 		hub: newHub(nil), stop: make(chan struct{}), starts: newStartGate(cfg.ConcurrentStarts()), scav: newScavenger()}
+	d.metrics.WatchAuditDamage(func() bool { return o.Store.Damage() != nil })
 	day := utcDay(time.Now())
 	calls, denied, err := CountDay(context.Background(), o.Store, day)
 	if err != nil {
@@ -335,6 +339,17 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		go func() { errc <- d.metrSrv.Serve(d.metrLn) }()
 	}
 	d.log.Info("supervisor serving", "admin_socket", d.cfg.AdminSocket, "metrics", d.MetricsAddr(), "skills_dir", d.cfg.SkillsDir)
+	if err := d.store.Damage(); err != nil {
+		d.log.Error("audit store damaged: invocations are refused until it is repaired", "err", err, "severity", "sev-1")
+	}
+	scrubCtx, stopScrub := context.WithCancel(context.Background())
+	scrubDone := make(chan struct{})
+	if every := time.Duration(d.cfg.Audit.ScrubInterval); every > 0 && d.store != nil {
+		go func() { defer close(scrubDone); d.scrubLoop(scrubCtx, every) }()
+	} else {
+		close(scrubDone)
+	}
+	defer func() { stopScrub(); <-scrubDone }()
 	// The admin socket has listened since New: connections queue until
 	// Serve accepts them, so systemd may start what depends on us.
 	d.notify(sddaemon.SdNotifyReady)
@@ -442,16 +457,42 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
 		return
 	}
-	var req InvokeRequest
+	if err := d.store.Damage(); err != nil {
+		apiErr(w, http.StatusServiceUnavailable, "audit_damaged", err)
+		return
+	}
+	tooLarge := func() {
+		// The rest of the body is not read: the connection ends with this
+		// answer.
+		w.Header().Set("Connection", "close")
+		apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
+	}
+	// A body declared larger than the limit is refused before any of it
+	// is read; one without a length (chunked) when it passes the limit.
+	if r.ContentLength > MaxInvokeBody {
+		tooLarge()
+		return
+	}
 	// The body is read up to MaxInvokeBody bytes, within the admin
 	// socket's request timeout (adminServer).
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxInvokeBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxInvokeBody))
 	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-		apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
+		tooLarge()
 		return
 	} else if err != nil {
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
+		return
+	}
+	// A key given twice is refused, as the broker refuses it: the decoder
+	// below would keep the last one silently.
+	if err := broker.CheckObject(raw); errors.Is(err, broker.ErrDuplicateKey) {
+		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
+		return
+	}
+	var req InvokeRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
 		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
 		return
 	}
@@ -543,6 +584,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
 		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
 		Defaults: &def,
+		Ceilings: d.cfg.Limits.Ceilings(),
 		OnStarted: func(s supervisor.Started) {
 			id = s.InvocationID
 			if cl.own {

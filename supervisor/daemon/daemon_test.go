@@ -66,6 +66,25 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"version: 1\nfleet: {host_id: 'a b'}\n", "fleet.host_id"},
 		{"version: 1\nfleet: {host_id: ../x}\n", "fleet.host_id"},
 		{"version: 1\nfleet: {dsn: x}\n", "dsn"},
+		{"version: 1\naudit: {scrub_interval: 10s}\n", "audit.scrub_interval"},
+		{"version: 1\naudit: {scrub_interval: 1000h}\n", "audit.scrub_interval"},
+		{"version: 1\naudit: {scrub_interval: often}\n", "audit.scrub_interval"},
+		{"version: 1\nlimits: {max_memory_mb: 256}\n", "limits.max_memory_mb: 256 is below defaults.memory_mb (512)"},
+		{"version: 1\nlimits: {max_memory_mb: 70000}\n", "limits.max_memory_mb"},
+		{"version: 1\nlimits: {max_pids: 32}\n", "limits.max_pids: 32 is below defaults.pids_max (64)"},
+		{"version: 1\nlimits: {max_pids: 5000}\n", "limits.max_pids"},
+		{"version: 1\nlimits: {max_cpu: 0.5}\n", "limits.max_cpu: 0.5 is below defaults.cpu (1)"},
+		{"version: 1\nlimits: {max_cpu: 0}\n", "limits.max_cpu"},
+		{"version: 1\nlimits: {max_cpu: .nan}\n", "limits.max_cpu"},
+		{"version: 1\ndefaults: {cpu: 0}\nlimits: {max_cpu: 0.25}\n", "limits.max_cpu: 0.25 is below defaults.cpu 0"},
+		{"version: 1\nlimits: {max_memory: 1024}\n", "max_memory"},
+		{"version: 1\nmemory: {tenant_concurrency: 0}\n", "memory.tenant_concurrency"},
+		{"version: 1\nmemory: {statement_timeout: 1ms}\n", "memory.statement_timeout"},
+		{"version: 1\nmemory: {statement_timeout: later}\n", "memory.statement_timeout"},
+		{"version: 1\nmemory: {tenant_writes_per_second: 0}\n", "memory.tenant_writes_per_second"},
+		{"version: 1\nmemory: {tenant_writes_per_second: .nan}\n", "memory.tenant_writes_per_second"},
+		{"version: 1\nmemory: {tenant_write_burst: 0}\n", "memory.tenant_write_burst"},
+		{"version: 1\nmemory: {tenant_burst: 5}\n", "tenant_burst"},
 	} {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(p, []byte(tc.yaml), 0o644)
@@ -73,6 +92,20 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.key) {
 			t.Errorf("%q: err %v, want ErrConfig naming %s", tc.yaml, err, tc.key)
 		}
+	}
+}
+
+// TestConfigScrubInterval: audit.scrub_interval defaults to an hour, and
+// 0 turns the scrub off.
+func TestConfigScrubInterval(t *testing.T) {
+	if got := time.Duration(DefaultConfig().Audit.ScrubInterval); got != time.Hour {
+		t.Errorf("default scrub_interval %v, want 1h", got)
+	}
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(p, []byte("version: 1\naudit: {scrub_interval: 0s}\n"), 0o644)
+	c, err := LoadConfig(p)
+	if err != nil || c.Audit.ScrubInterval != 0 {
+		t.Errorf("scrub_interval 0s: %v, %v", c.Audit.ScrubInterval, err)
 	}
 }
 

@@ -181,14 +181,15 @@ func TestInitFailsClosedWithoutLandlock(t *testing.T) {
 }
 
 // TestControlMessage: the deadline backstop (deadline plus
-// DeadlineBackstop) then the environment, each NUL-terminated; an entry
+// DeadlineBackstop) then the environment, each NUL-terminated, then an
+// empty field; an entry
 // cyberos-init could not pass on, or a message over its bound, is refused.
 func TestControlMessage(t *testing.T) {
 	b, err := controlMessage(Activation{Deadline: 2 * time.Second, Env: []string{"A=1", "B=x=y"}})
-	if err != nil || string(b) != "3000\x00A=1\x00B=x=y\x00" {
+	if err != nil || string(b) != "3000\x00A=1\x00B=x=y\x00\x00" {
 		t.Fatalf("message %q %v", b, err)
 	}
-	if b, err := controlMessage(Activation{}); err != nil || string(b) != "0\x00" {
+	if b, err := controlMessage(Activation{}); err != nil || string(b) != "0\x00\x00" {
 		t.Fatalf("no deadline, no env: %q %v", b, err)
 	}
 	for _, env := range [][]string{{"NOEQUALS"}, {"A=1\x00B=2"}, {"A=" + strings.Repeat("x", maxControl)}} {

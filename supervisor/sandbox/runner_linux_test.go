@@ -21,6 +21,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/cyberos/supervisor/cgroups"
 	"github.com/cyberos/supervisor/internal/testutil"
 	"github.com/cyberos/supervisor/supervisor/seccomp"
 )
@@ -670,4 +671,99 @@ func cgroupDirs(p *linuxProcess) []string {
 func isDir(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.IsDir()
+}
+
+// sleeperSkill writes a skill that leaves a sleep behind and execs another.
+func (w *world) sleeperSkill(t *testing.T) string {
+	t.Helper()
+	skill := filepath.Join(w.base, "sleeper")
+	if err := os.MkdirAll(skill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(skill, "main"), []byte("#!/bin/sh\n/bin/sleep 271828 &\nexec /bin/sleep 314159\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return skill
+}
+
+// The deadline backstop stays: a sandbox whose supervisor is alive but does
+// not end it at its deadline ends itself DeadlineBackstop later.
+func TestInitEndsTheSandboxAtItsBackstop(t *testing.T) {
+	w := newWorld(t)
+	spec := w.spec("backstop", io.Discard)
+	spec.SkillDir, spec.Deadline = w.sleeperSkill(t), time.Second
+	release := w.reserve(t, spec)
+	t0 := time.Now()
+	p, err := w.runner.Start(spec)
+	release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ex, err := p.Wait()
+	took := time.Since(t0)
+	if err != nil || ex.Signal != unix.SIGKILL || took < spec.Deadline+DeadlineBackstop || took > spec.Deadline+DeadlineBackstop+2*time.Second {
+		t.Errorf("ended %+v %v after %v; want SIGKILL at the deadline plus its backstop, %v", ex, err, took, spec.Deadline+DeadlineBackstop)
+	}
+}
+
+// A running sandbox whose supervisor dies ends within moments, not at its
+// deadline: cyberos-init reads EOF on the control pipe, whose write end
+// only the supervisor held after the activation, and kills the sandbox as
+// at the deadline. Closing that end here is what the supervisor's death
+// does to it (the integration suite kills a daemon: TestSandboxEndsWithItsSupervisor).
+func TestInitEndsTheSandboxWhenItsSupervisorDies(t *testing.T) {
+	w := newWorld(t)
+	skill := w.sleeperSkill(t)
+	for _, warm := range []bool{false, true} {
+		t.Run(fmt.Sprintf("warm=%v", warm), func(t *testing.T) {
+			spec := w.spec(fmt.Sprintf("lifeline-%v", warm), io.Discard)
+			spec.SkillDir, spec.Deadline = skill, time.Minute
+			var p Process
+			var err error
+			release := w.reserve(t, spec)
+			if warm {
+				var wm Warm
+				if wm, err = w.runner.Prewarm(spec); err == nil {
+					p, err = wm.Activate(Activation{Stdout: io.Discard, Stderr: io.Discard, Deadline: time.Minute})
+				}
+			} else {
+				p, err = w.runner.Start(spec)
+			}
+			release()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			lp := p.(*linuxProcess)
+			// init, the shell's two sleeps.
+			testutil.WaitFor(t, 10*time.Second, func() bool {
+				pids, err := cgroups.Procs(lp.cgroupPath())
+				return err == nil && len(pids) >= 3
+			})
+			waited := make(chan Exit, 1)
+			go func() {
+				ex, _ := p.Wait()
+				waited <- ex
+			}()
+			t0 := time.Now()
+			lp.lifeline.Close()
+			lp.lifeline = nil
+			var ex Exit
+			select {
+			case ex = <-waited:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the sandbox still runs 5 s after its supervisor's end of the control pipe closed")
+			}
+			if ex.Signal != unix.SIGKILL {
+				t.Errorf("after the lifeline closed the skill ended %+v, want SIGKILL", ex)
+			}
+			// Wait returns on init's report; init itself is exiting then.
+			testutil.WaitFor(t, 2*time.Second-time.Since(t0), func() bool {
+				pids, err := cgroups.Procs(lp.cgroupPath())
+				return err == nil && len(pids) == 0
+			})
+			t.Logf("the sandbox's cgroup was empty %v after its supervisor's end closed", time.Since(t0).Round(time.Millisecond))
+		})
+	}
 }

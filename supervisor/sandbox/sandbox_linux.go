@@ -151,6 +151,8 @@ type LinuxRunner struct {
 	// runner's containers; started again if it died.
 	helperMu sync.Mutex
 	helper   *spawn.Client
+	// leftovers are what NewLinuxRunner's CleanLeftovers removed.
+	leftovers []string
 }
 
 var _ Runner = (*LinuxRunner)(nil)
@@ -205,11 +207,15 @@ func NewLinuxRunner(cfg Options) (_ *LinuxRunner, err error) {
 	}
 	r.userNS, r.userNSWhy, r.ownedNS, r.ownedNSWhy = probeUserNS(cfg.DisableUserNS, cfg.InitBinary, cfg.HostIDBase)
 	r.landlockABI, r.landlockErr = kernelLandlockABI()
-	if _, err := r.CleanLeftovers(); err != nil {
+	if r.leftovers, err = r.CleanLeftovers(); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
+
+// Leftovers are the ids of the sandboxes of dead supervisors that
+// NewLinuxRunner removed: their broker sockets are stale too.
+func (r *LinuxRunner) Leftovers() []string { return r.leftovers }
 
 // spawner returns the runner's creation helper, starting it the first time
 // and again when the last one died (its sandboxes keep running, and the
@@ -396,11 +402,21 @@ func tryLock(path string) (*os.File, bool) {
 	if err != nil {
 		return nil, false
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil || !stillAt(f, path) {
 		f.Close()
 		return nil, false
 	}
 	return f, true
+}
+
+// stillAt reports whether f is the file at path. A sandbox's lock file is
+// unlinked when it ends; a lock taken on the unlinked file (opened just
+// before) guards nothing, and the sandbox made again under that id (a warm
+// one whose init died) holds a new file at path: a cleaner must not take
+// that one for a leftover's.
+func stillAt(f *os.File, path string) bool {
+	var have, at unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &have) == nil && unix.Lstat(path, &at) == nil && have.Dev == at.Dev && have.Ino == at.Ino
 }
 
 // prepareRootfs builds, once per run dir, the empty skeleton every sandbox
@@ -750,6 +766,15 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	if err != nil {
 		return nil, p.abort(err)
 	}
+	// Before the skill makes a socket: on cgroup v1 its TCP buffers count
+	// against its memory limit only from here on
+	// (TestHostileTCPBuffers).
+	switch err := cgroups.LimitSocketMemory(p.cgroupPath(), spec.MemoryMB<<20); {
+	case errors.Is(err, cgroups.ErrNoSocketLimit):
+		p.cont.NotEnforced = append(p.cont.NotEnforced, "TCP buffers within memory.max: "+err.Error())
+	case err != nil:
+		return nil, p.abort(fmt.Errorf("sandbox start: %w", err))
+	}
 	// The sandbox's processes keep its user namespace alive now.
 	holder.stop()
 	holder = nil
@@ -817,7 +842,8 @@ func (p *linuxProcess) openPipes() (childEnds, error) {
 const maxControl = 64 << 10
 
 // controlMessage is cyberos-init's --control message: NUL-terminated
-// fields, the deadline backstop in ms, then the environment.
+// fields, the deadline backstop in ms, then the environment, and an empty
+// field that ends it (the pipe stays open after it: the lifeline).
 func controlMessage(a Activation) ([]byte, error) {
 	var ms int64
 	if a.Deadline > 0 {
@@ -830,6 +856,7 @@ func controlMessage(a Activation) ([]byte, error) {
 		}
 		b = append(append(b, kv...), 0)
 	}
+	b = append(b, 0)
 	if len(b) > maxControl {
 		return nil, fmt.Errorf("sandbox: the invocation's environment is %d bytes, more than %d", len(b), maxControl)
 	}
@@ -922,13 +949,11 @@ func (p *linuxProcess) activate(a Activation, since time.Time) error {
 	}
 	ctl := p.control
 	p.control = nil
-	_, err = ctl.Write(msg)
-	if cerr := ctl.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if _, err = ctl.Write(msg); err != nil {
+		ctl.Close()
 		return fmt.Errorf("sandbox: hand the invocation to its init: %w", err)
 	}
+	p.lifeline = ctl
 	p.copies = make(chan struct{}, 2)
 	copyOut := func(dst io.Writer, src *os.File) {
 		if dst == nil {
@@ -1113,6 +1138,10 @@ type linuxProcess struct {
 	// control is the write end of init's control pipe until activation;
 	// stdin, stdout and stderr are our ends of the skill's stdio.
 	control, stdin, stdout, stderr *os.File
+	// lifeline is the control pipe's write end after activation, held until
+	// cleanup: this process holds the only one, so when it dies cyberos-init
+	// reads EOF and kills the sandbox (TestSandboxEndsWithItsSupervisor).
+	lifeline *os.File
 	// copies gets one value as each of stdout and stderr reaches EOF.
 	copies chan struct{}
 	notify *notifyListener
@@ -1337,7 +1366,7 @@ func (p *linuxProcess) cleanup() error {
 	if p.lock != nil {
 		p.lock.Close()
 	}
-	for _, f := range []*os.File{p.status, p.control, p.stdin, p.stdout, p.stderr} {
+	for _, f := range []*os.File{p.status, p.control, p.lifeline, p.stdin, p.stdout, p.stderr} {
 		if f != nil {
 			f.Close()
 		}

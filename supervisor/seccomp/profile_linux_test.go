@@ -251,8 +251,11 @@ var mustDeny = []string{
 	"mount", "umount2", "pivot_root", "chroot", "ptrace", "bpf", "keyctl", "add_key", "request_key",
 	"unshare", "setns", "kexec_load", "kexec_file_load", "init_module", "finit_module",
 	"delete_module", "process_vm_readv", "process_vm_writev", "open_by_handle_at", "perf_event_open",
-	"userfaultfd", "io_uring_setup", "fsopen", "fsmount", "move_mount", "open_tree", "fspick",
+	"userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "fsopen", "fsmount", "move_mount", "open_tree", "fspick",
 	"mount_setattr", "reboot", "swapon", "swapoff",
+	// AIO contexts count against fs.aio-max-nr, one counter for the whole
+	// host (docs/kernel-counters.md).
+	"io_setup", "io_submit", "io_getevents", "io_pgetevents", "io_cancel", "io_destroy",
 }
 
 func TestProfileInvariants(t *testing.T) {

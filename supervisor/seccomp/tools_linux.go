@@ -57,6 +57,7 @@ var dangerous = map[string]string{
 	"io_uring_setup":    "io_uring bypasses seccomp for the operations it performs",
 	"io_uring_enter":    "io_uring bypasses seccomp for the operations it performs",
 	"io_uring_register": "io_uring bypasses seccomp for the operations it performs",
+	"io_setup":          "AIO contexts count against fs.aio-max-nr, one limit for the whole host",
 	"reboot":            "reboots the host (or its pid namespace)",
 	"swapon":            "changes host swap",
 	"swapoff":           "changes host swap",

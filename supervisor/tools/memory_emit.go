@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/policy"
@@ -16,8 +17,8 @@ func NewMemoryEmit() Tool { return memoryEmit{} }
 func (memoryEmit) Name() policy.Tool { return policy.ToolMemoryEmit }
 
 func (memoryEmit) Description() string {
-	return `Create or replace one memory document (UTF-8 body, at most 1 MiB). Args {"path","body"}; ` +
-		`result {"path","content_hash","body_withheld"}. A compensation skill's body is hashed, never stored.`
+	return fmt.Sprintf(`Create or replace one memory document (UTF-8 body, at most %d bytes). Args {"path","body"}; `+
+		`result {"path","content_hash","body_withheld"}. A compensation skill's body is hashed, never stored.`, memory.MaxBodyBytes)
 }
 
 type memoryEmitArgs struct {

@@ -77,8 +77,10 @@ func memoryEnv(c *Call) (*Env, error) {
 
 // memoryErr maps a memory.Store error onto this package's classes. ErrScope
 // becomes a Denial like the enforcer's own, so a refusal looks the same
-// whichever of the two checks made it. path is the canonical path (or "" for
-// a search).
+// whichever of the two checks made it; so does the tenant's write rate.
+// A limit the call hit is named to the skill (memory's messages for these
+// classes hold only figures and what the skill sent). path is the
+// canonical path (or "" for a search).
 func memoryErr(t policy.Tool, path string, err error) error {
 	switch {
 	case errors.Is(err, memory.ErrScope):
@@ -87,18 +89,26 @@ func memoryErr(t policy.Tool, path string, err error) error {
 			d.Detail = "path " + strconv.Quote(path) + " is not in allowed_memory_scopes"
 		}
 		return d
+	case errors.Is(err, memory.ErrRateLimited):
+		return &policy.Denial{Reason: policy.ReasonRateLimited, Tool: t, Detail: err.Error()}
 	case errors.Is(err, memory.ErrNotFound):
 		return fmt.Errorf("%w: %v", ErrNotFound, err)
 	case errors.Is(err, memory.ErrInvalid):
-		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		return skillError(ErrInvalidParams, err.Error())
 	case errors.Is(err, memory.ErrTooLarge):
-		return fmt.Errorf("%w: %v", ErrTooLarge, err)
+		return skillError(ErrTooLarge, err.Error())
+	case errors.Is(err, memory.ErrTimeout):
+		return fmt.Errorf("%w (%v)", skillError(ErrTimeout,
+			"the memory call ran past the store's statement timeout, or waited that long for a slot of this tenant"), err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
 	case errors.Is(err, memory.ErrUnavailable):
-		// A fleet's PostgreSQL away, a full disk: the skill may try again;
+		// A fleet's PostgreSQL away, SQLite busy: the skill may try again;
 		// the cause stays in the supervisor's log and the audit row.
 		return fmt.Errorf("%w (%v)", skillError(ErrFailed, "the memory store is unavailable; try again later"), err)
+	case errors.Is(err, memory.ErrFault):
+		// A retry will not help: the operator has to look (logged at WARN).
+		return fmt.Errorf("%w (%w: %v)", skillError(ErrFailed, "the memory store failed this call; a retry will not help"), ErrHostFault, err)
 	}
 	return fmt.Errorf("%w: %v", ErrFailed, err)
 }

@@ -23,6 +23,11 @@ var (
 	ErrTooLarge      = errors.New("too large")      // tool error
 	ErrTimeout       = errors.New("timed out")      // tool error, outcome timeout
 	ErrFailed        = errors.New("tool failed")    // tool error
+
+	// ErrHostFault is wrapped beside a class when the host failed in a way
+	// the skill cannot change and a retry will not mend (a memory store
+	// that refuses writes): the broker logs it at WARN, for the operator.
+	ErrHostFault = errors.New("host fault")
 )
 
 // SkillError is a tool failure whose message the tool wrote for the skill:

@@ -13,6 +13,9 @@
 //	fds        open files until the kernel refuses
 //	tmpfill    write /tmp (and /dev/shm) until full
 //	spin       burn args.threads CPUs for args.seconds
+//	aio        take AIO contexts (host-wide fs.aio-nr) while the call lets it
+//	mapfiles   pin open files (host-wide fs.file-nr) with mappings, fds closed
+//	tcpfill    fill loopback TCP buffers, up to args.mib MiB
 package main
 
 import (
@@ -44,6 +47,7 @@ type args struct {
 	Threads int      `json:"threads"`
 	Seconds float64  `json:"seconds"`
 	Marker  string   `json:"marker"`
+	MiB     int      `json:"mib"`
 }
 
 // res turns an error into "ok" or its errno name.
@@ -89,6 +93,12 @@ func main() {
 		fill(out, "shm", "/dev/shm/fill")
 	case "spin":
 		spin(out, a)
+	case "aio":
+		aio(out)
+	case "mapfiles":
+		mapFiles(out)
+	case "tcpfill":
+		tcpFill(out, a.MiB)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown op", a.Op)
 		os.Exit(2)
@@ -352,4 +362,149 @@ func spin(out map[string]any, a args) {
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	out["wall_s"] = time.Since(start).Seconds()
 	out["cpu_s"] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// aio asks for 16 AIO contexts of 4096 events each, as many as the host's
+// default fs.aio-max-nr holds, and reads the host-wide fs.aio-nr (not
+// namespaced) before and while it holds what it got.
+func aio(out map[string]any) {
+	out["aio_nr_before"] = aioNr()
+	var ctxs []uintptr
+	var first syscall.Errno
+	for range 16 {
+		var ctx uintptr
+		_, _, e := unix.RawSyscall(unix.SYS_IO_SETUP, 4096, uintptr(unsafe.Pointer(&ctx)), 0)
+		if e != 0 {
+			first = e
+			break
+		}
+		ctxs = append(ctxs, ctx)
+	}
+	out["io_setup"] = res(errnoOrNil(first))
+	out["contexts"] = len(ctxs)
+	out["aio_nr_held"] = aioNr()
+	for _, ctx := range ctxs {
+		unix.RawSyscall(unix.SYS_IO_DESTROY, ctx, 0, 0)
+	}
+}
+
+func aioNr() int {
+	b, err := os.ReadFile("/proc/sys/fs/aio-nr")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// mapFiles opens one small /tmp file again and again, maps each open file
+// and closes its descriptor: the mapping keeps the open file (counted in
+// the host-wide fs.file-nr) past RLIMIT_NOFILE. It stops at the first
+// error and reports how many it pinned and fs.file-nr then.
+func mapFiles(out map[string]any) {
+	out["file_nr_before"] = fileNr()
+	if err := os.WriteFile("/tmp/mapped", make([]byte, 4096), 0o644); err != nil {
+		out["error"] = res(err)
+		return
+	}
+	n := 0
+	var err error
+	for n < 1<<24 {
+		var fd int
+		if fd, err = unix.Open("/tmp/mapped", unix.O_RDONLY, 0); err != nil {
+			break
+		}
+		_, err = unix.Mmap(fd, 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
+		unix.Close(fd)
+		if err != nil {
+			break
+		}
+		n++
+	}
+	out["pinned"] = n
+	out["error"] = res(err)
+	out["file_nr_held"] = fileNr()
+}
+
+func fileNr() int {
+	b, err := os.ReadFile("/proc/sys/fs/file-nr")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.Fields(string(b))[0])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// tcpFill connects to itself over loopback TCP again and again and writes,
+// without reading, until each connection takes no more: the bytes the
+// kernel buffers are counted in the host-wide net.ipv4.tcp_mem (the "mem"
+// pages of /proc/net/sockstat). It stops at limit MiB, at an error, or
+// when eight connections in a row take nothing.
+func tcpFill(out map[string]any, limitMiB int) {
+	out["sockstat_before"] = tcpSockstat()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		out["error"] = res(err)
+		return
+	}
+	limit := limitMiB << 20
+	buf := make([]byte, 1<<20)
+	var keep []net.Conn
+	total, idle := 0, 0
+	for total < limit && idle < 8 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			out["error"] = res(err)
+			break
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			out["error"] = res(err)
+			break
+		}
+		keep = append(keep, c, s)
+		raw, _ := c.(*net.TCPConn).SyscallConn()
+		took := 0
+		raw.Control(func(fd uintptr) {
+			unix.SetNonblock(int(fd), true)
+			for total < limit {
+				n, err := unix.Write(int(fd), buf)
+				if n > 0 {
+					total += n
+					took += n
+				}
+				if err != nil {
+					break
+				}
+			}
+		})
+		if took < 64<<10 {
+			idle++
+		} else {
+			idle = 0
+		}
+	}
+	out["buffered"] = total
+	out["connections"] = len(keep) / 2
+	out["sockstat_held"] = tcpSockstat()
+	for _, c := range keep {
+		c.Close()
+	}
+}
+
+// tcpSockstat is the TCP line of /proc/net/sockstat.
+func tcpSockstat() string {
+	b, _ := os.ReadFile("/proc/net/sockstat")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "TCP:") {
+			return l
+		}
+	}
+	return ""
 }
