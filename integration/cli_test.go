@@ -125,11 +125,11 @@ func TestCLIGolden(t *testing.T) {
 		// sandboxes' cgroups, as it logged at start.
 		d := startDaemon(t, e)
 		out, _, code := cli(t, nil, "doctor", "--socket", d.adminSocket)
-		where := regexp.MustCompile(`sandbox cgroups (.*)`).FindStringSubmatch(d.logs.String())
+		where := regexp.MustCompile(`msg="sandbox cgroups" where="((?:[^"\\]|\\.)*)"`).FindStringSubmatch(d.logs.String())
 		if where == nil {
 			t.Fatalf("the daemon did not log where its sandbox cgroups go:\n%s", d.logs.String())
 		}
-		where[1] = strings.TrimSuffix(strings.ReplaceAll(where[1], `\"`, `"`), `"`)
+		where[1] = strings.ReplaceAll(where[1], `\"`, `"`)
 		want := []string{
 			"ok   user                     root, as skill run and supervisor serve need (namespaces, cgroups, mounts)",
 			"ok   daemon cgroups           the daemon on " + d.adminSocket + " makes sandboxes " + where[1],

@@ -391,6 +391,14 @@ func TestDaemonSIGTERMDuringLongInvocation(t *testing.T) {
 	if code, _, raw := d.invoke(map[string]any{"skill_id": "slow"}); code != http.StatusTooManyRequests {
 		t.Errorf("second invocation past max_concurrent 1: HTTP %d %s", code, raw)
 	}
+	// The refusal is counted by reason, the request by route and code.
+	fams := scrape(t, d.metricsAddr)
+	if n := fams[`cyberos_admission_refusals_total{reason="max_concurrent"}`]; n != 1 {
+		t.Errorf("cyberos_admission_refusals_total{reason=max_concurrent} = %v, want 1", n)
+	}
+	if n := fams[`cyberos_admin_requests_total{code="429",route="POST /v1/invocations"}`]; n != 1 {
+		t.Errorf("cyberos_admin_requests_total{code=429,route=POST /v1/invocations} = %v, want 1", n)
+	}
 	// Status lists it once its started row is durable; the sandbox follows.
 	// The sleep runs once the skill's trap is set: SIGTERM must find it
 	// ignoring TERM, or the skill ends by SIGTERM, not the kill.

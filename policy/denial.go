@@ -19,6 +19,9 @@ const (
 	// ReasonDefinitionChanged: an MCP tool's definition differs from the
 	// one first recorded, and no operator has approved the change.
 	ReasonDefinitionChanged Reason = "tool_definition_changed"
+	// ReasonMemoryBudget: the call would hold more response bytes than the
+	// invocation's or the daemon's budget has free (the broker's refusal).
+	ReasonMemoryBudget Reason = "memory_budget"
 )
 
 // Denial is an enforcement refusal. Detail is for the skill and the log; it

@@ -13,6 +13,7 @@ import (
 	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/supervisor/tools"
+	"github.com/cyberos/supervisor/telemetry"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -111,7 +112,13 @@ func (s *Supervisor) startBroker(inv *invocation, log *slog.Logger) (*broker.Bro
 		},
 	}
 	uid, gid := inv.ident.UID, inv.ident.GID
-	tp := inv.trace.String()
+	// Without a span (no tracer) calls still need a traceparent: one in
+	// the invocation's trace, its parent made up; nothing is exported.
+	tc := inv.trace
+	if tc.ParentID == "" {
+		tc.ParentID = telemetry.NewTraceContext().ParentID
+	}
+	tp := tc.String()
 	if sc := trace.SpanContextFromContext(inv.spanCtx); sc.IsValid() && !sc.IsRemote() {
 		// Tool calls (and what they send on, e.g. HttpFetch's header) are
 		// children of skill.invoke.
@@ -150,6 +157,7 @@ func (s *Supervisor) startBroker(inv *invocation, log *slog.Logger) (*broker.Bro
 				}
 			}
 		},
+		Budget:          s.responseBudget(),
 		OnProtocolAbuse: inv.req.OnProtocolAbuse,
 		OnDecided:       inv.req.OnToolCall,
 		Tracer:          s.Tracer,
@@ -169,4 +177,17 @@ func (s *Supervisor) toolSources(inv *invocation) []tools.Source {
 		return nil
 	}
 	return []tools.Source{s.MCP.For(inv.common.TenantID, inv.common.InvocationID)}
+}
+
+// responseBudget is the daemon's budget of response bytes in flight,
+// shared by every invocation's broker.
+func (s *Supervisor) responseBudget() *broker.Budget {
+	s.responseOnce.Do(func() {
+		n := s.ResponseBudget
+		if n <= 0 {
+			n = broker.DefaultDaemonBudget
+		}
+		s.responseMem = broker.NewBudget(n, "the daemon's")
+	})
+	return s.responseMem
 }

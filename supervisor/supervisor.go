@@ -113,6 +113,9 @@ type Request struct {
 	TenantID    string
 	Persona     string
 	Traceparent string
+	// Tracestate is the caller's W3C tracestate, kept with Traceparent
+	// (ignored without it).
+	Tracestate string
 	// Deadline, when set, shortens effort_minutes; it may not lengthen it.
 	Deadline time.Duration
 	// RequestID is the caller's id for the request; generated when empty.
@@ -286,6 +289,13 @@ type Supervisor struct {
 	teardownOnce  sync.Once
 	teardownSlots chan struct{}
 
+	// ResponseBudget is the bytes every invocation's tool calls may hold
+	// between reading and answering, together (0:
+	// broker.DefaultDaemonBudget); each invocation has its own share too.
+	ResponseBudget int64
+	responseOnce   sync.Once
+	responseMem    *broker.Budget
+
 	// clock is time.Now unless a test sets it.
 	clock func() time.Time
 }
@@ -433,7 +443,8 @@ type invocation struct {
 	exit *sandbox.Exit
 	// ended is what "invocation ended" says; the teardown writes the
 	// line, after the answer (a stalled log sink must not hold it).
-	ended []any
+	ended      []any
+	endedLevel slog.Level // of the "invocation ended" line: Warn for a failure
 }
 
 // prepare validates everything that can be refused before any row is
@@ -474,11 +485,14 @@ func (s *Supervisor) prepare(req Request, id string) (*invocation, error) {
 	if req.Deadline > 0 {
 		deadline = req.Deadline
 	}
-	trace := telemetry.NewTraceContext()
+	// Without the caller's traceparent the invocation starts a trace:
+	// skill.invoke is its root, no parent is made up.
+	trace := telemetry.NewRootTraceContext()
 	if req.Traceparent != "" {
 		if trace, err = telemetry.ParseTraceparent(req.Traceparent); err != nil {
 			return nil, fmt.Errorf("%w: traceparent %q: %v (want 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>)", ErrInvalidRequest, req.Traceparent, err)
 		}
+		trace.State = req.Tracestate
 	}
 	if req.TenantID != "" && !IsUUID(req.TenantID) {
 		return nil, fmt.Errorf("%w: tenant %q: must be a UUID (8-4-4-4-12 hex digits)", ErrInvalidRequest, req.TenantID)
@@ -629,10 +643,15 @@ func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error
 	inv.holds, handed = h, true
 	defer s.teardown(inv, log)
 
-	spanCtx, span := s.tracer().Start(telemetry.ContextWithRemoteParent(ctx, inv.trace), "skill.invoke",
-		trace.WithSpanKind(trace.SpanKindServer),
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(telemetry.Attrs(attribute.String("skill_id", inv.common.SkillID), attribute.String("invocation_id", inv.common.InvocationID),
-			attribute.String("tenant_id", inv.common.TenantID), attribute.String("skill_version", inv.pol.Version))...))
+			attribute.String("tenant_id", inv.common.TenantID), attribute.String("skill_version", inv.pol.Version))...)}
+	parent := telemetry.ContextWithRemoteParent(ctx, inv.trace)
+	if inv.trace.ParentID == "" { // a root, in the trace its rows name
+		parent = telemetry.ContextWithRootTraceID(ctx, inv.trace.TraceID)
+		opts = append(opts, trace.WithNewRoot())
+	}
+	spanCtx, span := s.tracer().Start(parent, "skill.invoke", opts...)
 	inv.spanCtx = spanCtx
 	if err := h.reserveErr; err != nil {
 		s.metrics().AuditEmitFailures.WithLabelValues(telemetry.StageStart).Inc()
@@ -679,7 +698,14 @@ func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error
 	}
 	env.DurationMS = s.now().Sub(t0).Milliseconds()
 	if inv.exit != nil {
-		inv.ended = []any{"outcome", env.Outcome, "exit_code", inv.exit.Code, "signal", signalName(inv.exit.Signal), "duration_ms", env.DurationMS}
+		inv.ended = []any{"outcome", env.Outcome, "exit_code", inv.exit.Code, "signal", signalName(inv.exit.Signal),
+			"duration", time.Duration(env.DurationMS) * time.Millisecond}
+		if env.Outcome != OutcomeSuccess {
+			// A failure is a warning that says why: the envelope's error
+			// (with the stderr tail) and the audited reason.
+			inv.endedLevel = slog.LevelWarn
+			inv.ended = append(inv.ended, "error", env.ErrorMessage, "reason", auditMsg)
+		}
 		if brk, err := inv.brokerUp(); err == nil {
 			st := brk.Stats() // final: the broker is closed
 			inv.ended = append(inv.ended, "tool_calls", st.ToolCalls, "denied", st.Denied)
@@ -961,7 +987,7 @@ func (s *Supervisor) teardown(inv *invocation, log *slog.Logger) {
 			}
 		}()
 		if inv.ended != nil {
-			log.Info("invocation ended", inv.ended...)
+			log.Log(context.Background(), inv.endedLevel, "invocation ended", inv.ended...)
 		}
 		h.end()
 		if proc != nil {

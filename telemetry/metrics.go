@@ -48,6 +48,11 @@ type Metrics struct {
 	// (it was away at start), 0 once it has.
 	AuditWitnessUnchecked prometheus.Gauge // cyberos_audit_witness_unchecked
 
+	// Operations (issue 41): the admin API's refusals and requests.
+	AdmissionRefused *prometheus.CounterVec // cyberos_admission_refusals_total{reason}
+	AdminRequests    *prometheus.CounterVec // cyberos_admin_requests_total{route,code}
+	ToolDenials      *prometheus.CounterVec // cyberos_tool_denials_total{skill_id,reason}
+
 	auditDamaged atomic.Pointer[func() bool] // cyberos_audit_damaged (WatchAuditDamage)
 }
 
@@ -58,6 +63,15 @@ const (
 	ShipErrorDatabase = "database"
 	ShipErrorHostID   = "host_id_in_use"
 	ShipErrorDiverged = "diverged"
+)
+
+// Admission refusals, the reason label of admission_refusals_total: the
+// invocations the admin API turned away before running them, max_concurrent
+// with 429, the others with 503.
+const (
+	RefusedMaxConcurrent = "max_concurrent"
+	RefusedShuttingDown  = "shutting_down"
+	RefusedAuditDamaged  = "audit_damaged"
 )
 
 // Audit emit stages, the stage label of the audit series: the invocation's
@@ -160,6 +174,7 @@ func NewMetrics() *Metrics {
 			Name: "cyberos_audit_witness_unchecked", Help: "1 while this host's audit chain has not been compared with the rows the fleet's PostgreSQL holds for it since start (it was unreachable), else 0.",
 		}),
 	}
+	m.addOps()
 	m.Registry.MustRegister(m.InvokedTotal, m.InvokedDuration, m.InvocationsLost, m.AuditEmitFailures, m.AuditEmitDuration,
 		m.SandboxStart, m.InvocationsRunning, m.ToolCalls, m.ResponseTruncated, m.WarmSandboxes, m.WarmClaims, m.WarmRefill,
 		m.AuditShipLag, m.AuditShipped, m.AuditShipErrors, m.AuditWitnessUnchecked,
@@ -181,6 +196,23 @@ func NewMetrics() *Metrics {
 		m.AuditEmitDuration.WithLabelValues(stage)
 	}
 	return m
+}
+
+// addOps registers the admin API's series, each refusal reason at 0.
+func (m *Metrics) addOps() {
+	m.AdmissionRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cyberos_admission_refusals_total", Help: "Invocations the admin API refused before running them, by reason (max_concurrent: 429; shutting_down, audit_damaged: 503).",
+	}, []string{"reason"})
+	m.AdminRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cyberos_admin_requests_total", Help: "Admin API requests answered, by route pattern and HTTP status code.",
+	}, []string{"route", "code"})
+	m.ToolDenials = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cyberos_tool_denials_total", Help: "Broker tool calls refused, by skill and the denial's reason (the skill.tool_denied row's).",
+	}, []string{"skill_id", "reason"})
+	m.Registry.MustRegister(m.AdmissionRefused, m.AdminRequests, m.ToolDenials)
+	for _, r := range []string{RefusedMaxConcurrent, RefusedShuttingDown, RefusedAuditDamaged} {
+		m.AdmissionRefused.WithLabelValues(r)
+	}
 }
 
 // WatchAuditDamage makes cyberos_audit_damaged report damaged(): 1 while

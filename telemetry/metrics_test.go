@@ -69,8 +69,8 @@ func TestMetricsLintClean(t *testing.T) {
 			ours++
 		}
 	}
-	if ours != 23 {
-		t.Errorf("%d cyberos_ series gathered, want 23", ours)
+	if ours != 26 {
+		t.Errorf("%d cyberos_ series gathered, want 26", ours)
 	}
 }
 
@@ -83,5 +83,7 @@ func sampled() *Metrics {
 	m.ToolCalls.WithLabelValues("s", "Read", "success").Inc()
 	m.WarmSandboxes.WithLabelValues("s").Set(1)
 	m.WarmClaims.WithLabelValues("s", "hit").Inc()
+	m.AdminRequests.WithLabelValues("POST /v1/invocations", "200").Inc()
+	m.ToolDenials.WithLabelValues("s", "file_violation").Inc()
 	return m
 }

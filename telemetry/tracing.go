@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
@@ -20,37 +20,20 @@ import (
 // TracerName names the supervisor's tracer (the instrumentation scope).
 const TracerName = "github.com/cyberos/supervisor"
 
-// ContextWithRemoteParent returns ctx carrying tc as the remote parent span
-// of spans started from it: the caller's traceparent becomes the parent of
-// skill.invoke, a skill's own traceparent the parent of its tool call.
+// ContextWithRemoteParent returns ctx carrying tc (and its tracestate) as
+// the remote parent span of spans started from it, read by the W3C
+// propagator: the caller's traceparent becomes the parent of skill.invoke,
+// a skill's own traceparent the parent of its tool call. A tc without a
+// valid parent leaves ctx as it is.
 func ContextWithRemoteParent(ctx context.Context, tc TraceContext) context.Context {
-	var tid trace.TraceID
-	var sid trace.SpanID
-	if b, err := hex.DecodeString(tc.TraceID); err == nil && len(b) == len(tid) {
-		copy(tid[:], b)
+	c := propagation.MapCarrier{"traceparent": tc.String()}
+	if tc.State != "" {
+		c["tracestate"] = tc.State
 	}
-	if b, err := hex.DecodeString(tc.ParentID); err == nil && len(b) == len(sid) {
-		copy(sid[:], b)
+	if out := propagator.Extract(ctx, c); trace.SpanContextFromContext(out).IsValid() {
+		return out
 	}
-	var flags trace.TraceFlags
-	if tc.Flags == "01" || (len(tc.Flags) == 2 && hexNibble(tc.Flags[1])&1 == 1) {
-		flags = trace.FlagsSampled
-	}
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: flags, Remote: true})
-	if !sc.IsValid() {
-		return ctx
-	}
-	return trace.ContextWithRemoteSpanContext(ctx, sc)
-}
-
-func hexNibble(c byte) byte {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0'
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10
-	}
-	return 0
+	return ctx
 }
 
 // OTLPFromEnv reports whether OpenTelemetry's standard variables ask for
@@ -90,7 +73,8 @@ func CheckOTLPEnv() error {
 // service.name cyberos-supervisor unless OTEL_SERVICE_NAME or
 // OTEL_RESOURCE_ATTRIBUTES say otherwise; the sampler is the SDK's, so
 // OTEL_TRACES_SAMPLER applies (default: follow the caller's sampled flag,
-// sample root spans). The caller shuts it down (which flushes).
+// sample root spans). Its IDGenerator gives a root skill.invoke the trace
+// id its audit rows carry. The caller shuts it down (which flushes).
 func NewTracerProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProvider, error) {
 	if err := CheckOTLPEnv(); err != nil {
 		return nil, err
@@ -119,7 +103,7 @@ func NewTracerProvider(ctx context.Context, endpoint string) (*sdktrace.TracerPr
 	if err != nil {
 		return nil, fmt.Errorf("otlp resource: %w", err)
 	}
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithIDGenerator(IDGenerator())), nil
 }
 
 // namespaced are the spec's span attribute names and their twins in the

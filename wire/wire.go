@@ -60,6 +60,7 @@ const (
 	ReasonRateLimited           = "rate_limited"
 	ReasonUnknownTool           = "unknown_tool"
 	ReasonDefinitionChanged     = "tool_definition_changed"
+	ReasonMemoryBudget          = "memory_budget"
 )
 
 // Reasons the broker itself gives in data.reason.

@@ -150,6 +150,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		}
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
+	sup.ResponseBudget = cfg.ResponseBudget()
 	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -162,7 +163,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		defer pool.Close()
 	}
 	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {
-		log.Info("sandbox cgroups " + r.CgroupWhere())
+		log.Info("sandbox cgroups", "where", r.CgroupWhere())
 	}
 	if lost, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)

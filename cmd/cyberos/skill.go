@@ -19,6 +19,7 @@ import (
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/telemetry"
 )
 
 // cliBusyTimeout bounds how long one CLI process waits for the audit store's
@@ -291,7 +292,7 @@ func newLogger(level string, format ...string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: telemetry.ReplaceAttr}
 	switch f := append(format, "")[0]; f {
 	case "", "text":
 		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil

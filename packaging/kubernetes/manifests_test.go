@@ -532,6 +532,10 @@ func TestDaemonSet(t *testing.T) {
 		if !vm.ReadOnly {
 			t.Errorf("DaemonSet volumeMount %s: readOnly must be true", vm.Name)
 		}
+		// Without a fleet there is no Secret: the pod must still start.
+		if o := v.Secret.Optional; o == nil || !*o {
+			t.Errorf("DaemonSet volume %s: secret.optional = %s, want true", v.Name, show(o))
+		}
 	}
 }
 
@@ -552,8 +556,20 @@ func TestConfigLoadsInTheDaemon(t *testing.T) {
 	if err := cfg.CheckSigningKeyPath(path); err != nil {
 		t.Errorf("the daemon refuses the ConfigMap's signing key: %v", err)
 	}
-	if !cfg.Fleet.Enabled() || cfg.Fleet.PostgresDSNFile == "" {
-		t.Errorf("fleet: want the DSN from the Secret's file, got %+v", cfg.Fleet)
+	if cfg.Fleet.Enabled() {
+		t.Errorf("fleet: the base config must run without one (the Secret is optional), got %+v", cfg.Fleet)
+	}
+	// With the fleet component: the DSN from the Secret's file.
+	fp := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(fp, []byte(m.withFleet(t).configMap.Data[filepath.Base(path)]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fcfg, err := daemon.LoadConfig(fp)
+	if err != nil {
+		t.Fatalf("the daemon refuses the fleet component's config: %v", err)
+	}
+	if !fcfg.Fleet.Enabled() || fcfg.Fleet.PostgresDSNFile == "" {
+		t.Errorf("fleet component: want the DSN from the Secret's file, got %+v", fcfg.Fleet)
 	}
 }
 
@@ -635,7 +651,9 @@ func TestConfigAgreesWithDaemonSet(t *testing.T) {
 		t.Errorf("supervisor.yaml audit.signing_key %s: its directory must be a writable hostPath mount (one key per node across restarts)", key)
 	}
 
-	// fleet: the DSN file from the Secret, the host id from the env.
+	// fleet (the component's): the DSN file from the Secret, the host id
+	// from the env.
+	cfg = m.withFleet(t).supervisorConfig(t)
 	dsn := cfg.Fleet.PostgresDSNFile
 	vm, v = m.mountAt(c, filepath.Dir(dsn))
 	if vm == nil || v == nil || v.Secret == nil {

@@ -154,6 +154,12 @@ type Config struct {
 	// Tracer makes the skill.broker.tool_call spans and their per-tool
 	// children (skill.tool.<tool>.exec). Nil: no spans.
 	Tracer trace.Tracer
+	// Budget, when set, is the daemon's budget of response bytes in flight,
+	// shared by every invocation's broker (NewBudget); nil: none.
+	Budget *Budget
+	// InvocationBudget is this invocation's budget of response bytes in
+	// flight (budget.go). Default DefaultInvocationBudget.
+	InvocationBudget int64
 	// SpanParent, when set, carries the span that calls bringing no
 	// traceparent of their own are children of (the invocation's
 	// skill.invoke span). A call with its own traceparent is a child of that.
@@ -220,6 +226,9 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.AcceptBurst <= 0 {
 		cfg.AcceptBurst = DefaultAcceptBurst
 	}
+	if cfg.InvocationBudget <= 0 {
+		cfg.InvocationBudget = DefaultInvocationBudget
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -250,6 +259,8 @@ func Start(cfg Config) (*Broker, error) {
 			rows:       rowBudget{max: int64(cfg.MaxAuditRows), limit: toolRowBudget(cfg.MaxAuditRows, cfg.OtherAuditRows)},
 			onAuditCap: cfg.OnAuditCap,
 			onAbuse:    cfg.OnProtocolAbuse,
+			invMem:     NewBudget(cfg.InvocationBudget, "the invocation's"),
+			daemonMem:  cfg.Budget,
 		},
 		accepts: bucket{rate: float64(cfg.AcceptsPerSecond), burst: float64(cfg.AcceptBurst), tokens: float64(cfg.AcceptBurst), last: time.Now()},
 	}
@@ -423,7 +434,7 @@ func (b *Broker) noConnect() {
 		return
 	}
 	waited := b.cfg.NoConnectAfter.Milliseconds()
-	b.log.Warn("broker: the skill never connected", "waited_ms", waited)
+	b.log.Warn("broker: the skill never connected", "waited", b.cfg.NoConnectAfter)
 	if _, err := b.cfg.Audit.Emit(context.Background(), audit.NoConnect(b.cfg.Common, waited)); err != nil { // reserved in the row budget
 		b.log.Error("broker: no_connect row not written", "err", err)
 	}
@@ -544,17 +555,18 @@ func (b *Broker) serve(c *net.UnixConn) {
 			return
 		}
 		body, err := ReadFrame(br, MaxRequest)
-		var resp []byte
+		var resp [][]byte
 		var tl *FrameTooLargeError
+		f := b.d.frameMem()
 		switch {
 		case err == nil:
-			resp = b.d.handle(b.ctx, body)
+			resp = b.d.respond(b.ctx, body, f)
 		case errors.As(err, &tl):
 			b.d.warn("broker: request over the cap", "bytes", tl.Length, "discarded", tl.Err == nil)
 			b.d.abuse(audit.AbuseOversizedFrame, fmt.Sprintf("frame of %d bytes over the %d-byte cap", tl.Length, MaxRequest))
-			resp = b.d.encode(b.d.errorResponse(nullID, err))
+			resp = b.d.encodeParts(b.d.errorResponse(nullID, err))
 			if tl.Err != nil { // the stream is lost: say why, then hang up
-				_ = b.write(c, resp)
+				_ = b.write(c, resp...)
 				return
 			}
 		default:
@@ -565,9 +577,12 @@ func (b *Broker) serve(c *net.UnixConn) {
 			return
 		}
 		if resp == nil {
+			f.release()
 			continue
 		}
-		if err := b.write(c, resp); err != nil {
+		err = b.write(c, resp...)
+		f.release() // the response's bytes are the kernel's now
+		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				b.d.warn("broker: response not written", "err", err)
 			}
@@ -608,11 +623,12 @@ func (k *bucket) take(now time.Time) time.Duration {
 	return time.Duration((-k.tokens + min(acceptBatch, k.burst) - 1) / k.rate * float64(time.Second))
 }
 
-// write sends one response within FrameTimeout. The dispatcher has already
-// cut anything over the response cap.
-func (b *Broker) write(c *net.UnixConn, resp []byte) error {
+// write sends one response, the concatenation of parts, within
+// FrameTimeout. The dispatcher has already cut anything over the response
+// cap.
+func (b *Broker) write(c *net.UnixConn, parts ...[]byte) error {
 	if err := c.SetWriteDeadline(time.Now().Add(b.cfg.FrameTimeout)); err != nil {
 		return err
 	}
-	return WriteFrame(c, resp, MaxResponse)
+	return writeFrameParts(c, parts, MaxResponse)
 }

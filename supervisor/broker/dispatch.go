@@ -1,7 +1,10 @@
 package broker
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +78,9 @@ func (d *dispatcher) finish(o *callObs) {
 	if o.reason != "" {
 		o.span.SetAttributes(telemetry.Attrs(attribute.String("reason", o.reason))...)
 	}
+	if o.outcome == telemetry.ToolCallDenied && o.reason != "" && d.metrics != nil {
+		d.metrics.ToolDenials.WithLabelValues(d.common.SkillID, o.reason).Inc()
+	}
 	if o.outcome != telemetry.ToolCallSuccess {
 		o.span.SetStatus(codes.Error, o.outcome)
 	}
@@ -139,6 +145,10 @@ type dispatcher struct {
 	toolCalls atomic.Int64 // decided tool.calls, denied included
 	denied    atomic.Int64
 	pending   sync.WaitGroup // completed rows queued, not yet known durable
+
+	// invMem and daemonMem are the budgets of response bytes in flight
+	// (budget.go); daemonMem is nil without a daemon-wide one.
+	invMem, daemonMem *Budget
 
 	rows       rowBudget
 	capOnce    sync.Once
@@ -298,55 +308,73 @@ func (d *dispatcher) stats() Stats {
 }
 
 // handle answers one frame body: a response, a batch response, or nil when
-// nothing is to be sent (a notification, a batch of notifications).
+// nothing is to be sent (a notification, a batch of notifications). The
+// calls hold nothing of the budgets once it returns.
 func (d *dispatcher) handle(ctx context.Context, body []byte) []byte {
+	f := d.frameMem()
+	defer f.release()
+	parts := d.respond(ctx, body, f)
+	if parts == nil {
+		return nil
+	}
+	return bytes.Join(parts, nil)
+}
+
+// frameMem is the budget holding of one response frame.
+func (d *dispatcher) frameMem() *frameMem { return &frameMem{inv: d.invMem, daemon: d.daemonMem} }
+
+// respond answers one frame body as the parts of the response frame's body
+// (written with one writev; a large result is never copied into an
+// envelope), or nil when nothing is to be sent. The bytes its calls hold
+// stay in f until the caller, having written the parts, releases it.
+func (d *dispatcher) respond(ctx context.Context, body []byte, f *frameMem) [][]byte {
 	if tooDeep(body, MaxDepth) {
 		d.abuse(audit.AbuseInvalidRequest, "JSON nested too deep")
-		return d.encode(d.errorResponse(nullID, errTooDeep))
+		return d.encodeParts(d.errorResponse(nullID, errTooDeep))
 	}
 	if !json.Valid(body) {
 		d.abuse(audit.AbuseNotJSONRPC, "a frame that is not JSON")
-		return d.encode(d.errorResponse(nullID, errParse))
+		return d.encodeParts(d.errorResponse(nullID, errParse))
 	}
 	switch jsonKind(body) {
 	case '{':
-		resp := d.one(ctx, body)
+		resp := d.one(ctx, body, f)
 		if resp == nil {
 			return nil
 		}
-		return d.encodeCapped(resp, resp.ID)
+		return d.encodeCapped([]*response{resp}, false, resp.ID)
 	case '[':
 		var items []json.RawMessage
 		if err := json.Unmarshal(body, &items); err != nil {
 			d.abuse(audit.AbuseNotJSONRPC, "a batch that is not JSON")
-			return d.encode(d.errorResponse(nullID, errParse))
+			return d.encodeParts(d.errorResponse(nullID, errParse))
 		}
 		switch {
 		case len(items) == 0:
 			d.abuse(audit.AbuseInvalidRequest, "an empty batch")
-			return d.encode(d.errorResponse(nullID, errEmptyBatch))
+			return d.encodeParts(d.errorResponse(nullID, errEmptyBatch))
 		case len(items) > MaxBatch:
 			d.abuse(audit.AbuseInvalidRequest, fmt.Sprintf("a batch over %d entries", MaxBatch))
-			return d.encode(d.errorResponse(nullID, errBatchTooLarge))
+			return d.encodeParts(d.errorResponse(nullID, errBatchTooLarge))
 		}
 		var out []*response
 		for _, item := range items {
-			if resp := d.one(ctx, item); resp != nil {
+			if resp := d.one(ctx, item, f); resp != nil {
 				out = append(out, resp)
 			}
 		}
 		if len(out) == 0 {
 			return nil
 		}
-		return d.encodeCapped(out, nullID)
+		return d.encodeCapped(out, true, nullID)
 	default:
 		d.abuse(audit.AbuseInvalidRequest, "a frame that is not an object or a batch")
-		return d.encode(d.errorResponse(nullID, fmt.Errorf("%w: not an object or a batch", errInvalidRequest)))
+		return d.encodeParts(d.errorResponse(nullID, fmt.Errorf("%w: not an object or a batch", errInvalidRequest)))
 	}
 }
 
 // one answers one request object (or a batch entry, which may be anything).
-func (d *dispatcher) one(ctx context.Context, raw json.RawMessage) *response {
+func (d *dispatcher) one(ctx context.Context, raw json.RawMessage, f *frameMem) *response {
 	req, err := decodeRequest(raw)
 	if err != nil {
 		d.abuse(audit.AbuseInvalidRequest, "not a JSON-RPC 2.0 request")
@@ -355,7 +383,7 @@ func (d *dispatcher) one(ctx context.Context, raw json.RawMessage) *response {
 	var result any
 	switch req.method {
 	case MethodToolCall:
-		result, err = d.toolCall(ctx, req)
+		result, err = d.toolCall(ctx, req, f)
 	case MethodToolList:
 		result, err = d.toolList(ctx, req)
 	case MethodBrokerStatus:
@@ -374,27 +402,57 @@ func (d *dispatcher) one(ctx context.Context, raw json.RawMessage) *response {
 	if err != nil {
 		return d.errorResponse(req.id, err)
 	}
-	raw, err = marshalResult(result)
+	raw, _, err = marshalResult(result)
 	if err != nil {
 		return d.errorResponse(req.id, err)
 	}
 	return &response{JSONRPC: "2.0", ID: req.id, Result: raw}
 }
 
-// marshalResult encodes a result. A result over the response cap returns
-// errResponseTooLarge, with the encoding (for its size).
-func marshalResult(v any) (json.RawMessage, error) {
-	raw, ok := v.(json.RawMessage)
-	if !ok {
-		var err error
-		if raw, err = json.Marshal(v); err != nil {
-			return nil, fmt.Errorf("%w: result does not encode: %v", tools.ErrFailed, err)
+// marshalResult encodes a result; canonical says it is RFC 8785 canonical
+// JSON already (a tools.Canonical, passed on as it is). A result over the
+// response cap returns errResponseTooLarge, with the encoding (for its
+// size).
+func marshalResult(v any) (raw json.RawMessage, canonical bool, err error) {
+	switch r := v.(type) {
+	case tools.Canonical:
+		raw, canonical = json.RawMessage(r), true
+	case json.RawMessage:
+		if !json.Valid(r) {
+			return nil, false, fmt.Errorf("%w: result is not JSON", tools.ErrFailed)
+		}
+		raw = r
+	default:
+		if raw, err = encodeJSON(v); err != nil {
+			return nil, false, fmt.Errorf("%w: result does not encode: %v", tools.ErrFailed, err)
 		}
 	}
 	if len(raw) > MaxResponse {
-		return raw, errResponseTooLarge
+		return raw, canonical, errResponseTooLarge
 	}
-	return raw, nil
+	return raw, canonical, nil
+}
+
+// encodeJSON is json.Marshal without HTML escaping: '<', '>' and '&' are
+// one byte each, not six.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// hashResult is the audit's result_hash of raw: SHA-256 over its RFC 8785
+// form, which a canonical encoding already is.
+func hashResult(raw []byte, canonical bool) (string, error) {
+	if canonical {
+		sum := sha256.Sum256(raw)
+		return hex.EncodeToString(sum[:]), nil
+	}
+	return audit.HashJSON(raw)
 }
 
 func (d *dispatcher) errorResponse(id json.RawMessage, err error) *response {
@@ -411,7 +469,7 @@ func (d *dispatcher) errorResponse(id json.RawMessage, err error) *response {
 // encode marshals a response or batch. What the broker builds always
 // encodes; a failure here is a bug, answered as an internal error.
 func (d *dispatcher) encode(v any) []byte {
-	b, err := json.Marshal(v)
+	b, err := encodeJSON(v)
 	if err != nil {
 		d.log.Error("broker: response does not encode", "err", err)
 		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error"}}`)
@@ -419,19 +477,51 @@ func (d *dispatcher) encode(v any) []byte {
 	return b
 }
 
-// encodeCapped encodes a response or a batch and applies the response cap:
-// an encoding over MaxResponse is cut to a response_too_large error for id
-// (a batch is cut as a whole, with a null id), logged and counted.
-func (d *dispatcher) encodeCapped(v any, id json.RawMessage) []byte {
-	b := d.encode(v)
-	if len(b) > MaxResponse {
-		d.truncated(d.log, len(b))
-		b = d.encode(d.errorResponse(id, errResponseTooLarge))
+// encodeParts is encode as a frame's parts.
+func (d *dispatcher) encodeParts(v any) [][]byte { return [][]byte{d.encode(v)} }
+
+// encodeCapped encodes a response (batch false, one entry) or a batch as a
+// frame's parts and applies the response cap: a result is a part of its
+// own, between its envelope's, never copied; an encoding over MaxResponse
+// is cut to a response_too_large error for id (a batch is cut as a whole,
+// with a null id), logged and counted.
+func (d *dispatcher) encodeCapped(rs []*response, batch bool, id json.RawMessage) [][]byte {
+	var parts [][]byte
+	if batch {
+		parts = append(parts, []byte("["))
+	}
+	for i, r := range rs {
+		if i > 0 {
+			parts = append(parts, []byte(","))
+		}
+		if r.Result == nil {
+			parts = append(parts, d.encode(r))
+			continue
+		}
+		// The envelope of encoding/json's field order, around the result.
+		rid := r.ID
+		if rid == nil {
+			rid = nullID
+		}
+		head := append(append([]byte(`{"jsonrpc":"2.0","id":`), rid...), `,"result":`...)
+		parts = append(parts, head, r.Result, []byte("}"))
+	}
+	if batch {
+		parts = append(parts, []byte("]"))
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > MaxResponse {
+		d.truncated(d.log, n)
+		b := d.encode(d.errorResponse(id, errResponseTooLarge))
 		if len(b) > MaxResponse { // only an absurd id could do this
 			b = d.encode(d.errorResponse(nullID, errResponseTooLarge))
 		}
+		return [][]byte{b}
 	}
-	return b
+	return parts
 }
 
 // noParams accepts absent, {} or [] params.
@@ -584,7 +674,7 @@ func hasControl(s string) bool {
 // effect is its reply (policy.EffectFree), before the reply, in the same
 // append as its completed row — and every started row gets its completed
 // row.
-func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
+func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (any, error) {
 	if d.capped.Load() {
 		return nil, errAuditCap
 	}
@@ -696,10 +786,15 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 
 	// Run.
 	start := time.Now()
-	result, err := d.run(ctx, tool, name, &tools.Call{Env: d.env, Args: p.args, Traceparent: tp, TraceID: tc.TraceID})
+	call := &tools.Call{Env: d.env, Args: p.args, Traceparent: tp, TraceID: tc.TraceID}
+	if f != nil {
+		call.Mem = f.call(name)
+	}
+	result, err := d.run(ctx, tool, name, call)
 	var raw json.RawMessage
+	var canonical bool
 	if err == nil {
-		raw, err = marshalResult(result)
+		raw, canonical, err = marshalResult(result)
 		if errors.Is(err, errResponseTooLarge) {
 			d.truncated(log, len(raw))
 			raw = nil
@@ -713,7 +808,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 	var denial *policy.Denial
 	switch {
 	case err == nil:
-		if resultHash, err = audit.HashJSON(raw); err != nil {
+		if resultHash, err = hashResult(raw, canonical); err != nil {
 			err = fmt.Errorf("%w: result cannot be canonicalised: %v", tools.ErrFailed, err)
 			outcome, metricOutcome, msg = audit.OutcomeError, telemetry.ToolCallError, errorObject(err).Message
 		}
@@ -750,7 +845,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request) (any, error) {
 		// A tool that timed out may still hand back what it had (Bash's
 		// output so far): the skill gets it beside the error.
 		if errors.Is(err, tools.ErrTimeout) && result != nil {
-			if partial, merr := marshalResult(result); merr == nil && len(partial) <= MaxResponse/2 {
+			if partial, _, merr := marshalResult(result); merr == nil && len(partial) <= MaxResponse/2 {
 				return nil, &partialError{err: err, partial: partial}
 			}
 		}

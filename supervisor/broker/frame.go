@@ -92,12 +92,22 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 // socket). A body over max is not written: the error wraps ErrTooLarge and
 // the caller sends something smaller (the broker's response_too_large cut).
 func WriteFrame(w io.Writer, body []byte, max int) error {
-	if len(body) > max || uint64(len(body)) > 1<<32-1 {
-		return &FrameTooLargeError{Length: uint32(min(uint64(len(body)), 1<<32-1)), Max: max}
+	return writeFrameParts(w, [][]byte{body}, max)
+}
+
+// writeFrameParts is WriteFrame of the concatenation of parts, written
+// with one writev, without copying them into one buffer.
+func writeFrameParts(w io.Writer, parts [][]byte, max int) error {
+	n := uint64(0)
+	for _, p := range parts {
+		n += uint64(len(p))
+	}
+	if n > uint64(max) || n > 1<<32-1 {
+		return &FrameTooLargeError{Length: uint32(min(n, 1<<32-1)), Max: max}
 	}
 	var hdr [wire.HeaderLen]byte
-	wire.PutHeader(hdr[:], uint32(len(body)))
-	bufs := net.Buffers{hdr[:], body}
+	wire.PutHeader(hdr[:], uint32(n))
+	bufs := append(net.Buffers{hdr[:]}, parts...)
 	_, err := bufs.WriteTo(w)
 	return err
 }

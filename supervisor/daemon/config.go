@@ -17,7 +17,9 @@ import (
 	"github.com/goccy/go-yaml"
 
 	"github.com/cyberos/supervisor/supervisor"
+	"github.com/cyberos/supervisor/supervisor/broker"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"github.com/cyberos/supervisor/supervisor/tools"
 )
 
 // ErrConfig: the daemon config is invalid; the message names the key.
@@ -67,6 +69,11 @@ type Config struct {
 
 	// Memory bounds each tenant's share of the memory store (memoryconfig.go).
 	Memory Memory `yaml:"memory"`
+
+	// ResponseBudgetMB is what every invocation's tool calls together may
+	// hold between reading and answering (broker.Budget); 0 means
+	// broker.DefaultDaemonBudget. See checkResponseBudget.
+	ResponseBudgetMB int64 `yaml:"response_budget_mb"`
 }
 
 // Fleet is the config of a daemon that is one host of many.
@@ -484,7 +491,32 @@ func (c *Config) Validate() error {
 	if err := sandbox.CheckIDRanges("userns.host_id_base", "userns.ranges", c.Userns.HostIDBase, c.IDRanges(), sandbox.HostIDFiles); err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
+	if err := c.checkResponseBudget(); err != nil {
+		return errors.Join(err, mcpErr)
+	}
 	return mcpErr
+}
+
+// minResponseBudgetMB is the smallest daemon budget of response bytes in
+// flight: one Read at the file cap with its result must fit.
+const minResponseBudgetMB = (tools.MaxFileReadBytes + tools.MaxResultBytes + 1<<20 - 1) >> 20
+
+// checkResponseBudget checks response_budget_mb: 0 (the default) or from
+// minResponseBudgetMB to 1 TiB.
+func (c *Config) checkResponseBudget() error {
+	if n := c.ResponseBudgetMB; n != 0 && (n < minResponseBudgetMB || n > 1<<20) {
+		return fmt.Errorf("%w: response_budget_mb: must be 0 (%d) or %d..1048576 (one Read of a file at the 16 MiB cap and its result must fit), got %d",
+			ErrConfig, broker.DefaultDaemonBudget>>20, minResponseBudgetMB, n)
+	}
+	return nil
+}
+
+// ResponseBudget is the daemon's budget of response bytes in flight.
+func (c *Config) ResponseBudget() int64 {
+	if c.ResponseBudgetMB == 0 {
+		return broker.DefaultDaemonBudget
+	}
+	return c.ResponseBudgetMB << 20
 }
 
 // ReservedPaths are the paths besides state_dir, socket_dir and

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,12 @@ type InvokeRequest struct {
 	Args          json.RawMessage `json:"args,omitempty"`
 	TenantID      string          `json:"tenant_id,omitempty"`
 	CallerPersona string          `json:"caller_persona,omitempty"`
-	Traceparent   string          `json:"traceparent,omitempty"`
+	// Traceparent is the caller's W3C traceparent. It wins over the
+	// request's traceparent header (and that header's tracestate is then
+	// not used): the body is what the caller wrote for this invocation.
+	// An invalid one here is a 400; an invalid header is ignored, as W3C
+	// Trace Context asks.
+	Traceparent string `json:"traceparent,omitempty"`
 	// DeadlineMS shortens effort_minutes like `skill run --deadline`; at
 	// most MaxDeadlineMS, 0 keeps effort_minutes.
 	DeadlineMS int64  `json:"deadline_ms,omitempty"`
@@ -178,8 +184,65 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/skills", d.handleSkills)
 	mux.HandleFunc("GET /v1/invocations/{id}/replay", d.handleReplay)
 	mux.HandleFunc("GET /healthz", healthz)
-	return d.authorize(mux)
+	return d.countRequests(d.authorize(mux))
 }
+
+// countRequests counts each admin request in cyberos_admin_requests_total
+// by the route pattern it matched ("unmatched" when none did, or the peer
+// was refused first) and the status code it got.
+func (d *Daemon) countRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern // set by the mux on this request
+		if route == "" {
+			route = "unmatched"
+		}
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		if d.metrics != nil {
+			d.metrics.AdminRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		}
+	})
+}
+
+// refused counts an invocation the admin API turned away, by reason.
+func (d *Daemon) refused(reason string) {
+	if d.metrics != nil {
+		d.metrics.AdmissionRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+// statusWriter remembers the status code written through it; it flushes
+// (the tail and events streams) and unwraps as the writer it holds.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // adminServer serves h on ln as the admin socket: at most max connections
 // (connCap), and every wait on a caller bounded by t. It returns the server
@@ -454,10 +517,12 @@ const MaxDeadlineMS = 86_400_000
 
 func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	if d.draining.Load() {
+		d.refused(telemetry.RefusedShuttingDown)
 		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
 		return
 	}
 	if err := d.store.Damage(); err != nil {
+		d.refused(telemetry.RefusedAuditDamaged)
 		apiErr(w, http.StatusServiceUnavailable, "audit_damaged", err)
 		return
 	}
@@ -560,6 +625,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	n := d.inflight.Add(1)
 	if n > int64(d.cfg.MaxConcurrent) {
 		d.inflight.Add(-1)
+		d.refused(telemetry.RefusedMaxConcurrent)
 		reply(http.StatusTooManyRequests, APIError{Code: "too_many_invocations", Error: fmt.Sprintf("max_concurrent (%d) invocations are running", d.cfg.MaxConcurrent)}, false)
 		return
 	}
@@ -568,6 +634,7 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	if d.draining.Load() { // raced with the start of shutdown
 		d.gate.Unlock()
 		d.inflight.Add(-1)
+		d.refused(telemetry.RefusedShuttingDown)
 		reply(http.StatusServiceUnavailable, APIError{Code: "shutting_down", Error: "the supervisor is shutting down"}, false)
 		return
 	}
@@ -577,11 +644,15 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 		d.scav.ended(d.inflight.Add(-1), d.inflight.Load)
 		d.wg.Done()
 	}()
+	traceparent, tracestate := req.Traceparent, ""
+	if traceparent == "" {
+		traceparent, tracestate = telemetry.FromHeaders(r.Header)
+	}
 	var id string
 	def := supervisor.Defaults(d.cfg.Defaults)
 	env, err := d.sup.Run(supervisor.Request{
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
-		TenantID: tenant, Persona: req.CallerPersona, Traceparent: req.Traceparent,
+		TenantID: tenant, Persona: req.CallerPersona, Traceparent: traceparent, Tracestate: tracestate,
 		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
 		Defaults: &def,
 		Ceilings: d.cfg.Limits.Ceilings(),

@@ -55,19 +55,9 @@ type bashArgs struct {
 	TimeoutMS *int64  `json:"timeout_ms"`
 }
 
-type bashResult struct {
-	ExitCode        int    `json:"exit_code"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	StderrTruncated bool   `json:"stderr_truncated"`
-	TimedOut        bool   `json:"timed_out"`
-	Signal          string `json:"signal,omitempty"`
-}
-
 // Call checks the command with the enforcer (a refusal never reaches
-// Env.Exec) and runs it. Output bytes that are not UTF-8 become U+FFFD when
-// the result is marshalled.
+// Env.Exec) and runs it. Output bytes that are not UTF-8 become U+FFFD in
+// the result.
 //
 // On a timeout Call returns both the result — timed_out true, the output
 // captured until the command was stopped (capped as always), exit_code and
@@ -117,14 +107,14 @@ func (b bashTool) Call(ctx context.Context, c *Call) (any, error) {
 		Stderr:  stderr,
 		Timeout: timeout,
 	})
-	out := bashResult{ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut}
-	out.Stdout, out.StdoutTruncated = stdout.result()
-	out.Stderr, out.StderrTruncated = stderr.result()
+	out := bashOut{exitCode: res.ExitCode, signal: res.Signal, timedOut: res.TimedOut}
+	out.stdout, out.stdoutTruncated = stdout.result()
+	out.stderr, out.stderrTruncated = stderr.result()
 
 	switch {
 	case res.TimedOut:
 	case err == nil:
-		return out, nil
+		return out.encode(ctx, c)
 	case ctx.Err() != nil:
 		// The invocation itself is ending (its deadline, a kill).
 		return nil, ctxErr(ctx.Err())
@@ -133,8 +123,62 @@ func (b bashTool) Call(ctx context.Context, c *Call) (any, error) {
 	default:
 		return nil, fmt.Errorf("%w: run in sandbox: %w", ErrFailed, err)
 	}
-	out.TimedOut = true
-	return out, fmt.Errorf("%w: command ran longer than %s", ErrTimeout, timeout)
+	out.timedOut = true
+	enc, eerr := out.encode(ctx, c)
+	if eerr != nil {
+		return nil, eerr
+	}
+	return enc, fmt.Errorf("%w: command ran longer than %s", ErrTimeout, timeout)
+}
+
+// bashOut is a Bash result before encoding: the output as captured, not
+// copied into strings.
+type bashOut struct {
+	exitCode                         int
+	signal                           string
+	stdout, stderr                   []byte
+	stdoutTruncated, stderrTruncated bool
+	timedOut                         bool
+}
+
+// encode writes the result ({"exit_code","signal"?,"stderr",
+// "stderr_truncated","stdout","stdout_truncated","timed_out"}) as canonical JSON, its
+// size reserved first: output of control characters is six times its
+// size in JSON (invalid UTF-8 becomes U+FFFD, three bytes a byte).
+func (r bashOut) encode(ctx context.Context, c *Call) (any, error) {
+	size := len(`{"exit_code":,"stderr":,"stderr_truncated":,"stdout":,"stdout_truncated":,"timed_out":}`) +
+		intLen(int64(r.exitCode)) + escapedLen(r.stderr) + escapedLen(r.stdout) +
+		boolLen(r.stderrTruncated) + boolLen(r.stdoutTruncated) + boolLen(r.timedOut)
+	if r.signal != "" {
+		size += len(`,"signal":`) + escapedLen(r.signal)
+	}
+	if err := c.reserve(ctx, int64(size)); err != nil {
+		return nil, err
+	}
+	w := newCanonWriter(size)
+	w.raw(`{"exit_code":`)
+	w.int(int64(r.exitCode))
+	if r.signal != "" {
+		w.raw(`,"signal":`)
+		str(w, r.signal)
+	}
+	w.raw(`,"stderr":`)
+	str(w, r.stderr)
+	w.raw(`,"stderr_truncated":`)
+	w.bool(r.stderrTruncated)
+	w.raw(`,"stdout":`)
+	str(w, r.stdout)
+	w.raw(`,"stdout_truncated":`)
+	w.bool(r.stdoutTruncated)
+	w.raw(`,"timed_out":`)
+	w.bool(r.timedOut)
+	w.raw("}")
+	out, ok := w.done()
+	if !ok {
+		c.release(int64(size))
+		return nil, fmt.Errorf("%w: Bash's result is not the size computed for it", ErrFailed)
+	}
+	return out, nil
 }
 
 // cappedBuffer keeps the first max bytes written to it and notes whether
@@ -145,23 +189,36 @@ type cappedBuffer struct {
 	max       int
 	buf       []byte
 	truncated bool
+	done      bool // result was taken
 }
 
 func (b *cappedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	n := len(p)
+	if b.done {
+		return n, nil // a command outliving its result: dropped
+	}
 	room := b.max - len(b.buf)
 	if len(p) > room {
 		b.truncated = true
-		b.buf = append(b.buf, p[:max(room, 0)]...)
-	} else {
-		b.buf = append(b.buf, p...)
+		p = p[:max(room, 0)]
 	}
-	return len(p), nil
+	if need := len(b.buf) + len(p); need > cap(b.buf) {
+		// Doubling, not append's gentler growth for large slices: a
+		// megabyte of output leaves half as much garbage behind.
+		grown := make([]byte, len(b.buf), min(max(2*cap(b.buf), need, 64<<10), b.max))
+		copy(grown, b.buf)
+		b.buf = grown
+	}
+	b.buf = append(b.buf, p...)
+	return n, nil
 }
 
-func (b *cappedBuffer) result() (string, bool) {
+// result returns what was kept, not copied: later writes are dropped.
+func (b *cappedBuffer) result() ([]byte, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return string(b.buf), b.truncated
+	b.done = true
+	return b.buf, b.truncated
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/policy"
 )
 
@@ -39,9 +41,28 @@ func bashEnvFor(t *testing.T, tools string, f *fakeExec) *Env {
 	return &Env{Policy: p, Enforcer: policy.NewEnforcer(p, policy.EnforcerOptions{}), Exec: f.exec}
 }
 
+// bashResult is Bash's result decoded.
+type bashResult struct {
+	ExitCode        int    `json:"exit_code"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	TimedOut        bool   `json:"timed_out"`
+	Signal          string `json:"signal,omitempty"`
+}
+
 func callBash(ctx context.Context, env *Env, args string) (bashResult, error) {
 	res, err := NewBash().Call(ctx, &Call{Env: env, Args: json.RawMessage(args)})
-	r, _ := res.(bashResult)
+	var r bashResult
+	if b, ok := res.(Canonical); ok {
+		if jerr := json.Unmarshal(b, &r); jerr != nil {
+			return r, fmt.Errorf("result %.200s: %w", b, jerr)
+		}
+		if h, herr := audit.HashJSON(b); herr != nil || h != shaHex(b) {
+			return r, fmt.Errorf("result %.200s is not canonical JSON", b)
+		}
+	}
 	return r, err
 }
 

@@ -64,7 +64,19 @@ func (ed editTool) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	oldS, newS := []byte(*a.OldString), []byte(*a.NewString)
-	data, err := editHostFile(ed.Name(), p, MaxFileReadBytes, func(b []byte) ([]byte, error) {
+	// The file and its edited copy are held at once: reserved before
+	// reading, given back when the call returns (its result is small).
+	var held int64
+	defer func() { c.release(held) }()
+	reserve := func(size int64) error {
+		n := 2*size + int64(len(newS))
+		if err := c.reserve(ctx, n); err != nil {
+			return err
+		}
+		held = n
+		return nil
+	}
+	data, err := editHostFile(ed.Name(), p, MaxFileReadBytes, reserve, func(b []byte) ([]byte, error) {
 		if !isText(b) {
 			return nil, skillError(ErrFailed, "binary file")
 		}

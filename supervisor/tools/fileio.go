@@ -160,9 +160,9 @@ type hostEntry struct {
 	Path string // absolute, clean
 	Dir  bool
 	// Read loads a regular file through the safe opener, relative to its
-	// open directory, refusing it as readHostFile would. Nil for a
-	// directory; valid only until the callback returns.
-	Read func(limit int64) ([]byte, error)
+	// open directory, refusing it as readHostFile would (before included).
+	// Nil for a directory; valid only until the callback returns.
+	Read func(limit int64, before func(size int64) error) ([]byte, error)
 }
 
 // ctxErr maps the end of the call's context: its deadline is ErrTimeout,

@@ -156,11 +156,17 @@ func openRegularAt(t policy.Tool, dirfd int, name string) (fd int, st unix.Stat_
 
 // readLimited reads all of the regular file fd (st its fstat), refusing
 // more than limit bytes; a file as large as it was at the fstat is read
-// with one read(2) (fdread.All).
-func readLimited(t policy.Tool, fd int, st *unix.Stat_t, limit int64) ([]byte, error) {
+// with one read(2) (fdread.All). before, when set, is told the size first
+// (the memory budget's reservation) and may refuse the read.
+func readLimited(t policy.Tool, fd int, st *unix.Stat_t, limit int64, before func(size int64) error) ([]byte, error) {
 	tooLarge := fmt.Errorf("%w: file is larger than %d bytes", ErrTooLarge, limit)
 	if st.Size > limit {
 		return nil, tooLarge
+	}
+	if before != nil {
+		if err := before(st.Size); err != nil {
+			return nil, err
+		}
 	}
 	b, err := fdread.All(fd, st.Size, limit)
 	switch {
@@ -172,19 +178,21 @@ func readLimited(t policy.Tool, fd int, st *unix.Stat_t, limit int64) ([]byte, e
 	return b, nil
 }
 
-// readAt reads the regular file name of dirfd, at most limit bytes.
-func readAt(t policy.Tool, dirfd int, name string, limit int64) ([]byte, error) {
+// readAt reads the regular file name of dirfd, at most limit bytes (before:
+// as readLimited).
+func readAt(t policy.Tool, dirfd int, name string, limit int64, before func(int64) error) ([]byte, error) {
 	fd, st, err := openRegularAt(t, dirfd, name)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	return readLimited(t, fd, &st, limit)
+	return readLimited(t, fd, &st, limit, before)
 }
 
 // readHostFile reads the regular file at p (clean, absolute, already judged
-// by the enforcer), at most limit bytes.
-func readHostFile(t policy.Tool, p string, limit int64) ([]byte, error) {
+// by the enforcer), at most limit bytes; before, when set, is told the
+// file's size before anything is read and may refuse the read.
+func readHostFile(t policy.Tool, p string, limit int64, before func(size int64) error) ([]byte, error) {
 	dir, base := splitPath(p)
 	if base == "" {
 		return nil, fileDenial(t, "not a regular file")
@@ -194,7 +202,7 @@ func readHostFile(t policy.Tool, p string, limit int64) ([]byte, error) {
 		return nil, fsErr(t, err)
 	}
 	defer unix.Close(dirfd)
-	return readAt(t, dirfd, base, limit)
+	return readAt(t, dirfd, base, limit, before)
 }
 
 // writeHostFile creates or replaces the regular file at p with data. An
@@ -223,12 +231,12 @@ func writeHostFile(t policy.Tool, p string, data []byte) error {
 	return replaceAt(t, dirfd, base, data, &st)
 }
 
-// editHostFile reads the regular file at p (at most limit bytes), passes its
-// content to edit, and replaces the file with what edit returns, all below
+// editHostFile reads the regular file at p (at most limit bytes; before: as
+// readLimited), passes its content to edit, and replaces the file with what edit returns, all below
 // one open directory. A file replaced by someone else meanwhile is not
 // overwritten (ErrFailed: retry); the window left is between that check and
 // the rename.
-func editHostFile(t policy.Tool, p string, limit int64, edit func([]byte) ([]byte, error)) ([]byte, error) {
+func editHostFile(t policy.Tool, p string, limit int64, before func(size int64) error, edit func([]byte) ([]byte, error)) ([]byte, error) {
 	dir, base := splitPath(p)
 	if base == "" {
 		return nil, fileDenial(t, "not a regular file")
@@ -242,7 +250,7 @@ func editHostFile(t policy.Tool, p string, limit int64, edit func([]byte) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	old, err := readLimited(t, fd, &st, limit)
+	old, err := readLimited(t, fd, &st, limit, before)
 	unix.Close(fd)
 	if err != nil {
 		return nil, err
@@ -463,8 +471,8 @@ func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn 
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
-			err := fn(hostEntry{Path: root, Read: func(limit int64) ([]byte, error) {
-				return readAt(t, parent, base, limit)
+			err := fn(hostEntry{Path: root, Read: func(limit int64, before func(int64) error) ([]byte, error) {
+				return readAt(t, parent, base, limit, before)
 			}})
 			if err == errWalkStop || err == errWalkSkipDir {
 				err = nil
@@ -545,8 +553,8 @@ func walkDir(ctx context.Context, t policy.Tool, dirfd int, dirPath string, maxD
 		case typ.IsRegular() && name == policy.SkillFile:
 			// A stray SKILL.md is a policy input too.
 		case typ.IsRegular():
-			err := fn(hostEntry{Path: p, Read: func(limit int64) ([]byte, error) {
-				return readAt(t, dirfd, name, limit)
+			err := fn(hostEntry{Path: p, Read: func(limit int64, before func(int64) error) ([]byte, error) {
+				return readAt(t, dirfd, name, limit, before)
 			}})
 			if err != nil && err != errWalkSkipDir {
 				return err

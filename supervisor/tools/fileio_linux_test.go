@@ -48,7 +48,7 @@ func TestFileToolsSymlinkSwapRace(t *testing.T) {
 		res, err := w.call(t, NewRead(), map[string]any{"path": w.in("d/f")})
 		if err == nil {
 			reads++
-			if body := res.(readResult).Body; body != "inside" && !strings.HasPrefix(body, "w") {
+			if body := readOut(t, res).Body; body != "inside" && !strings.HasPrefix(body, "w") {
 				t.Fatalf("Read returned %q", body)
 			}
 		} else {
@@ -58,7 +58,7 @@ func TestFileToolsSymlinkSwapRace(t *testing.T) {
 			}
 		}
 		w.call(t, NewWrite(), map[string]any{"path": w.in("d/f"), "content": "w" + strconv.Itoa(i)})
-		if res, err := w.call(t, NewGrep(), map[string]any{"pattern": "SECRET", "path": w.allowed}); err == nil && len(res.(grepResult).Matches) > 0 {
+		if res, err := w.call(t, NewGrep(), map[string]any{"pattern": "SECRET", "path": w.allowed}); err == nil && len(decodeAs[grepResult](t, res).Matches) > 0 {
 			t.Fatalf("Grep found %v", res)
 		}
 	}

@@ -15,11 +15,13 @@ import (
 // than fall back to a check-then-open (fileio.go).
 var errNoSafeOpen = fmt.Errorf("%w: host file tools need Linux openat2: %w", ErrFailed, errors.ErrUnsupported)
 
-func readHostFile(policy.Tool, string, int64) ([]byte, error) { return nil, errNoSafeOpen }
+func readHostFile(policy.Tool, string, int64, func(int64) error) ([]byte, error) {
+	return nil, errNoSafeOpen
+}
 
 func writeHostFile(policy.Tool, string, []byte) error { return errNoSafeOpen }
 
-func editHostFile(policy.Tool, string, int64, func([]byte) ([]byte, error)) ([]byte, error) {
+func editHostFile(policy.Tool, string, int64, func(int64) error, func([]byte) ([]byte, error)) ([]byte, error) {
 	return nil, errNoSafeOpen
 }
 

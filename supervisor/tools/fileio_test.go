@@ -72,6 +72,12 @@ func (w *ftWorld) in(rel string) string { return filepath.Join(w.allowed, rel) }
 // call runs tool with args (marshalled unless already a string).
 func (w *ftWorld) call(t *testing.T, tool Tool, args any) (any, error) {
 	t.Helper()
+	return w.callWith(t, tool, args, nil)
+}
+
+// callWith is call with mem as the call's budget.
+func (w *ftWorld) callWith(t *testing.T, tool Tool, args any, mem Memory) (any, error) {
+	t.Helper()
 	raw, ok := args.(string)
 	if !ok {
 		b, err := json.Marshal(args)
@@ -80,7 +86,7 @@ func (w *ftWorld) call(t *testing.T, tool Tool, args any) (any, error) {
 		}
 		raw = string(b)
 	}
-	return tool.Call(context.Background(), &Call{Env: w.env, Args: json.RawMessage(raw)})
+	return tool.Call(context.Background(), &Call{Env: w.env, Args: json.RawMessage(raw), Mem: mem})
 }
 
 func ftWrite(t *testing.T, p, content string) {

@@ -75,7 +75,25 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 	if !strings.Contains(pat, "**") {
 		maxDepth = strings.Count(pat, "/")
 	}
+	// As Grep (withClaim): grown as it goes, or, when the budget has no
+	// room for that, started again holding its worst case.
+	return withClaim(ctx, c, globWorstCase, func(acct *account) (any, error) {
+		return g.list(ctx, e, acct, pat, asked, maxDepth, roots)
+	})
+}
+
+// globWorstCase bounds what one Glob holds: its paths (as strings and as
+// JSON, at most MaxResultBytes each) and their bookkeeping.
+const globWorstCase = 2*MaxResultBytes + MaxGlobResults*globPathOverhead + accountStep
+
+// globPathOverhead is what a listed path holds besides its bytes.
+const globPathOverhead = 16
+
+// list walks roots for entries matching pat, holding what it lists
+// through acct.
+func (g globTool) list(ctx context.Context, e *policy.Enforcer, acct *account, pat, asked string, maxDepth int, roots []string) (any, error) {
 	r := globResult{Paths: []string{}}
+	size := globEmptyLen // the result's exact JSON length so far
 	for _, root := range roots {
 		err := walkHost(ctx, g.Name(), root, maxDepth, func(en hostEntry) error {
 			if en.Dir && e.Reserved(en.Path) {
@@ -87,14 +105,20 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 			if _, err := e.CheckFile(g.Name(), en.Path); err != nil {
 				return nil
 			}
-			if len(r.Paths) == MaxGlobResults {
+			more := escapedLen(en.Path) + 1
+			if len(r.Paths) == MaxGlobResults || size+more > MaxResultBytes {
 				r.Truncated = true
 				return errWalkStop
 			}
+			// The path as held and as encoded.
+			if err := acct.hold(int64(more + len(en.Path) + globPathOverhead)); err != nil {
+				return err
+			}
+			size += more
 			r.Paths = append(r.Paths, en.Path)
 			return nil
 		})
-		if err != nil && !skippableRoot(err, root, asked) {
+		if err != nil && (budgetDenied(err) || !skippableRoot(err, root, asked)) {
 			return nil, err
 		}
 		if r.Truncated {
@@ -102,7 +126,36 @@ func (g globTool) Call(ctx context.Context, c *Call) (any, error) {
 		}
 	}
 	sort.Strings(r.Paths)
-	return r, nil
+	out := r.encode()
+	acct.keep = int64(len(out))
+	return out, nil
+}
+
+// globEmptyLen is the JSON length of a Glob result with no paths.
+const globEmptyLen = len(`{"paths":[],"truncated":false}`)
+
+// encode writes the result as canonical JSON (members sorted).
+func (r globResult) encode() Canonical {
+	size := globEmptyLen - boolLen(false) + boolLen(r.Truncated)
+	for _, p := range r.Paths {
+		size += escapedLen(p) + 1
+	}
+	if len(r.Paths) > 0 {
+		size--
+	}
+	w := newCanonWriter(size)
+	w.raw(`{"paths":[`)
+	for i, p := range r.Paths {
+		if i > 0 {
+			w.raw(",")
+		}
+		str(w, p)
+	}
+	w.raw(`],"truncated":`)
+	w.bool(r.Truncated)
+	w.raw("}")
+	out, _ := w.done()
+	return out
 }
 
 // checkPathPattern accepts an absolute doublestar pattern.

@@ -35,7 +35,7 @@ func globPaths(t *testing.T, w *ftWorld, pattern string) globResult {
 	if err != nil {
 		t.Fatalf("Glob %s: %v", pattern, err)
 	}
-	return res.(globResult)
+	return decodeAs[globResult](t, res)
 }
 
 func TestGlobMatches(t *testing.T) {

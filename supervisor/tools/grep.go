@@ -110,7 +110,27 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 		return nil, fileDenial(g.Name(), "path is outside every allowed file glob")
 	}
 
+	// Grep grows its hold as it goes; when the budget has no room for
+	// that (a call holding bytes never waits), it starts again holding
+	// its worst case from the outset (withClaim).
+	return withClaim(ctx, c, grepWorstCase, func(acct *account) (any, error) {
+		return g.search(ctx, e, acct, re, match, limit, p, roots)
+	})
+}
+
+// grepWorstCase bounds what one Grep holds: one file at the cap, its
+// matches (their text and their JSON, at most MaxResultBytes each) and
+// their bookkeeping.
+const grepWorstCase = MaxFileReadBytes + 2*MaxResultBytes + MaxGrepMatches*grepMatchOverhead + accountStep
+
+// grepMatchOverhead is what a match holds besides its text.
+const grepMatchOverhead = 64
+
+// search walks roots for matches of re, holding what it reads and finds
+// through acct.
+func (g grepTool) search(ctx context.Context, e *policy.Enforcer, acct *account, re *regexp.Regexp, match func(string) bool, limit int, p string, roots []string) (any, error) {
 	r := grepResult{Matches: []grepMatch{}}
+	size := grepEmptyLen // the result's exact JSON length so far
 	visit := func(en hostEntry) error {
 		if en.Dir && e.Reserved(en.Path) {
 			return errWalkSkipDir
@@ -125,8 +145,18 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 			}
 			return nil
 		}
-		b, err := en.Read(MaxFileReadBytes)
+		var fileHeld int64
+		b, err := en.Read(MaxFileReadBytes, func(n int64) error {
+			if err := acct.hold(n); err != nil {
+				return err
+			}
+			fileHeld = n
+			return nil
+		})
+		defer acct.unhold(fileHeld)
 		switch {
+		case budgetDenied(err):
+			return err // refused for the memory budget: so is the call
 		case err != nil && named:
 			return err
 		case err != nil, !isText(b):
@@ -139,24 +169,71 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 			if !re.Match(line) {
 				continue
 			}
-			if len(r.Matches) == limit {
+			m := grepMatch{Path: en.Path, Line: n, Text: clip(line, maxGrepText)}
+			more := grepMatchLen(m) + 1
+			if len(r.Matches) == limit || size+more > MaxResultBytes {
 				r.Truncated = true
 				return errWalkStop
 			}
-			r.Matches = append(r.Matches, grepMatch{Path: en.Path, Line: n, Text: clip(line, maxGrepText)})
+			// The match as held (its text) and as encoded.
+			if err := acct.hold(int64(more + len(m.Text) + grepMatchOverhead)); err != nil {
+				return err
+			}
+			size += more
+			r.Matches = append(r.Matches, m)
 		}
 		return nil
 	}
 	for _, root := range roots {
 		err := walkHost(ctx, g.Name(), root, -1, visit)
-		if err != nil && (root == p || !skippableRoot(err, root, p)) {
+		if err != nil && (root == p || budgetDenied(err) || !skippableRoot(err, root, p)) {
 			return nil, err
 		}
 		if r.Truncated {
 			break
 		}
 	}
-	return r, nil
+	out := r.encode()
+	acct.keep = int64(len(out))
+	return out, nil
+}
+
+// grepEmptyLen is the JSON length of a Grep result with no matches.
+const grepEmptyLen = len(`{"matches":[],"truncated":false}`)
+
+// grepMatchLen is the JSON length of one match.
+func grepMatchLen(m grepMatch) int {
+	return len(`{"line":,"path":,"text":}`) + intLen(int64(m.Line)) + escapedLen(m.Path) + escapedLen(m.Text)
+}
+
+// encode writes the result as canonical JSON (members sorted).
+func (r grepResult) encode() Canonical {
+	size := grepEmptyLen - boolLen(false) + boolLen(r.Truncated)
+	for _, m := range r.Matches {
+		size += grepMatchLen(m) + 1
+	}
+	if len(r.Matches) > 0 {
+		size-- // no comma before the first
+	}
+	w := newCanonWriter(size)
+	w.raw(`{"matches":[`)
+	for i, m := range r.Matches {
+		if i > 0 {
+			w.raw(",")
+		}
+		w.raw(`{"line":`)
+		w.int(int64(m.Line))
+		w.raw(`,"path":`)
+		str(w, m.Path)
+		w.raw(`,"text":`)
+		str(w, m.Text)
+		w.raw("}")
+	}
+	w.raw(`],"truncated":`)
+	w.bool(r.Truncated)
+	w.raw("}")
+	out, _ := w.done()
+	return out
 }
 
 // grepFilter turns Grep's glob arg into a path filter: a pattern without

@@ -15,7 +15,7 @@ func grep(t *testing.T, w *ftWorld, args map[string]any) grepResult {
 	if err != nil {
 		t.Fatalf("Grep %v: %v", args, err)
 	}
-	return res.(grepResult)
+	return decodeAs[grepResult](t, res)
 }
 
 func grepLines(w *ftWorld, r grepResult) string {

@@ -13,9 +13,11 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/cyberos/supervisor/policy"
@@ -31,10 +33,10 @@ const (
 	HTTPMaxResponseBody  = 4 << 20 // larger is cut, with "truncated": true
 	HTTPMaxRequestHeader = 64      // skill-provided headers
 	httpMaxHeaderBytes   = 64 << 10
-	// httpMaxTextJSON bounds the JSON-escaped size of a "body" string. JSON
-	// escapes control characters and <, >, & to six bytes each, so a 4 MiB
-	// body of them would be 24 MiB, over the broker's 16 MiB response cap;
-	// such a body is returned as "body_base64" (at most 5.6 MiB) instead.
+	// httpMaxTextJSON bounds the JSON-escaped size of a "body" string.
+	// JSON escapes control characters to six bytes each, so a 4 MiB body of
+	// them would be 24 MiB, over the broker's 16 MiB response cap; such a
+	// body is returned as "body_base64" (at most 5.6 MiB) instead.
 	httpMaxTextJSON = 8 << 20
 )
 
@@ -52,16 +54,6 @@ type httpRequest struct {
 	headers     map[string]string
 	body        []byte // nil for GET
 	contentType string // "" leaves Content-Type to headers (or unset)
-}
-
-// httpResult is the tool result. Exactly one of Body and BodyBase64 is set:
-// Body when the (possibly truncated) body is UTF-8 text of a sane JSON size.
-type httpResult struct {
-	Status     int               `json:"status"`
-	Headers    map[string]string `json:"headers"` // lower-case name → first value
-	Body       *string           `json:"body,omitempty"`
-	BodyBase64 *string           `json:"body_base64,omitempty"`
-	Truncated  bool              `json:"truncated"`
 }
 
 // forbiddenHeaders are request headers a skill may not set: they belong to
@@ -196,27 +188,148 @@ func (h httpTool) do(ctx context.Context, c *Call, r httpRequest) (any, error) {
 	}
 	defer resp.Body.Close()
 
-	b, err := io.ReadAll(io.LimitReader(resp.Body, HTTPMaxResponseBody+1))
+	return readHTTPResult(ctx, c, resp)
+}
+
+// readHTTPResult reads the response's body (at most HTTPMaxResponseBody,
+// cut on a rune boundary with "truncated") and encodes the result, having
+// reserved before reading what the body and the result can take: the body
+// as its Content-Length says (twice the cap when it says nothing, as the
+// buffer grows) and its worst-case encoding, given back down to the
+// result's own size once it is known.
+func readHTTPResult(ctx context.Context, c *Call, resp *http.Response) (any, error) {
+	out := httpOut{status: resp.StatusCode, headers: make(map[string]string, len(resp.Header))}
+	for k, vs := range resp.Header {
+		if len(vs) > 0 {
+			out.headers[strings.ToLower(k)] = vs[0]
+		}
+	}
+	limit, buffer := int64(HTTPMaxResponseBody), int64(2*HTTPMaxResponseBody+1)
+	if resp.ContentLength >= 0 {
+		limit = min(resp.ContentLength, HTTPMaxResponseBody)
+		buffer = limit + 1
+	}
+	worst := buffer + int64(out.size(int(limit), httpMaxTextJSON))
+	if err := c.reserve(ctx, worst); err != nil {
+		return nil, err
+	}
+	held := worst
+	defer func() { c.release(held) }()
+
+	var b []byte
+	var err error
+	if resp.ContentLength >= 0 {
+		// The transport ends the body at its Content-Length.
+		b, err = readUpTo(resp.Body, int(buffer))
+	} else {
+		b, err = io.ReadAll(io.LimitReader(resp.Body, HTTPMaxResponseBody+1))
+	}
 	if err != nil {
 		return nil, httpErr(fmt.Errorf("read body: %w", err))
 	}
-	res := &httpResult{Status: resp.StatusCode, Headers: make(map[string]string, len(resp.Header))}
-	for k, vs := range resp.Header {
-		if len(vs) > 0 {
-			res.Headers[strings.ToLower(k)] = vs[0]
+	if len(b) > HTTPMaxResponseBody {
+		b, out.truncated = trimPartialRune(b[:HTTPMaxResponseBody]), true
+	}
+	out.body = b
+	out.text = utf8.Valid(b) && escapedLen(b) <= httpMaxTextJSON
+	size := out.size(len(b), -1)
+	enc, err := out.encode(size)
+	if err != nil {
+		return nil, err
+	}
+	held -= int64(size) // the result keeps its bytes until it is written
+	return enc, nil
+}
+
+// readUpTo reads r to its end into one buffer of n bytes, or until the
+// buffer is full.
+func readUpTo(r io.Reader, n int) ([]byte, error) {
+	b := make([]byte, n)
+	got := 0
+	for got < n {
+		m, err := r.Read(b[got:])
+		got += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
-	if len(b) > HTTPMaxResponseBody {
-		b, res.Truncated = trimPartialRune(b[:HTTPMaxResponseBody]), true
+	return b[:got], nil
+}
+
+// httpOut is an Http tool's result before encoding.
+type httpOut struct {
+	status    int
+	headers   map[string]string // lower-case name → first value
+	body      []byte
+	text      bool // "body" (else "body_base64")
+	truncated bool
+}
+
+// size is the result's JSON length for a body of n bytes: its own when
+// textMax < 0, else the larger of base64's and a text of at most textMax
+// bytes as JSON (a bound before the body is read).
+func (o *httpOut) size(n, textMax int) int {
+	const frame = len(`{"body_base64":,"headers":{},"status":,"truncated":false}`)
+	size := frame + intLen(int64(o.status))
+	for k, v := range o.headers {
+		size += escapedLen(k) + 1 + escapedLen(v) + 1
 	}
-	if utf8.Valid(b) && jsonTextSize(b) <= httpMaxTextJSON {
-		s := string(b)
-		res.Body = &s
+	if len(o.headers) > 0 {
+		size-- // no comma after the last
+	}
+	b64 := base64.StdEncoding.EncodedLen(n) + 2
+	switch {
+	case textMax >= 0:
+		size += max(b64, textMax)
+	case o.text:
+		size += escapedLen(o.body) - len("_base64")
+	default:
+		size += b64
+	}
+	if o.truncated {
+		size--
+	}
+	return size
+}
+
+// encode writes the result as canonical JSON of exactly size bytes (keys
+// in UTF-16 order: body or body_base64, headers, status, truncated).
+func (o *httpOut) encode(size int) (Canonical, error) {
+	keys := make([]string, 0, len(o.headers))
+	for k := range o.headers {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b))) })
+	w := newCanonWriter(size)
+	if o.text {
+		w.raw(`{"body":`)
+		str(w, o.body)
 	} else {
-		s := base64.StdEncoding.EncodeToString(b)
-		res.BodyBase64 = &s
+		w.raw(`{"body_base64":`)
+		w.base64(o.body)
 	}
-	return res, nil
+	w.raw(`,"headers":{`)
+	for i, k := range keys {
+		if i > 0 {
+			w.raw(",")
+		}
+		str(w, k)
+		w.raw(":")
+		str(w, o.headers[k])
+	}
+	w.raw(`},"status":`)
+	w.int(int64(o.status))
+	w.raw(`,"truncated":`)
+	w.bool(o.truncated)
+	w.raw("}")
+	out, ok := w.done()
+	if !ok {
+		return nil, fmt.Errorf("%w: the Http result is not the size computed for it", ErrFailed)
+	}
+	return out, nil
 }
 
 // transport is one call's transport: no proxy (environment variables
@@ -376,21 +489,4 @@ func trimPartialRune(b []byte) []byte {
 		}
 	}
 	return b
-}
-
-// jsonTextSize bounds the size of b as an escaped JSON string (the broker's
-// encoder escapes control characters and <, >, &).
-func jsonTextSize(b []byte) int {
-	n := 2
-	for _, c := range b {
-		switch {
-		case c < 0x20 || c == '<' || c == '>' || c == '&':
-			n += 6
-		case c == '"' || c == '\\':
-			n += 2
-		default:
-			n++
-		}
-	}
-	return n
 }

@@ -176,7 +176,27 @@ func htFetch(t *testing.T, env *Env, args any) (*httpResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return res.(*httpResult), nil
+	return htDecode(t, res), nil
+}
+
+// httpResult is an Http tool's result decoded. Exactly one of Body and
+// BodyBase64 is set.
+type httpResult struct {
+	Status     int               `json:"status"`
+	Headers    map[string]string `json:"headers"`
+	Body       *string           `json:"body,omitempty"`
+	BodyBase64 *string           `json:"body_base64,omitempty"`
+	Truncated  bool              `json:"truncated"`
+}
+
+// htDecode decodes an Http tool's result, which must be canonical JSON.
+func htDecode(t testing.TB, res any) *httpResult {
+	t.Helper()
+	r := decodeAs[httpResult](t, res)
+	if got, want := shaHex(res.(Canonical)), mustHashTB(t, res.(Canonical)); got != want {
+		t.Errorf("Http result %.300s is not canonical JSON", res.(Canonical))
+	}
+	return &r
 }
 
 func htBody(t *testing.T, r *httpResult) string {
@@ -230,7 +250,7 @@ func TestHttpFetchTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("HttpFetch https: %v", err)
 	}
-	if htBody(t, res.(*httpResult)) != "hello" {
+	if htBody(t, htDecode(t, res)) != "hello" {
 		t.Fatalf("result = %+v", res)
 	}
 	// The certificate is checked against the URL's name, not the dialled IP.
@@ -576,9 +596,13 @@ func TestHttpTruncatedTextStaysText(t *testing.T) {
 	if got := trimPartialRune([]byte("aé")); string(got) != "aé" {
 		t.Fatalf("trimPartialRune cut a whole rune: %q", got)
 	}
-	// A body whose JSON escaping would blow past the response cap goes out as base64.
-	if jsonTextSize(bytes.Repeat([]byte("<"), HTTPMaxResponseBody)) <= httpMaxTextJSON {
-		t.Fatalf("a 4 MiB body of '<' would be sent as a 24 MiB JSON string")
+	// A body whose JSON escaping would blow past the response cap goes out
+	// as base64; '<' is one byte.
+	if escapedLen(bytes.Repeat([]byte("\x00"), HTTPMaxResponseBody)) <= httpMaxTextJSON {
+		t.Fatalf("a 4 MiB body of NUL would be sent as a 24 MiB JSON string")
+	}
+	if escapedLen(bytes.Repeat([]byte("<"), HTTPMaxResponseBody)) > httpMaxTextJSON {
+		t.Fatalf("a 4 MiB body of '<' is not sent as text")
 	}
 }
 
@@ -591,7 +615,7 @@ func TestHttpPost(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return res.(*httpResult), nil
+		return htDecode(t, res), nil
 	}
 	res, err := post(map[string]any{"url": base + "/echo", "body": `{"a":1}`, "content_type": "application/json"})
 	if err != nil || htBody(t, res) != `{"a":1}` || res.Headers["x-got-content-type"] != "application/json" {

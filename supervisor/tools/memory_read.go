@@ -60,7 +60,34 @@ func (m memoryRead) Call(ctx context.Context, c *Call) (any, error) {
 	if err != nil {
 		return nil, memoryErr(m.Name(), p, err)
 	}
-	return memoryReadResult{Body: d.Body, ContentHash: d.ContentHash, BodyWithheld: d.BodyWithheld}, nil
+	return encodeMemoryRead(ctx, c, memoryReadResult{Body: d.Body, ContentHash: d.ContentHash, BodyWithheld: d.BodyWithheld})
+}
+
+// encodeMemoryRead writes r as canonical JSON, its size reserved first: a
+// body of control characters is six times its size in JSON.
+func encodeMemoryRead(ctx context.Context, c *Call, r memoryReadResult) (any, error) {
+	size := len(`{"body":,"content_hash":}`) + escapedLen(r.Body) + escapedLen(r.ContentHash)
+	if r.BodyWithheld {
+		size += len(`,"body_withheld":true`)
+	}
+	if err := c.reserve(ctx, int64(size)); err != nil {
+		return nil, err
+	}
+	w := newCanonWriter(size)
+	w.raw(`{"body":`)
+	str(w, r.Body)
+	if r.BodyWithheld {
+		w.raw(`,"body_withheld":true`)
+	}
+	w.raw(`,"content_hash":`)
+	str(w, r.ContentHash)
+	w.raw("}")
+	out, ok := w.done()
+	if !ok {
+		c.release(int64(size))
+		return nil, fmt.Errorf("%w: MemoryRead's result is not the size computed for it", ErrFailed)
+	}
+	return out, nil
 }
 
 // memoryEnv returns the call's Env when it has what the Memory* tools need.

@@ -76,9 +76,12 @@ func mtCall(env *Env, args string) *Call {
 // jsonKeys marshals a tool result as the broker would and returns its keys.
 func mtKeys(t *testing.T, v any) (map[string]any, []string) {
 	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatalf("marshal result: %v", err)
+	b, ok := v.(Canonical)
+	if !ok {
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			t.Fatalf("marshal result: %v", err)
+		}
 	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {

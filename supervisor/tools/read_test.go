@@ -1,14 +1,36 @@
 package tools
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cyberos/supervisor/policy"
 )
+
+// readResult is Read's result decoded.
+type readResult struct {
+	Body        string `json:"body"`
+	ContentHash string `json:"content_hash"`
+}
+
+// readOut decodes a Read result (Canonical JSON).
+func readOut(t *testing.T, res any) readResult {
+	t.Helper()
+	var r readResult
+	b, ok := res.(Canonical)
+	if !ok {
+		t.Fatalf("Read returned %T, want Canonical", res)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("Read result %.200s: %v", b, err)
+	}
+	return r
+}
 
 func TestReadAllowed(t *testing.T) {
 	w := ftNew(t)
@@ -17,7 +39,7 @@ func TestReadAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := res.(readResult)
+	r := readOut(t, res)
 	if r.Body != "héllo\nworld\n" || r.ContentHash != contentHash([]byte("héllo\nworld\n")) {
 		t.Errorf("result = %+v", r)
 	}
@@ -27,7 +49,7 @@ func TestReadAllowed(t *testing.T) {
 	}
 	empty := w.in("empty")
 	ftWrite(t, empty, "")
-	if res, err := w.call(t, NewRead(), map[string]any{"path": empty}); err != nil || res.(readResult).Body != "" {
+	if res, err := w.call(t, NewRead(), map[string]any{"path": empty}); err != nil || readOut(t, res).Body != "" {
 		t.Errorf("empty file: %v %v", res, err)
 	}
 }
@@ -110,12 +132,21 @@ func TestReadErrors(t *testing.T) {
 	}
 	_, err = w.call(t, NewRead(), map[string]any{"path": big})
 	ftIs(t, err, ErrTooLarge)
+	// A file at the cap is read, but its result (NULs, six bytes each in
+	// JSON) is over the response cap: too large, not cut by the broker.
 	if err := os.Truncate(big, MaxFileReadBytes); err != nil {
 		t.Fatal(err)
 	}
-	if _, err = w.call(t, NewRead(), map[string]any{"path": big}); err != nil {
-		t.Errorf("a file of exactly the cap: %v", err)
+	_, err = w.call(t, NewRead(), map[string]any{"path": big})
+	ftIs(t, err, ErrTooLarge)
+	// The largest text whose result fits is read.
+	ftWrite(t, big, strings.Repeat("<", MaxResultBytes-readResultLen(2)))
+	if res, err := w.call(t, NewRead(), map[string]any{"path": big}); err != nil || len(res.(Canonical)) != MaxResultBytes {
+		t.Errorf("a file whose result is exactly MaxResultBytes: %v", err)
 	}
+	ftWrite(t, big, strings.Repeat("<", MaxResultBytes-readResultLen(2)+1))
+	_, err = w.call(t, NewRead(), map[string]any{"path": big})
+	ftIs(t, err, ErrTooLarge)
 }
 
 func TestReadThroughSymlinkedGlobRefused(t *testing.T) {

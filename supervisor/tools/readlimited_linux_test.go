@@ -28,7 +28,7 @@ func TestReadLimited(t *testing.T) {
 		}
 		defer unix.Close(fd)
 		st := unix.Stat_t{Size: size} // what the open's fstat said
-		return readLimited(policy.ToolRead, fd, &st, limit)
+		return readLimited(policy.ToolRead, fd, &st, limit, nil)
 	}
 	ten := []byte("0123456789")
 	for _, tc := range []struct {
@@ -64,7 +64,7 @@ func TestReadLimited(t *testing.T) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		t.Fatal(err)
 	}
-	got, err := readLimited(policy.ToolRead, fd, &st, 1<<20)
+	got, err := readLimited(policy.ToolRead, fd, &st, 1<<20, nil)
 	if err != nil || !bytes.Contains(got, []byte("[stack]")) || !bytes.HasSuffix(got, []byte("\n")) {
 		t.Errorf("/proc/self/maps (size %d): %d bytes, %v; want all of it, [stack] included:\n%s", st.Size, len(got), err, got)
 	}
@@ -80,7 +80,7 @@ func BenchmarkReadHostFile(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		got, err := readHostFile(policy.ToolRead, p, 1<<20)
+		got, err := readHostFile(policy.ToolRead, p, 1<<20, nil)
 		if err != nil || string(got) != "hello" {
 			b.Fatalf("readHostFile: %q, %v", got, err)
 		}

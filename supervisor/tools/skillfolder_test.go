@@ -103,7 +103,7 @@ func TestWalksSkipSkillFolders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := res.(grepResult).Matches
+	m := decodeAs[grepResult](t, res).Matches
 	if len(m) != 1 || m[0].Path != w.in("data/free.txt") {
 		t.Errorf("Grep matches %+v, want only data/free.txt", m)
 	}

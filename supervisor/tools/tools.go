@@ -85,12 +85,16 @@ type Call struct {
 	Args        json.RawMessage
 	Traceparent string // W3C header value, for HttpFetch/HttpPost
 	TraceID     string // for MemoryEmit
+	// Mem, when set, is the call's share of the budget of response bytes
+	// in flight; nil holds nothing (result.go).
+	Mem Memory
 }
 
 // Tool is a native tool.
 type Tool interface {
 	Name() policy.Tool
 	Description() string
-	// Call performs it. The result is marshalled as the JSON-RPC result.
+	// Call performs it. The result is marshalled as the JSON-RPC result,
+	// or, a Canonical, sent as it is (result.go).
 	Call(ctx context.Context, c *Call) (any, error)
 }
