@@ -434,3 +434,42 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
 		time.Sleep(20 * time.Millisecond) // a poll with a deadline, not a synchronisation
 	}
 }
+
+// budgetMem is a tools.Memory that holds up to free bytes.
+type budgetMem struct {
+	free, held int64
+}
+
+func (m *budgetMem) Reserve(_ context.Context, n int64) error {
+	if n > m.free-m.held {
+		return &policy.Denial{Reason: policy.ReasonMemoryBudget, Detail: "no room"}
+	}
+	m.held += n
+	return nil
+}
+
+func (m *budgetMem) Release(n int64) { m.held -= n }
+
+// An MCP result counts in the broker's budget of response bytes like a
+// native tool's: held while it waits to be written, refused when it does
+// not fit.
+func TestResultHeldInTheBudget(t *testing.T) {
+	f := hostile(t, Options{})
+	tool, ok, err := NewSource(f.srv).Lookup(context.Background(), "mcp__hostile__huge")
+	if err != nil || !ok {
+		t.Fatalf("huge: %v %v", ok, err)
+	}
+	mem := &budgetMem{free: 8 << 20}
+	res, err := tool.Call(context.Background(), &tools.Call{Args: json.RawMessage(`{"mib":1}`), Mem: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int64(len(res.(json.RawMessage))); mem.held != n || n < 1<<20 {
+		t.Errorf("a result of %d bytes holds %d of the budget", n, mem.held)
+	}
+	_, err = tool.Call(context.Background(), &tools.Call{Args: json.RawMessage(`{"mib":8}`), Mem: mem})
+	var d *policy.Denial
+	if !errors.As(err, &d) || d.Reason != policy.ReasonMemoryBudget {
+		t.Errorf("an 8 MiB result with 7 MiB free: %v, want memory_budget", err)
+	}
+}

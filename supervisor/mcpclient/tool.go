@@ -127,6 +127,15 @@ func (t *Tool) Call(ctx context.Context, c *tools.Call) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mcp %s: result does not encode: %v", tools.ErrFailed, t.full, err)
 	}
+	// The encoding is held until the response is written: it counts in the
+	// broker's budgets of response bytes as a native tool's result does, and
+	// one that does not fit is refused (memory_budget). What the SDK read
+	// to decode it is the frame cap's to bound.
+	if c.Mem != nil {
+		if err := c.Mem.Reserve(ctx, int64(len(raw))); err != nil {
+			return nil, err
+		}
+	}
 	return json.RawMessage(raw), nil
 }
 
