@@ -46,8 +46,9 @@ demo: first-build-note build ## run the example skills in the sandbox (as root):
 RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/ ./supervisor/daemon/... \
 	./supervisor/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/... ./wire/... ./fleet/...
 
-test-tools: ## promtool into .cache/bin, for the tests of /metrics and of the alerting rules (a few minutes the first time)
+test-tools: ## promtool into .cache/bin, for the tests of /metrics and of the alerting rules (a few minutes the first time); the pinned MCP reference servers into .cache/mcp
 	@bash scripts/install-deps.sh promtool
+	@bash scripts/mcp-servers.sh
 
 test: deps test-tools lint ## unit + root integration tests (the sandbox and broker suites twice: cold and warm starts), the race detector on RACE_PKGS, and the macOS and FreeBSD builds
 	CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...

@@ -682,6 +682,9 @@ var optionalFields = map[Kind][]field{
 	KindInvokedCompleted: {
 		{"protocol_abuse", abuseCounts},
 	},
+	KindToolCallStarted:   mcpFields,
+	KindToolCallCompleted: mcpFields,
+	KindToolDenied:        mcpFields,
 }
 
 // Valid reports whether k is one of the row kinds.

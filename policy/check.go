@@ -316,6 +316,9 @@ func toolRule(s string) (ToolRule, string) {
 	}
 	name, pattern, hasPattern := strings.Cut(s, "(")
 	t := Tool(name)
+	if t.IsMCP() {
+		return mcpRule(name, hasPattern)
+	}
 	if !t.Known() {
 		return ToolRule{}, fmt.Sprintf("unknown tool %q; known tools: %s", name, knownToolList())
 	}

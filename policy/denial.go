@@ -16,6 +16,9 @@ const (
 	ReasonTooLarge       Reason = "request_too_large"
 	ReasonRateLimited    Reason = "rate_limited"
 	ReasonUnknownTool    Reason = "unknown_tool"
+	// ReasonDefinitionChanged: an MCP tool's definition differs from the
+	// one first recorded, and no operator has approved the change.
+	ReasonDefinitionChanged Reason = "tool_definition_changed"
 	// ReasonMemoryBudget: the call would hold more response bytes than the
 	// invocation's or the daemon's budget has free (the broker's refusal).
 	ReasonMemoryBudget Reason = "memory_budget"

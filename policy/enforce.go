@@ -74,6 +74,7 @@ type Enforcer struct {
 	p     *Policy
 	o     EnforcerOptions
 	rules [numTools]toolRules
+	mcp   mcpRules // mcp__<server>[__<tool>] rules (mcp.go)
 
 	files   []glob     // x-allowed-files
 	memory  []glob     // allowed_memory_scopes
@@ -258,6 +259,10 @@ func NewEnforcer(p *Policy, o EnforcerOptions) *Enforcer {
 // addRule compiles one rule into e.rules. An invalid pattern is dropped from
 // an allowed list and denies the whole tool in a disallowed one.
 func (e *Enforcer) addRule(r ToolRule, allow bool) {
+	if r.Tool.IsMCP() {
+		e.mcp.add(r, allow)
+		return
+	}
 	i := toolIndex(r.Tool)
 	if i < 0 {
 		return // CheckTool refuses unknown tools anyway
@@ -348,6 +353,9 @@ func (e *Enforcer) Tools() []Tool {
 // allowed rule is tool_not_in_allowed_tools. Each resource check below
 // includes it.
 func (e *Enforcer) CheckTool(t Tool) error {
+	if t.IsMCP() {
+		return e.mcp.check(t)
+	}
 	_, err := e.toolRules(t)
 	return err
 }

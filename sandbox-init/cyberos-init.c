@@ -207,6 +207,53 @@ static const struct {
 	{"/dev/urandom", LL_DEV}, {"/dev/tty", LL_DEV},
 };
 
+/* Extra rules from --landlock-path ro:PATH | rw:PATH: the host paths bound
+ * into this sandbox (an MCP server's files), read+exec or read-write. */
+#define MAX_EXTRA_RULES 64
+static struct {
+	const char *path;
+	uint64_t access;
+} extra_rules[MAX_EXTRA_RULES];
+static int nextra;
+
+static int parse_landlock_path(const char *arg) {
+	if (nextra == MAX_EXTRA_RULES || arg[0] == '\0' || arg[1] == '\0' || arg[2] != ':' || arg[3] != '/')
+		return -1;
+	if (strncmp(arg, "ro", 2) == 0)
+		extra_rules[nextra].access = LL_RX;
+	else if (strncmp(arg, "rw", 2) == 0)
+		extra_rules[nextra].access = LL_RW;
+	else
+		return -1;
+	extra_rules[nextra++].path = arg + 3;
+	return 0;
+}
+
+/* add_rule grants access beneath path (a missing path is skipped). */
+static int add_rule(int rs, const char *path, uint64_t access, uint64_t handled) {
+	int fd = open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		int e = errno;
+		fprintf(stderr, "cyberos-init: landlock rule %s: %s\n", path, strerror(e));
+		return e;
+	}
+	struct stat st;
+	access &= handled;
+	if (fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode))
+		access &= LL_FILE_RIGHTS;
+	struct ll_path_beneath_attr pb = {.allowed_access = access, .parent_fd = fd};
+	if (syscall(__NR_landlock_add_rule, rs, LL_RULE_PATH_BENEATH, &pb, 0) < 0) {
+		int e = errno;
+		fprintf(stderr, "cyberos-init: landlock rule %s: %s\n", path, strerror(e));
+		close(fd);
+		return e;
+	}
+	close(fd);
+	return 0;
+}
+
 /* handled_fs is every filesystem right the given ABI knows. */
 static uint64_t handled_fs(int abi) {
 	uint64_t h = LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_READ_DIR | LL_REMOVE_DIR | LL_REMOVE_FILE |
@@ -246,28 +293,18 @@ static int apply_landlock(int abi) {
 		return e;
 	}
 	for (size_t i = 0; i < sizeof landlock_rules / sizeof landlock_rules[0]; i++) {
-		int fd = open(landlock_rules[i].path, O_PATH | O_CLOEXEC);
-		if (fd < 0) {
-			if (errno == ENOENT)
-				continue;
-			int e = errno;
-			fprintf(stderr, "cyberos-init: landlock rule %s: %s\n", landlock_rules[i].path, strerror(e));
+		int e = add_rule(rs, landlock_rules[i].path, landlock_rules[i].access, attr.handled_access_fs);
+		if (e != 0) {
 			close(rs);
 			return e;
 		}
-		struct stat st;
-		uint64_t access = landlock_rules[i].access & attr.handled_access_fs;
-		if (fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode))
-			access &= LL_FILE_RIGHTS;
-		struct ll_path_beneath_attr pb = {.allowed_access = access, .parent_fd = fd};
-		if (syscall(__NR_landlock_add_rule, rs, LL_RULE_PATH_BENEATH, &pb, 0) < 0) {
-			int e = errno;
-			fprintf(stderr, "cyberos-init: landlock rule %s: %s\n", landlock_rules[i].path, strerror(e));
-			close(fd);
+	}
+	for (int i = 0; i < nextra; i++) {
+		int e = add_rule(rs, extra_rules[i].path, extra_rules[i].access, attr.handled_access_fs);
+		if (e != 0) {
 			close(rs);
 			return e;
 		}
-		close(fd);
 	}
 	if (syscall(__NR_landlock_restrict_self, rs, 0) < 0) {
 		int e = errno;
@@ -365,7 +402,7 @@ static int finish(const char *what, int n, int code) {
 }
 
 static int usage(void) {
-	fprintf(stderr, "usage: cyberos-init [--seccomp FD:FLAGS] [--rlimit RES:SOFT:HARD]... [--landlock ABI] [--deadline-ms N] [--control] [--exec] -- PROGRAM [ARGS...]\n"
+	fprintf(stderr, "usage: cyberos-init [--seccomp FD:FLAGS] [--rlimit RES:SOFT:HARD]... [--landlock ABI] [--landlock-path ro|rw:PATH]... [--deadline-ms N] [--control] [--exec] -- PROGRAM [ARGS...]\n"
 			"       cyberos-init --userns-hold\n");
 	return 127;
 }
@@ -531,6 +568,9 @@ int main(int argc, char **argv) {
 			if (*end != '\0' || v < 0 || v > LL_MAX_ABI)
 				return usage();
 			abi = (int)v;
+		} else if (strcmp(argv[i], "--landlock-path") == 0 && i + 1 < argc) {
+			if (parse_landlock_path(argv[++i]) != 0)
+				return usage();
 		} else if (strcmp(argv[i], "--deadline-ms") == 0 && i + 1 < argc) {
 			char *end;
 			long long v = strtoll(argv[++i], &end, 10);

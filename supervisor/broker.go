@@ -135,6 +135,7 @@ func (s *Supervisor) startBroker(inv *invocation, log *slog.Logger) (*broker.Bro
 		Traceparent:    tp,
 		Env:            env,
 		Tools:          s.Tools,
+		Sources:        s.toolSources(inv),
 		Audit:          s.Audit,
 		Metrics:        s.metrics(),
 		Log:            log,
@@ -162,6 +163,20 @@ func (s *Supervisor) startBroker(inv *invocation, log *slog.Logger) (*broker.Bro
 		Tracer:          s.Tracer,
 		SpanParent:      inv.spanCtx,
 	})
+}
+
+// ToolSources gives an invocation the tools registered besides the native
+// ones (mcpclient.Pool: the configured MCP servers).
+type ToolSources interface {
+	For(tenantID, invocationID string) tools.Source
+}
+
+// toolSources is the invocation's view of s.MCP, none without it.
+func (s *Supervisor) toolSources(inv *invocation) []tools.Source {
+	if s.MCP == nil {
+		return nil
+	}
+	return []tools.Source{s.MCP.For(inv.common.TenantID, inv.common.InvocationID)}
 }
 
 // responseBudget is the daemon's budget of response bytes in flight,

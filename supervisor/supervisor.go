@@ -246,6 +246,9 @@ type Supervisor struct {
 	SocketDir string
 	// Tools is the registry the broker dispatches to (tools.Registry()).
 	Tools map[policy.Tool]tools.Tool
+	// MCP, when set, serves the configured MCP servers' tools to every
+	// invocation (the broker judges and audits their calls as native ones).
+	MCP ToolSources
 	// Memory backs the Memory* tools. When nil, OpenMemory is called for a
 	// skill that may use a Memory* tool, until it succeeds (a failure, such
 	// as a full disk, is retried by the next such skill, not kept).

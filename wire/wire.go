@@ -59,6 +59,7 @@ const (
 	ReasonRequestTooLarge       = "request_too_large"
 	ReasonRateLimited           = "rate_limited"
 	ReasonUnknownTool           = "unknown_tool"
+	ReasonDefinitionChanged     = "tool_definition_changed"
 	ReasonMemoryBudget          = "memory_budget"
 )
 

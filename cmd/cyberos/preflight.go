@@ -109,6 +109,7 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 			problems = append(problems, strings.TrimPrefix(err.Error(), daemon.ErrConfig.Error()+": "))
 		}
 	}
+	problems = append(problems, cfg.MCPPreflight(func(name string) error { return checkProfile(cfg.SeccompProfilesDir, name) })...)
 	switch {
 	case sandboxErr != nil && len(problems) > 0:
 		return warnings, fmt.Errorf("%w; and %w", sandboxErr, configError(problems))

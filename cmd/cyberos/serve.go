@@ -22,6 +22,7 @@ import (
 	"github.com/cyberos/supervisor/memory"
 	"github.com/cyberos/supervisor/supervisor"
 	"github.com/cyberos/supervisor/supervisor/daemon"
+	"github.com/cyberos/supervisor/supervisor/mcpclient"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/telemetry"
 )
@@ -165,6 +166,17 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	sup.ResponseBudget = cfg.ResponseBudget()
+	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, log)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if pool != nil {
+		if pool.Metrics, err = mcpclient.NewMetrics(metrics.Registry); err != nil {
+			return err
+		}
+		sup.MCP = pool
+		defer pool.Close()
+	}
 	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {
 		log.Info("sandbox cgroups", "where", r.CgroupWhere())
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/cyberos/supervisor/audit"
 	"github.com/cyberos/supervisor/policy"
 	"github.com/cyberos/supervisor/supervisor"
-	"github.com/cyberos/supervisor/supervisor/daemon"
 	"github.com/cyberos/supervisor/supervisor/sandbox"
 	"github.com/cyberos/supervisor/telemetry"
 )
@@ -33,7 +32,7 @@ type runFlags struct {
 	deadline                                     time.Duration
 	stateDir, profilesDir, runDir, logLevel      string
 	socketDir                                    string
-	configPath                                   string // the daemon config: files reserved, limits, and its fleet witnesses the state dir
+	configPath                                   string // the daemon config: files reserved, limits, its fleet witnesses the state dir, its MCP servers
 	json, allowDegraded, allowLoopbackHTTP       bool
 	recorder                                     *sandbox.SyscallRecorder // seccomp record
 	limits                                       supervisor.Defaults      // the cost bounds only
@@ -67,7 +66,7 @@ func newRunCmd() *cobra.Command {
 	fl.IntVar(&f.limits.MaxBrokerConnections, "max-broker-connections", supervisor.DefaultMaxBrokerConnections, "simultaneous broker connections")
 	fl.IntVar(&f.limits.MaxAuditRows, "max-audit-rows", supervisor.DefaultMaxAuditRows, "audit rows of the invocation; reached: it is ended as killed")
 	fl.StringVar(&f.socketDir, "socket-dir", "", "private directory of broker sockets (default <run-dir>/sockets)")
-	fl.StringVar(&f.configPath, "config", "", "a daemon config whose files (its directory, the signing key, skills_dir, …) no skill may reach and whose limits (the ceilings of x-memory-mb, x-pids-max, x-cpu) apply, as under serve; with a fleet whose state_dir is --state-dir, the journal is first compared with the rows PostgreSQL holds for the host, as serve does (default: "+defaultConfigPath+" when it exists)")
+	fl.StringVar(&f.configPath, "config", "", "a daemon config whose files (its directory, the signing key, skills_dir, …) no skill may reach, whose limits (the ceilings of x-memory-mb, x-pids-max, x-cpu) apply and whose mcp_servers the skill may call, as under serve; with a fleet whose state_dir is --state-dir, the journal is first compared with the rows PostgreSQL holds for the host, as serve does (default: "+defaultConfigPath+" when it exists)")
 	fl.BoolVar(&f.allowLoopbackHTTP, "allow-loopback-http", false, "let Http tools reach 127.0.0.0/8 and ::1 (tests only)")
 	_ = fl.MarkHidden("run-dir")
 	_ = fl.MarkHidden("allow-loopback-http")
@@ -118,19 +117,11 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if why := mustBeDirOrCreatable(f.stateDir, false); why != "" {
 		return &exitError{exitRefused, fmt.Errorf("--state-dir %s %s", f.stateDir, why)}
 	}
-	witnessCfg, err := runWitnessConfig(f.configPath)
+	rc, err := loadRunConfig(f.configPath, log.Warn)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
 	profiles, err := resolveProfilesDir(f.profilesDir)
-	if err != nil {
-		return &exitError{exitUsage, err}
-	}
-	reserved, err := daemonReserved(f.configPath, log.Warn)
-	if err != nil {
-		return &exitError{exitUsage, err}
-	}
-	ceilings, err := runCeilings(f.configPath)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
@@ -144,7 +135,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		SocketDir:         f.socketDir,
 		SocketDirDefault:  filepath.Join(f.runDir, "sockets"),
 		ProfilesDir:       profiles,
-		ExtraReserved:     reserved,
+		ExtraReserved:     rc.reserved(), // with the MCP servers' secret files
 		AllowLoopbackHTTP: f.allowLoopbackHTTP,
 		AllowDegraded:     f.allowDegraded,
 		Log:               log,
@@ -153,11 +144,19 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return err
 	}
 	defer closeAll()
+	pool, err := newMCPPool(rc.Config, sup.Runner, f.stateDir, profiles, log)
+	if err != nil {
+		return &exitError{exitUsage, err}
+	}
+	if pool != nil {
+		sup.MCP = pool
+		defer pool.Close()
+	}
 	// The sandbox is destroyed after the envelope is ready (its range is
 	// this process's until it exits).
 	sup.MaxTeardowns = 1
 	defer sup.Drain()
-	if err := runWitness(witnessCfg, f.stateDir, store, log); err != nil {
+	if err := runWitness(rc.Config, f.stateDir, store, log); err != nil {
 		return err
 	}
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
@@ -171,7 +170,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		Traceparent: f.traceparent,
 		Deadline:    f.deadline,
 		Defaults:    limitsOnly(f.limits),
-		Ceilings:    ceilings,
+		Ceilings:    rc.Limits.Ceilings(),
 
 		SeccompRecorder: f.recorder,
 	}, f.start == supervisor.StartWarm)
@@ -210,23 +209,6 @@ func runOnce(sup *supervisor.Supervisor, req supervisor.Request, warm bool) (sup
 		return supervisor.Envelope{}, fmt.Errorf("--start warm: %w", err)
 	}
 	return sup.Run(req)
-}
-
-// runCeilings are the limits of the daemon config at configPath, else of
-// the default config when it exists and is valid (daemonReserved warns when
-// it is not), else the built-in ones: `skill run` refuses what serve would.
-func runCeilings(configPath string) (supervisor.Ceilings, error) {
-	if configPath == "" {
-		if cfg, err := daemon.LoadConfig(defaultConfigPath); err == nil {
-			return cfg.Limits.Ceilings(), nil
-		}
-		return daemon.DefaultLimits().Ceilings(), nil
-	}
-	cfg, err := daemon.LoadConfig(configPath)
-	if err != nil {
-		return supervisor.Ceilings{}, fmt.Errorf("--config: %w", err)
-	}
-	return cfg.Limits.Ceilings(), nil
 }
 
 // limitsOnly is Defaults carrying only the cost bounds of `skill run`'s

@@ -189,24 +189,6 @@ func repairFromDSN(cmd *cobra.Command, stateDir string, dsn *dsnFlag, hostFlag s
 	return nil
 }
 
-// runWitnessConfig loads the daemon config `skill run --config` names,
-// else the default one when it exists and is valid (as runCeilings does),
-// else the zero Config: a run on the daemon's state dir is compared with
-// the fleet whether or not --config was given.
-func runWitnessConfig(path string) (daemon.Config, error) {
-	if path == "" {
-		if cfg, err := daemon.LoadConfig(defaultConfigPath); err == nil {
-			return cfg, nil
-		}
-		return daemon.Config{}, nil
-	}
-	cfg, err := daemon.LoadConfig(path)
-	if err != nil {
-		return daemon.Config{}, fmt.Errorf("--config: %w", err)
-	}
-	return cfg, nil
-}
-
 // runWitness is witnessAtStart for `skill run`: when the daemon config has
 // a fleet and the run writes to that config's state dir (whose chain the
 // fleet's host_id names), the database must be set up for that host's

@@ -86,6 +86,11 @@ type Config struct {
 	Env *tools.Env
 	// Tools is the registry; it must pass tools.CheckRegistry.
 	Tools map[policy.Tool]tools.Tool
+	// Sources hold the tools registered besides the native ones (MCP
+	// servers'), looked up by name once the enforcer allows the call. A
+	// source that is an io.Closer is closed by Close, once every call
+	// ended (per-invocation servers end with their invocation).
+	Sources []tools.Source
 	// Audit makes rows durable. Required.
 	Audit Auditor
 	// Metrics may be nil (no metrics).
@@ -246,7 +251,7 @@ func Start(cfg Config) (*Broker, error) {
 		cfg: cfg, path: path, ln: ln, log: log, ctx: ctx, cancel: cancel,
 		conns: map[*net.UnixConn]struct{}{},
 		d: &dispatcher{
-			common: cfg.Common, env: cfg.Env, tools: cfg.Tools, audit: cfg.Audit,
+			common: cfg.Common, env: cfg.Env, tools: cfg.Tools, sources: cfg.Sources, audit: cfg.Audit,
 			metrics: cfg.Metrics, log: log, traceparent: tp,
 			onDecided: cfg.OnDecided, tracer: tracerOrNoop(cfg.Tracer), spanParent: cfg.SpanParent,
 			limiter: &window{limit: cfg.RatePerMinute},
@@ -401,6 +406,13 @@ func (b *Broker) Close() error {
 		b.mu.Unlock()
 		b.cancel()
 		b.wg.Wait()
+		for _, src := range b.cfg.Sources {
+			if c, ok := src.(io.Closer); ok {
+				if cerr := c.Close(); cerr != nil {
+					b.log.Warn("broker: closing a tool source", "err", cerr)
+				}
+			}
+		}
 		b.d.pending.Wait() // every queued completed row is durable (or logged)
 		b.d.logSuppressed()
 		if _, serr := os.Lstat(b.path); serr == nil {

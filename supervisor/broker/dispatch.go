@@ -129,6 +129,7 @@ type dispatcher struct {
 	common      audit.Common
 	env         *tools.Env
 	tools       map[policy.Tool]tools.Tool
+	sources     []tools.Source
 	audit       Auditor
 	metrics     *telemetry.Metrics
 	log         *slog.Logger
@@ -384,7 +385,7 @@ func (d *dispatcher) one(ctx context.Context, raw json.RawMessage, f *frameMem) 
 	case MethodToolCall:
 		result, err = d.toolCall(ctx, req, f)
 	case MethodToolList:
-		result, err = d.toolList(req)
+		result, err = d.toolList(ctx, req)
 	case MethodBrokerStatus:
 		result, err = d.status(req)
 	default:
@@ -537,13 +538,15 @@ func noParams(req *request) error {
 	return invalidParams("%s takes no params", req.method)
 }
 
-// ToolInfo is one entry of the tool.list result.
+// ToolInfo is one entry of the tool.list result. InputSchema is set for
+// tools that carry one (MCP tools).
 type ToolInfo struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
 }
 
-func (d *dispatcher) toolList(req *request) (any, error) {
+func (d *dispatcher) toolList(ctx context.Context, req *request) (any, error) {
 	if err := noParams(req); err != nil {
 		return nil, err
 	}
@@ -551,6 +554,15 @@ func (d *dispatcher) toolList(req *request) (any, error) {
 	for _, name := range d.env.Enforcer.Tools() {
 		if t, ok := d.tools[name]; ok {
 			list = append(list, ToolInfo{Name: string(name), Description: t.Description()})
+		}
+	}
+	for _, src := range d.sources {
+		for _, t := range src.Tools(ctx, d.env.Enforcer) {
+			info := ToolInfo{Name: string(t.Name()), Description: t.Description()}
+			if sc, ok := t.(tools.Schemed); ok {
+				info.InputSchema = sc.InputSchema()
+			}
+			list = append(list, info)
 		}
 	}
 	return struct {
@@ -694,13 +706,38 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 		trace.WithSpanKind(trace.SpanKindServer))
 	defer d.finish(obs)
 
-	// Decide.
+	// Decide. A tool outside the native registry is looked up in the
+	// sources only once the enforcer allows its name: a refused call never
+	// starts an MCP server.
 	tool, ok := d.tools[name]
 	metricTool := string(name)
+	var mcpRow audit.MCP
+	if !ok && len(d.sources) > 0 {
+		if err = d.env.Enforcer.CheckTool(name); err == nil {
+			tool, ok, err = d.lookup(ctx, name)
+		}
+		mcpRow = mcpFields(name, tool, ok)
+	}
+	var denial0 *policy.Denial
+	if err != nil && !errors.As(err, &denial0) {
+		// Found but unavailable (a server that will not start): the call
+		// is made, audited, and fails.
+		tool, err = failedTool{name: name, err: err}, nil
+		if server, _, valid := name.SplitMCP(); valid {
+			metricTool = policy.MCPPrefix + server // the tool's name is unverified
+		}
+	}
 	if !ok {
 		metricTool = metricUnknownTool
+	}
+	switch {
+	case err != nil:
+	case !ok:
 		err = &policy.Denial{Reason: policy.ReasonUnknownTool, Tool: name}
-	} else if err = d.env.Enforcer.CheckTool(name); err == nil && !d.limiter.allow(d.now()) {
+	default:
+		err = d.env.Enforcer.CheckTool(name)
+	}
+	if err == nil && !d.limiter.allow(d.now()) {
 		err = &policy.Denial{Reason: policy.ReasonRateLimited, Tool: name,
 			Detail: fmt.Sprintf("over %d calls per minute", d.limiter.limit)}
 	}
@@ -717,7 +754,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 			d.capReached()
 			return nil, errAuditCap
 		}
-		d.deny(ctx, log, common, metricTool, denial, argsHash)
+		d.deny(ctx, log, common, metricTool, denial, argsHash, mcpRow)
 		return nil, err
 	}
 
@@ -734,7 +771,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 	// it waits below for the completed row, which follows it (see pair).
 	callID := ulid.Make().String()
 	actx := context.WithoutCancel(ctx)
-	startedRow := audit.ToolCallStarted(common, callID, p.tool, argsHash)
+	startedRow := audit.ToolCallStartedMCP(common, callID, p.tool, argsHash, mcpRow)
 	var startedWait func() (audit.Row, error) // nil: the started row is durable
 	var emitCompleted func(context.Context, audit.Draft) (audit.Row, error)
 	var aerr error
@@ -790,14 +827,14 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 			log.Info("broker: tool failed", "err", err) // the host-side detail stays in the log
 		}
 	}
-	completedRow := audit.ToolCallCompleted(common, callID, p.tool, outcome, dur, resultHash, msg)
+	completedRow := audit.ToolCallCompletedMCP(common, callID, p.tool, outcome, dur, resultHash, msg, mcpRow)
 	if startedWait == nil {
 		d.completed(actx, log, callID, completedRow)
 	} else if perr := d.pair(actx, log, callID, completedRow, startedWait, emitCompleted, metricTool, obs); perr != nil {
 		return nil, perr
 	}
 	if denial != nil {
-		d.deny(ctx, log, common, metricTool, denial, argsHash)
+		d.deny(ctx, log, common, metricTool, denial, argsHash, mcpRow)
 		obs.outcome, obs.reason = telemetry.ToolCallDenied, string(denial.Reason)
 		return nil, err
 	}
@@ -901,11 +938,11 @@ func (d *dispatcher) pair(ctx context.Context, log *slog.Logger, callID string, 
 }
 
 // deny records a refusal: the skill.tool_denied row, the counters.
-func (d *dispatcher) deny(ctx context.Context, log *slog.Logger, common audit.Common, metricTool string, denial *policy.Denial, argsHash string) {
+func (d *dispatcher) deny(ctx context.Context, log *slog.Logger, common audit.Common, metricTool string, denial *policy.Denial, argsHash string, m audit.MCP) {
 	d.denied.Add(1)
 	d.count(metricTool, telemetry.ToolCallDenied)
 	tool := deniedTool(denial, metricTool)
-	if _, err := d.audit.Emit(context.WithoutCancel(ctx), audit.ToolDenied(common, tool, string(denial.Reason), argsHash)); err != nil {
+	if _, err := d.audit.Emit(context.WithoutCancel(ctx), audit.ToolDeniedMCP(common, tool, string(denial.Reason), argsHash, m)); err != nil {
 		// The refusal stands; only its record is missing.
 		log.Error("broker: tool_denied row not written", "reason", denial.Reason, "err", err)
 	}
@@ -920,10 +957,16 @@ func deniedTool(denial *policy.Denial, metricTool string) string {
 	return string(denial.Tool)
 }
 
-// run calls the tool inside its skill.tool.<tool>.exec span, turning a
+// run calls the tool inside its skill.tool.<tool>.exec span (an MCP
+// tool's is skill.tool.mcp.call, with its server and tool), turning a
 // panic into errToolPanic.
 func (d *dispatcher) run(ctx context.Context, t tools.Tool, name policy.Tool, c *tools.Call) (result any, err error) {
-	ctx, span := tracerOrNoop(d.tracer).Start(ctx, "skill.tool."+strings.ToLower(string(name))+".exec")
+	spanName := "skill.tool." + strings.ToLower(string(name)) + ".exec"
+	var attrs []attribute.KeyValue
+	if server, tool, ok := name.SplitMCP(); ok {
+		spanName, attrs = "skill.tool.mcp.call", telemetry.Attrs(attribute.String("mcp_server", server), attribute.String("mcp_tool", tool))
+	}
+	ctx, span := tracerOrNoop(d.tracer).Start(ctx, spanName, trace.WithAttributes(attrs...))
 	defer func() {
 		if err != nil {
 			span.SetStatus(codes.Error, "tool failed")

@@ -58,6 +58,11 @@ type Config struct {
 	// Fleet puts the audit rows (and, later, tenant memory) on a shared
 	// PostgreSQL; unset, the host stands alone.
 	Fleet Fleet `yaml:"fleet"`
+	// MCPServers are the MCP servers whose tools skills may be granted
+	// (mcpconfig.go).
+	MCPServers *MCPServers `yaml:"mcp_servers"`
+	// MCPMaxRunning bounds the MCP server sandboxes running at once.
+	MCPMaxRunning int `yaml:"mcp_max_running"`
 
 	// Limits are the ceilings a frontmatter's limits may not exceed.
 	Limits Limits `yaml:"limits"`
@@ -222,7 +227,7 @@ var DefaultTeardowns = 2 * runtime.NumCPU()
 // IDRanges is the number of ranges in force.
 func (c *Config) IDRanges() int {
 	if c.Userns.Ranges == 0 {
-		return c.MaxConcurrent + c.Warm.MaxSandboxes + DefaultTeardowns
+		return c.MaxConcurrent + c.Warm.MaxSandboxes + DefaultTeardowns + c.mcpRanges()
 	}
 	return c.Userns.Ranges
 }
@@ -306,6 +311,7 @@ func DefaultConfig() Config {
 		Userns:            Userns{HostIDBase: sandbox.DefaultHostIDBase},
 		Audit:             Audit{SigningKey: "audit-signing.key", ScrubInterval: ScrubInterval(DefaultScrubInterval)},
 		CgroupPlacement:   string(sandbox.PlacementAuto),
+		MCPMaxRunning:     DefaultMCPMaxRunning,
 		Limits:            DefaultLimits(),
 		Warm:              Warm{MaxSandboxes: 16, MaxPerSkill: supervisor.DefaultWarmPerSkill, MaxMemoryMB: 8192, Idle: WarmIdle(supervisor.DefaultWarmIdle)},
 		Memory:            defaultMemory(),
@@ -357,8 +363,9 @@ var profileName = regexp.MustCompile(`^[a-z0-9_-]+$`)
 
 // Validate checks every key; the error names the first bad one.
 func (c *Config) Validate() error {
+	mcpErr := c.validateMCP() // every mcp_servers problem, beside the first other one
 	bad := func(key, why string, a ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(why, a...))
+		return errors.Join(fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(why, a...)), mcpErr)
 	}
 	abs := func(key, v string) error {
 		if v == "" || !filepath.IsAbs(v) {
@@ -489,9 +496,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if err := c.MCPHTTP.check(); err != nil {
-		return err
+		return errors.Join(err, mcpErr)
 	}
-	return c.checkResponseBudget()
+	if err := c.checkResponseBudget(); err != nil {
+		return errors.Join(err, mcpErr)
+	}
+	return mcpErr
 }
 
 // minResponseBudgetMB is the smallest daemon budget of response bytes in
@@ -533,6 +543,7 @@ func (c *Config) ReservedPaths(configPath string) []string {
 	if c.MCPHTTP.TokenFile != "" {
 		out = append(out, c.MCPHTTP.TokenFile)
 	}
+	out = append(out, c.MCPSecretFiles()...)
 	if configPath != "" {
 		if abs, err := filepath.Abs(configPath); err == nil {
 			out = append(out, abs)

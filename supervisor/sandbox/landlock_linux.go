@@ -48,6 +48,9 @@ func kernelLandlockABI() (int, error) {
 type landlockPlan struct {
 	ABI int    // 0: not applied
 	Why string // why not, when ABI is 0
+	// Binds are granted beside the fixed rules: read+exec, or read-write
+	// when Writable (cyberos-init --landlock-path).
+	Binds []Bind
 }
 
 // planLandlock decides the ABI for a sandbox under profile sc (named name).
@@ -89,6 +92,9 @@ func (p landlockPlan) describe() string {
 	}
 	s := fmt.Sprintf("ABI %d enforced: read+exec /usr /bin /lib* /skill /run/cyberos/bin, read /etc /proc, "+
 		"read-write /tmp (and exec) /dev/shm and the /dev nodes, nothing else", p.ABI)
+	if len(p.Binds) > 0 {
+		s += fmt.Sprintf("; and %d bound host path(s)", len(p.Binds))
+	}
 	if p.ABI >= 6 {
 		s += "; signals and abstract unix sockets scoped to the sandbox"
 	}
@@ -101,6 +107,13 @@ func (p landlockPlan) initArgs(exec bool) []string {
 	args := []string{InitBinPath}
 	if p.ABI > 0 {
 		args = append(args, "--landlock", strconv.Itoa(p.ABI))
+		for _, b := range p.Binds {
+			mode := "ro:"
+			if b.Writable {
+				mode = "rw:"
+			}
+			args = append(args, "--landlock-path", mode+b.Path)
+		}
 	}
 	if exec {
 		args = append(args, "--exec")

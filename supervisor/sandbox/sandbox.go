@@ -152,6 +152,11 @@ type Spec struct {
 	// at /run/cyberos/broker.sock.
 	BrokerSocket string
 
+	// Binds are host paths bound at the same path inside the sandbox,
+	// read-only unless Writable (an MCP server's files). Each must be an
+	// absolute, clean path other than /.
+	Binds []Bind
+
 	// AllowDegraded lets a platform that cannot enforce every control run
 	// anyway, saying in Containment what was not enforced.
 	AllowDegraded bool
@@ -160,6 +165,12 @@ type Spec struct {
 	// profile (`cyberos seccomp record`): every call the profile allows is
 	// reported to Recorder and let through, every refusal stays. Linux only.
 	Recorder *SyscallRecorder
+}
+
+// Bind is a host path bound into a sandbox at the same path.
+type Bind struct {
+	Path     string
+	Writable bool
 }
 
 // SyscallRecorder collects the system calls a sandbox made.

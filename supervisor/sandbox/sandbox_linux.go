@@ -295,9 +295,20 @@ func preflight(cfg Options) (Options, error) {
 	return cfg, nil
 }
 
-func (r *LinuxRunner) stateRoot() string { return filepath.Join(r.cfg.RunDir, "containers") }
-func (r *LinuxRunner) lockDir() string   { return filepath.Join(r.cfg.RunDir, "locks") }
-func (r *LinuxRunner) rootfs() string    { return filepath.Join(r.cfg.RunDir, "rootfs") }
+func (r *LinuxRunner) stateRoot() string  { return filepath.Join(r.cfg.RunDir, "containers") }
+func (r *LinuxRunner) lockDir() string    { return filepath.Join(r.cfg.RunDir, "locks") }
+func (r *LinuxRunner) rootfs() string     { return filepath.Join(r.cfg.RunDir, "rootfs") }
+func (r *LinuxRunner) boundRoots() string { return filepath.Join(r.cfg.RunDir, "rootfs-bound") }
+
+// rootfsFor is the root of spec's sandbox: the shared skeleton, or for a
+// spec with Binds a copy of it of its own, holding the mount points
+// (boundRootfs).
+func (r *LinuxRunner) rootfsFor(spec Spec) string {
+	if len(spec.Binds) == 0 {
+		return r.rootfs()
+	}
+	return filepath.Join(r.boundRoots(), spec.ID)
+}
 
 // probeUserNS says whether sandboxes get a user namespace (userNS, else
 // why not) and whether it can be owned by the sandbox's own host uid
@@ -375,9 +386,24 @@ func (r *LinuxRunner) CleanLeftovers() ([]string, error) {
 			}
 		}
 		_ = os.RemoveAll(filepath.Join(r.stateRoot(), id))
+		_ = os.RemoveAll(filepath.Join(r.boundRoots(), id))
 		_ = os.Remove(r.lockPath(id))
 		lock.Close()
 		cleaned = append(cleaned, id)
+	}
+	// A root copy whose container state is already gone (its supervisor
+	// died between the two removals).
+	if ents, err := os.ReadDir(r.boundRoots()); err == nil {
+		for _, e := range ents {
+			if _, err := os.Stat(filepath.Join(r.stateRoot(), e.Name())); !errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if lock, ok := tryLock(r.lockPath(e.Name())); ok {
+				_ = os.RemoveAll(filepath.Join(r.boundRoots(), e.Name()))
+				_ = os.Remove(r.lockPath(e.Name()))
+				lock.Close()
+			}
+		}
 	}
 	ids, err := cgroups.RemoveLeftovers(r.cgroupParent, func(id string) bool {
 		lock, ok := tryLock(r.lockPath(id))
@@ -549,6 +575,102 @@ func buildSkeleton(dir, stamp string) error {
 	return os.RemoveAll(old)
 }
 
+// boundRootfs makes the root of a sandbox with binds (an MCP server's): a
+// copy of the shared skeleton with the binds' mount points, made as root
+// on the host since the container's own root (a mapped uid) may not write
+// it. The points are empty directories (or files) named as the bound
+// paths; in the shared skeleton they would show every later sandbox which
+// host paths some server was given. cleanup removes the copy.
+func (r *LinuxRunner) boundRootfs(spec Spec) error {
+	root := r.rootfsFor(spec)
+	for _, b := range spec.Binds {
+		if !filepath.IsAbs(b.Path) || filepath.Clean(b.Path) != b.Path || b.Path == "/" {
+			return fmt.Errorf("bind %q: must be an absolute, clean path other than /", b.Path)
+		}
+	}
+	// The sandbox's root (a host uid of its own) must traverse it.
+	if err := os.MkdirAll(r.boundRoots(), 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(r.boundRoots(), 0o711); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(root); err != nil {
+		return err
+	}
+	if err := copySkeleton(r.rootfs(), root); err != nil {
+		return fmt.Errorf("copy of the skeleton: %w", err)
+	}
+	for _, b := range spec.Binds {
+		fi, err := os.Stat(b.Path)
+		if err != nil {
+			return fmt.Errorf("bind: %w", err)
+		}
+		point := filepath.Join(root, b.Path)
+		if fi.IsDir() {
+			err = os.MkdirAll(point, 0o755)
+		} else if err = os.MkdirAll(filepath.Dir(point), 0o755); err == nil {
+			var f *os.File
+			if f, err = os.OpenFile(point, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("bind %s: mount point: %w", b.Path, err)
+		}
+		// MkdirAll honours the umask; the mapped root must traverse.
+		for d := filepath.Dir(point); len(d) > len(root); d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if fi.IsDir() {
+			if err := os.Chmod(point, 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// copySkeleton copies the skeleton src (directories, symlinks and small
+// regular files, as buildSkeleton makes them) to dst with its modes.
+func copySkeleton(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			if err := os.Mkdir(to, 0o755); err != nil {
+				return err
+			}
+			return os.Chmod(to, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(to, b, 0o644); err != nil {
+				return err
+			}
+			return os.Chmod(to, 0o644)
+		}
+		return fmt.Errorf("%s: unexpected file type %v", p, d.Type())
+	})
+}
+
 // Check loads the seccomp profile the spec names and says what Start will
 // enforce.
 func (r *LinuxRunner) Check(spec Spec) (Containment, error) {
@@ -626,6 +748,11 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 		return nil, fmt.Errorf("sandbox %s: already running", spec.ID)
 	}
 	p := &linuxProcess{runner: r, id: spec.ID, lock: lock, started: start, spec: spec}
+	if len(spec.Binds) > 0 {
+		if err := r.boundRootfs(spec); err != nil {
+			return nil, p.abort(fmt.Errorf("sandbox rootfs: %w", err))
+		}
+	}
 	var holder *nsHolder
 	defer func() { holder.stop() }()
 	if r.userNS {
@@ -664,6 +791,7 @@ func (r *LinuxRunner) prewarm(spec Spec, start time.Time) (*linuxProcess, error)
 	cont.Seccomp = seccompSummary(spec.SeccompProfile)
 	cont.SeccompProfileHash = profileHash
 	ll := planLandlock(r.landlockABI, r.landlockErr, sc, spec.SeccompProfile)
+	ll.Binds = spec.Binds
 	ll.apply(&cont)
 	p.cont, p.landlock = cont, ll
 	if spec.Recorder != nil {
@@ -995,10 +1123,17 @@ func (r *LinuxRunner) config(spec Spec, lease *idLease) (*configs.Config, Contai
 		mounts = append(mounts, &configs.Mount{Source: spec.BrokerSocket, Destination: BrokerSockPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC})
 	}
 	mounts = append(mounts, &configs.Mount{Source: r.toolCopy, Destination: ToolBinPath, Device: "bind", Flags: bindRO})
+	for _, b := range spec.Binds {
+		flags := bindRO
+		if b.Writable {
+			flags = unix.MS_BIND | unix.MS_REC | unix.MS_NOSUID | unix.MS_NODEV
+		}
+		mounts = append(mounts, &configs.Mount{Source: b.Path, Destination: b.Path, Device: "bind", Flags: flags})
+	}
 	example := specconv.Example().Linux
 	oomAdj := 1000
 	cfg := &configs.Config{
-		Rootfs:          r.rootfs(),
+		Rootfs:          r.rootfsFor(spec),
 		Readonlyfs:      true,
 		Hostname:        Hostname,
 		Namespaces:      ns,
@@ -1311,6 +1446,10 @@ func (p *linuxProcess) cleanup() error {
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(p.runner.stateRoot(), p.id))
+	if len(p.spec.Binds) > 0 && len(errs) == 0 {
+		// Only once the container is gone: its mounts sit on this copy.
+		_ = os.RemoveAll(p.runner.rootfsFor(p.spec))
+	}
 	_ = os.Remove(p.runner.lockPath(p.id))
 	if p.lock != nil {
 		p.lock.Close()
