@@ -115,7 +115,12 @@ func TestTenantSearchFairness(t *testing.T) {
 		if len(lat) < 20 {
 			t.Fatalf("only %d of tenant B's searches within 60 s", len(lat))
 		}
-		if p95 > 100*time.Millisecond {
+		switch {
+		case raceEnabled:
+			// The race pass looks for data races in the same scenario; the
+			// bound is the plain pass's (make test runs both).
+			t.Logf("race detector on: the 100ms bound is asserted in the plain pass")
+		case p95 > 100*time.Millisecond:
 			t.Errorf("tenant B's search p95 is %v while tenant A searches, want under 100ms", p95)
 		}
 		if served.Load() == 0 {
