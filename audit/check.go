@@ -413,7 +413,7 @@ func (r *Reader) VerifyWith(ctx context.Context, opts VerifyOptions) (Report, er
 				}
 				return nil
 			}
-			diff := rowDiff(jrow, *irow)
+			diff := RowDiff(jrow, *irow)
 			if diff == "" {
 				return nil
 			}

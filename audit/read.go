@@ -144,7 +144,7 @@ func (s *Store) Verify(ctx context.Context) (Report, error) {
 		case jerr != nil:
 			v.problem(r, fmt.Sprintf("journal line %d: %v", line, jerr))
 		default:
-			if diff := rowDiff(r, j); diff != "" {
+			if diff := RowDiff(r, j); diff != "" {
 				v.problem(r, fmt.Sprintf("journal line %d differs from the index: %s", line, diff))
 			}
 		}
@@ -159,8 +159,10 @@ func (s *Store) Verify(ctx context.Context) (Report, error) {
 	return v.Report(), nil
 }
 
-// rowDiff names the first field in which two copies of a row differ.
-func rowDiff(a, b Row) string {
+// RowDiff names the first field in which two copies of a row differ ("" when
+// they are the same row): the journal and the index, or a host and its
+// fleet's PostgreSQL.
+func RowDiff(a, b Row) string {
 	switch {
 	case a.Seq != b.Seq:
 		return fmt.Sprintf("seq %d vs %d", a.Seq, b.Seq)

@@ -84,16 +84,16 @@ func (c copies) candidates(seq int64) []Row {
 	if r, ok := c.index[seq]; ok {
 		out = append(out, r)
 	}
-	return slices.CompactFunc(out, func(a, b Row) bool { return rowDiff(a, b) == "" })
+	return slices.CompactFunc(out, func(a, b Row) bool { return RowDiff(a, b) == "" })
 }
 
 // where names the files holding a copy equal to r.
 func (c copies) where(r Row) string {
 	var in []string
-	if slices.ContainsFunc(c.journal[r.Seq], func(j Row) bool { return rowDiff(j, r) == "" }) {
+	if slices.ContainsFunc(c.journal[r.Seq], func(j Row) bool { return RowDiff(j, r) == "" }) {
 		in = append(in, JournalName)
 	}
-	if i, ok := c.index[r.Seq]; ok && rowDiff(i, r) == "" {
+	if i, ok := c.index[r.Seq]; ok && RowDiff(i, r) == "" {
 		in = append(in, FileName)
 	}
 	return strings.Join(in, " and ")
@@ -216,10 +216,10 @@ func repairRows(ctx context.Context, dir, stamp string) (action string, kept []s
 	}
 	fromJournal, fromIndex := 0, 0
 	for _, r := range chain {
-		if j := c.journal[r.Seq]; len(j) == 1 && rowDiff(j[0], r) == "" {
+		if j := c.journal[r.Seq]; len(j) == 1 && RowDiff(j[0], r) == "" {
 			fromJournal++
 		}
-		if i, ok := c.index[r.Seq]; ok && rowDiff(i, r) == "" {
+		if i, ok := c.index[r.Seq]; ok && RowDiff(i, r) == "" {
 			fromIndex++
 		}
 	}

@@ -185,7 +185,7 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 			add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName, Line: line,
 				Reason: fmt.Sprintf("the journal holds seq %d where the index holds seq %d: rows missing, duplicated or out of order", jrow.Seq, irow.Seq)})
 		default:
-			if diff := rowDiff(jrow, irow); diff != "" {
+			if diff := RowDiff(jrow, irow); diff != "" {
 				add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName, Line: line, Field: diff,
 					Reason: fmt.Sprintf("the journal's copy and the index's differ in %s", diff)})
 			}

@@ -464,7 +464,7 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if len(heads) == 0 {
 		return fmt.Errorf("%s: the journal ends at seq %d, the index is empty", s.j.path, j.Seq)
 	}
-	if diff := rowDiff(heads[0], j); diff != "" {
+	if diff := RowDiff(heads[0], j); diff != "" {
 		return fmt.Errorf("%s: the journal ends at seq %d, the index at seq %d (row %s): they disagree (%s)", s.j.path, j.Seq, heads[0].Seq, heads[0].RowID, diff)
 	}
 	if err := s.checkAnchor(ctx, j.Seq); err != nil {

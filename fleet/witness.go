@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -187,7 +186,7 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, host string, each func(fn 
 			localOnly = addSeq(localOnly, l.Seq)
 			return nil
 		}
-		if field := differs(l, pg); field != "" {
+		if field := audit.RowDiff(l, pg); field != "" {
 			rep.DifferCount++
 			if len(rep.Differ) < maxListed {
 				rep.Differ = append(rep.Differ, audit.Problem{Seq: l.Seq, RowID: l.RowID, Field: field,
@@ -218,25 +217,6 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, host string, each func(fn 
 	}
 	rep.OK = len(rep.MissingLocally) == 0 && rep.DifferCount == 0 && len(rep.Gaps) == 0
 	return rep, nil
-}
-
-// differs names the first field in which two copies of a row differ.
-func differs(a, b audit.Row) string {
-	switch {
-	case a.RowHash != b.RowHash:
-		return "row_hash"
-	case a.PrevHash != b.PrevHash:
-		return "prev_hash"
-	case a.RowID != b.RowID:
-		return "row_id"
-	case a.Kind != b.Kind:
-		return "kind"
-	case a.TS != b.TS:
-		return "ts"
-	case !bytes.Equal(a.Payload, b.Payload):
-		return "payload"
-	}
-	return ""
 }
 
 // RestoreResult says what RestoreFromWitness did.
