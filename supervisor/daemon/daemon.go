@@ -73,7 +73,6 @@ type Daemon struct {
 	cfg      Config
 	sup      *supervisor.Supervisor
 	store    *audit.Store
-	fleet    RowSource // every host's rows, or nil
 	metrics  *telemetry.Metrics
 	log      *slog.Logger
 	adminGID int
@@ -110,9 +109,6 @@ type Options struct {
 	Supervisor *supervisor.Supervisor // Audit must be Store; Metrics set
 	Store      *audit.Store
 	Log        *slog.Logger
-	// Fleet, when set, holds every host's rows (fleet.Rows): replay looks
-	// there for an invocation this host did not run.
-	Fleet RowSource
 }
 
 // MaxInvokeBody is the largest invocation body (413 beyond).
@@ -143,7 +139,7 @@ func New(cfg Config, o Options) (*Daemon, error) {
 	if o.Supervisor.Metrics == nil {
 		o.Supervisor.Metrics = telemetry.NewMetrics()
 	}
-	d := &Daemon{cfg: cfg, sup: o.Supervisor, store: o.Store, fleet: o.Fleet, metrics: o.Supervisor.Metrics, log: log, adminGID: gid,
+	d := &Daemon{cfg: cfg, sup: o.Supervisor, store: o.Store, metrics: o.Supervisor.Metrics, log: log, adminGID: gid,
 		hub: newHub(nil), stop: make(chan struct{}), starts: newStartGate(cfg.ConcurrentStarts()), scav: newScavenger()}
 	d.metrics.WatchAuditDamage(func() bool { return o.Store.Damage() != nil })
 	day := utcDay(time.Now())
@@ -761,9 +757,6 @@ func (d *Daemon) handleReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	calls, found, err := Replay(r.Context(), d.store, id)
-	if err == nil && !found && d.fleet != nil {
-		calls, found, err = Replay(r.Context(), d.fleet, id)
-	}
 	switch {
 	case err != nil:
 		apiErr(w, http.StatusInternalServerError, "internal", err)

@@ -93,9 +93,6 @@ func (d *Daemon) handleInspect(w http.ResponseWriter, r *http.Request) {
 	}
 	src := RowSource(d.store)
 	rec, found, err := Inspect(r.Context(), src, id)
-	if err == nil && !found && d.fleet != nil {
-		rec, found, err = Inspect(r.Context(), d.fleet, id)
-	}
 	switch {
 	case err != nil:
 		apiErr(w, http.StatusInternalServerError, "internal", err)
