@@ -42,10 +42,11 @@ done
 # Under emulation the tests' upper time bounds are stretched
 # (CYBEROS_TEST_SLOWDOWN, see integration/helpers_test.go).
 # The guest has neither PostgreSQL (TestFleet*) nor node and the npm
-# packages of scripts/mcp-servers.sh (TestMCPPublished*), and runs with CI
-# set, where a missing tool fails a test: those run on the host (make
-# test); the MCP tests with the Go hostile server run here.
-host_only='TestFleet|TestMCPPublished'
+# packages of scripts/mcp-servers.sh (TestMCPPublished*) and the MCP
+# Inspector CLI (TestMCPInspectorCLI), and runs with CI set, where a
+# missing tool fails a test: those run on the host (make test); the MCP
+# tests with the Go hostile server and the Go SDK's client run here.
+host_only='TestFleet|TestMCPPublished|TestMCPInspectorCLI'
 if grep -qwE 'vmx|svm' /proc/cpuinfo && [ -w /dev/kvm ]; then
   accel=(-accel kvm -cpu host)
   slowdown=${VM_SLOWDOWN:-1}
