@@ -46,7 +46,9 @@ done
 # Inspector CLI (TestMCPInspectorCLI), and runs with CI set, where a
 # missing tool fails a test: those run on the host (make test); the MCP
 # tests with the Go hostile server and the Go SDK's client run here.
-host_only='TestFleet|TestMCPPublished|TestMCPInspectorCLI'
+# TestInstallDepsBuildSet tests a script of the source tree, which the
+# guest does not hold.
+host_only='TestFleet|TestMCPPublished|TestMCPInspectorCLI|TestInstallDepsBuildSet'
 if grep -qwE 'vmx|svm' /proc/cpuinfo && [ -w /dev/kvm ]; then
   accel=(-accel kvm -cpu host)
   slowdown=${VM_SLOWDOWN:-1}
