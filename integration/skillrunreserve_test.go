@@ -92,8 +92,27 @@ func TestSkillRunReservesTheDaemonsFiles(t *testing.T) {
 		// The default config dir is the host's own: made here only when the
 		// host has none, and removed after.
 		const etc = "/etc/cyberos"
-		if _, err := os.Lstat(etc); !errors.Is(err, fs.ErrNotExist) {
-			t.Fatalf("%s exists on this host (%v): this test makes its own and removes it after; run it where there is none", etc, err)
+		if _, err := os.Lstat(etc); err == nil {
+			// A host with an installed daemon (the VM image has one): its
+			// files are attacked by reads and a planted file only, which
+			// must be refused; the whole attack runs where there is none.
+			planted := filepath.Join(etc, "planted-by-test.yaml")
+			list := [][3]string{
+				{"read_config", "Read", fmt.Sprintf(`{"path":"%s/supervisor.yaml"}`, etc)},
+				{"write_config_dir", "Write", fmt.Sprintf(`{"path":"%s","content":"x"}`, planted)},
+				{"ctl_read_data", "Read", fmt.Sprintf(`{"path":"%s"}`, data)},
+			}
+			m := calls(t, e.run(e.skill("reader-installed", "allowed_tools: [Read, Write]\nx-allowed-files: [\"/**\"]\n", callScript(list...))))
+			mustOK(t, m, "ctl_read_data")
+			mustRefuse(t, m, "read_config", "file_violation")
+			mustRefuse(t, m, "write_config_dir", "file_violation")
+			if _, err := os.Lstat(planted); err == nil {
+				os.Remove(planted)
+				t.Errorf("a skill planted %s", planted)
+			}
+			return
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: %v", etc, err)
 		}
 		t.Cleanup(func() { os.RemoveAll(etc) })
 		// An absolute key outside /etc/cyberos: reserved because the
