@@ -1,4 +1,4 @@
-module github.com/cyberos/supervisor
+module cyberos.dev
 
 go 1.26.8
 

@@ -20,7 +20,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
-	"github.com/cyberos/supervisor/internal/sqliteerr"
+	"cyberos.dev/internal/sqliteerr"
 )
 
 // FileName is the store's file inside the state dir.

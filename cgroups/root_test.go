@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // Tests against the real kernel. They create cgroups named

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/internal/fdread"
+	"cyberos.dev/internal/fdread"
 )
 
 // v1Unlimited is the smallest value a v1 memory.limit_in_bytes shows for

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // BenchmarkShip: rows shipped per second from a journal holding 4 000 rows

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cyberos/supervisor/audit"
+	"cyberos.dev/audit"
 )
 
 // RowFilter selects shipped rows; zero fields select everything.

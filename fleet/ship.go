@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/telemetry"
+	"cyberos.dev/audit"
+	"cyberos.dev/telemetry"
 )
 
 // Source is the host's audit store, read in seq order (audit.Store).

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/telemetry"
+	"cyberos.dev/audit"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/telemetry"
 )
 
 func newPool(t testing.TB, dsn string) *pgxpool.Pool {

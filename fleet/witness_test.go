@@ -11,9 +11,9 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/telemetry"
+	"cyberos.dev/audit"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/telemetry"
 )
 
 // rowSource is a journal as a slice of rows (a cut or replaced one).

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/supervisor/sandbox"
 	_ "modernc.org/sqlite"
 )
 

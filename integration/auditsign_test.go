@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/audit"
+	"cyberos.dev/internal/testutil"
 )
 
 // The audit chain's signed head, through the real daemon: every head the

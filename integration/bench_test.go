@@ -21,7 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // mcpServerEnv makes this test binary serve one noop MCP tool over stdio.

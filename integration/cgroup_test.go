@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // expectModeEnv, when set (the VM sets "unified"), is the cgroup layout the

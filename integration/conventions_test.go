@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // TestSpansFromStandardOTelVariables: with no otlp_endpoint in the config,

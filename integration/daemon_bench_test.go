@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // BenchmarkDaemon: invocations/s of a trivial skill (prints {}) through

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
+	"cyberos.dev/audit"
 )
 
 // daemonProc is a running `cyberos supervisor serve` on this env's paths.

@@ -3,7 +3,7 @@ package integration
 import (
 	"testing"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // TestBinarySealedByOverlay: libcontainer re-executes bin/cyberos-spawn as

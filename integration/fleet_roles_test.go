@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // fleetDatabase is a fleet's database set up as docs/fleet.md says: made

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // dsnSpellings are the ways a connection string holds a password (as in

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/audit"
+	"cyberos.dev/internal/testutil"
 )
 
 // Must show (issue 21, audit shipping): two daemons on one machine, each

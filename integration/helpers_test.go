@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // prebuiltEnv names a directory holding cyberos, cyberos-spawn, cyberos-init,

@@ -44,7 +44,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // hostile runs the hostile probe as skill name with args, and returns its

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // startedRowsFor counts the skill.invoked_started rows carrying requestID.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
+	"cyberos.dev/audit"
 )
 
 // TestServeCheckRefusesWhatServeRefuses: for each config that names a path

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // inspectorVersion pins the published MCP Inspector CLI the suite drives.

@@ -19,7 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 const (

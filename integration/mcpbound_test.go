@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 func TestMCPServerSandboxIsItsOwn(t *testing.T) {

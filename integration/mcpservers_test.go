@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // mcpServers returns the directory scripts/mcp-servers.sh installs the

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // sandboxProcs lists the processes of the sandbox id of run dir runDir

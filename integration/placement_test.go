@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // fakeService makes a cgroup named like a systemd service's in every

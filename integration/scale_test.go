@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // gatedSkill writes a skill that waits at a FIFO in its folder until the

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // nsGetOwnerUID is NS_GET_OWNER_UID (linux/nsfs.h): the owner of a user

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // warmEnvelope is the part of an envelope these tests compare.

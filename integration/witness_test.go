@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/audit"
+	"cyberos.dev/internal/testutil"
 )
 
 // Must show (issue 36, finding 5): PostgreSQL witnesses the host's chain.

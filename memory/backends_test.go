@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cyberos/supervisor/fleet"
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/fleet"
+	"cyberos.dev/internal/testutil"
 )
 
 // pgServer is this package's PostgreSQL, started by TestMain when the

@@ -21,7 +21,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/cyberos/supervisor/internal/sqliteerr"
+	"cyberos.dev/internal/sqliteerr"
 )
 
 // Limits.

@@ -9,7 +9,7 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 	"modernc.org/sqlite"
 
-	"github.com/cyberos/supervisor/policy"
+	"cyberos.dev/policy"
 )
 
 // scopeFunc is the SQL function Search filters with, so the scope check runs

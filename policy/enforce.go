@@ -547,7 +547,7 @@ func (e *Enforcer) CheckFile(t Tool, p string) (string, error) {
 
 // SkillFile is the name of a skill's policy file. A directory holding one is
 // a skill folder; the file tools never touch a file of that name in any
-// case (IsSkillFileName), nor anything in a skill folder (supervisor/tools
+// case (IsSkillFileName), nor anything in a skill folder (supervisor/internal/tools
 // checks the folders on disk).
 const SkillFile = "SKILL.md"
 
@@ -783,7 +783,7 @@ var (
 // zones, and any IPv4-mapped or NAT64 (64:ff9b::/96) address embedding a
 // refused IPv4 one (NAT64 never counts as loopback). The denial names the
 // class, not the address: DNS answers stay on the host. The host's own
-// addresses are judged by the Http tools' dialer (supervisor/tools), which
+// addresses are judged by the Http tools' dialer (supervisor/internal/tools), which
 // can see them.
 func (e *Enforcer) CheckAddr(t Tool, host string, ip netip.Addr) error {
 	if _, err := e.toolRulesOf(t, kindHTTP, "CheckAddr"); err != nil {

@@ -32,7 +32,7 @@ func TestImports(t *testing.T) {
 		}
 		for _, imp := range f.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
-			if strings.HasPrefix(path, "github.com/cyberos/supervisor") || strings.Contains(path, "opencontainers") {
+			if strings.HasPrefix(path, "cyberos.dev") || strings.Contains(path, "opencontainers") {
 				t.Errorf("%s imports %s", name, path)
 			}
 		}

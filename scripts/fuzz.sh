@@ -21,10 +21,10 @@ targets=(
 	"./policy FuzzCanonicalMemoryPath 400000x"    # memory path canonicalisation
 	"./policy FuzzCheckURL 400000x"               # HttpFetch/HttpPost URL checks against the domain allowlist
 	"./policy FuzzCheckBash 400000x"              # Bash command checks against the allowlist
-	"./supervisor/tools FuzzFileToolPaths 30000x" # paths through the real file tools (links, reserved dirs)
-	"./supervisor/seccomp FuzzLoadProfile 30000x" # seccomp profile decoding
-	"./supervisor/broker FuzzReadFrame 100000x"   # broker frames
-	"./supervisor/broker FuzzDispatch 80000x"     # JSON-RPC request decoding and dispatch
+	"./supervisor/internal/tools FuzzFileToolPaths 30000x" # paths through the real file tools (links, reserved dirs)
+	"./supervisor/internal/seccomp FuzzLoadProfile 30000x" # seccomp profile decoding
+	"./supervisor/internal/broker FuzzReadFrame 100000x"   # broker frames
+	"./supervisor/internal/broker FuzzDispatch 80000x"     # JSON-RPC request decoding and dispatch
 	"./audit FuzzAppendJCSString 150000x"         # RFC 8785 strings in audit payloads (any bytes)
 	"./audit FuzzDecodeWriterLine 300000x"        # audit journal/export lines read without encoding/json
 )

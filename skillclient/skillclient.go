@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cyberos/supervisor/wire"
+	"cyberos.dev/wire"
 )
 
 // EnvSocket names the environment variable holding the broker socket path.

@@ -251,7 +251,7 @@ func TestStdlibOnly(t *testing.T) {
 	for _, imp := range f.Imports {
 		path, _ := strconv.Unquote(imp.Path.Value)
 		first, _, _ := strings.Cut(path, "/")
-		if path == "C" || strings.Contains(first, ".") && path != "github.com/cyberos/supervisor/wire" {
+		if path == "C" || strings.Contains(first, ".") && path != "cyberos.dev/wire" {
 			t.Errorf("skillclient imports %s, beyond the standard library and wire", path)
 		}
 	}

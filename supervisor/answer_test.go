@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/cgroups"
+	"cyberos.dev/audit"
+	"cyberos.dev/cgroups"
 )
 
 // gatedHandler, at level info, holds every record until open is closed,

@@ -21,9 +21,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/policy"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/audit"
+	"cyberos.dev/policy"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // faultyAuditor is the test seam: it fails every row of one kind and passes

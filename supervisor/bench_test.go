@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
-	"github.com/cyberos/supervisor/supervisor/tools"
+	"cyberos.dev/audit"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/internal/tools"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // TestMain removes the creation helper the benchmark below built for its

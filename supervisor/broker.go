@@ -9,11 +9,11 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/cyberos/supervisor/policy"
-	"github.com/cyberos/supervisor/supervisor/broker"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
-	"github.com/cyberos/supervisor/supervisor/tools"
-	"github.com/cyberos/supervisor/telemetry"
+	"cyberos.dev/policy"
+	"cyberos.dev/supervisor/internal/broker"
+	"cyberos.dev/supervisor/internal/tools"
+	"cyberos.dev/supervisor/sandbox"
+	"cyberos.dev/telemetry"
 
 	"go.opentelemetry.io/otel/trace"
 )

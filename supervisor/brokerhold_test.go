@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/audit"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // gatedAuditor holds every Emit of kind until gate is closed.

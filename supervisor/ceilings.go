@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/cyberos/supervisor/policy"
+	"cyberos.dev/policy"
 )
 
 // ErrOverCeiling: the frontmatter (or the default it gets) asks for more

@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/audit"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // ending is everything classify looks at once the skill's process is gone.

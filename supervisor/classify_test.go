@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
+	"cyberos.dev/audit"
 )
 
 // TestClassify: each cause of an ending gives its outcome, signal and

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // captured is a slog.Handler keeping every record.

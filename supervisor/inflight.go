@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/audit"
+	"cyberos.dev/audit"
 )
 
 // An invocation holds an exclusive flock on <state>/inflight/<id>.lock from

@@ -3,7 +3,7 @@ package supervisor
 import (
 	"testing"
 
-	"github.com/cyberos/supervisor/policy"
+	"cyberos.dev/policy"
 )
 
 // The cost bounds: the operator's defaults (else the built-in ones); a

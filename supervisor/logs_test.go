@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
+	"cyberos.dev/audit"
 )
 
 // TestLogBudgetRemovesOldest: kept logs never exceed the budget; the

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/cyberos/supervisor/memory"
+	"cyberos.dev/memory"
 )
 
 // TestMemoryOpenRetriedAfterFailure: a failed first open of the memory

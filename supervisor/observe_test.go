@@ -12,10 +12,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/skillclient"
-	"github.com/cyberos/supervisor/supervisor/broker"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/audit"
+	"cyberos.dev/skillclient"
+	"cyberos.dev/supervisor/internal/broker"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 const callerTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

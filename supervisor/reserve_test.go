@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/audit"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // TestReserveHeldWhileRunning: an invocation holds a journal reservation

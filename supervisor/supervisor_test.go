@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/policy"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
-	"github.com/cyberos/supervisor/supervisor/tools"
+	"cyberos.dev/audit"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/policy"
+	"cyberos.dev/supervisor/internal/tools"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // fakeRunner plays a skill without a kernel: it writes stdout/stderr, then

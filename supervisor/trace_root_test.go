@@ -6,7 +6,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/cyberos/supervisor/telemetry"
+	"cyberos.dev/telemetry"
 )
 
 // TestInvokeWithoutParentIsRoot: an invocation whose caller sent no

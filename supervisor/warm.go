@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cyberos/supervisor/supervisor/broker"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/supervisor/internal/broker"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // Start kinds, Containment.Start.

@@ -15,11 +15,11 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
-	"github.com/cyberos/supervisor/telemetry"
+	"cyberos.dev/audit"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/sandbox"
+	"cyberos.dev/telemetry"
 )
 
 // warmRunner is a goroutine-safe fake Runner that can prewarm: each warm

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // promtool is Prometheus's own checker, built by scripts/install-deps.sh

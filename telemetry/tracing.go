@@ -18,7 +18,7 @@ import (
 )
 
 // TracerName names the supervisor's tracer (the instrumentation scope).
-const TracerName = "github.com/cyberos/supervisor"
+const TracerName = "cyberos.dev"
 
 // ContextWithRemoteParent returns ctx carrying tc (and its tracestate) as
 // the remote parent span of spans started from it, read by the W3C

@@ -6,6 +6,6 @@
 // so that each such re-execution starts a small binary.
 package main
 
-import "github.com/cyberos/supervisor/supervisor/sandbox/spawn"
+import "cyberos.dev/supervisor/spawn"
 
 func main() { spawn.Main() }

@@ -20,7 +20,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/cyberos/supervisor/skillclient"
+	"cyberos.dev/skillclient"
 )
 
 const usage = `usage: cyberos-tool call TOOL 'JSON-ARGS' | call TOOL - | list | status`

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/cyberos/supervisor/skillclient"
+	"cyberos.dev/skillclient"
 )
 
 func main() {

@@ -58,7 +58,7 @@ func TestEveryPackageHasADoc(t *testing.T) {
 // the sandbox boundary (the runner, its creation helper, and the seccomp
 // profiles it loads); policy and the broker never import it.
 func TestOnlySandboxImportsLibcontainer(t *testing.T) {
-	allowed := map[string]bool{filepath.Join("supervisor", "sandbox"): true, filepath.Join("supervisor", "sandbox", "spawn"): true, filepath.Join("supervisor", "seccomp"): true}
+	allowed := map[string]bool{filepath.Join("supervisor", "sandbox"): true, filepath.Join("supervisor", "spawn"): true, filepath.Join("supervisor", "internal", "seccomp"): true}
 	for dir, files := range packages(t) {
 		for _, f := range files {
 			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
@@ -68,7 +68,7 @@ func TestOnlySandboxImportsLibcontainer(t *testing.T) {
 			for _, imp := range af.Imports {
 				path, _ := strconv.Unquote(imp.Path.Value)
 				if strings.HasPrefix(path, "github.com/opencontainers/runc") && !allowed[dir] {
-					t.Errorf("%s imports %s; only supervisor/sandbox, its spawn helper and supervisor/seccomp may", f, path)
+					t.Errorf("%s imports %s; only supervisor/sandbox, supervisor/spawn and supervisor/internal/seccomp may", f, path)
 				}
 			}
 		}
@@ -76,11 +76,11 @@ func TestOnlySandboxImportsLibcontainer(t *testing.T) {
 }
 
 // TestSeccompProfilesOwnPackage: loading, checking and compiling seccomp
-// profiles and the operator tools live in supervisor/seccomp, which has its
+// profiles and the operator tools live in supervisor/internal/seccomp, which has its
 // package doc and does not import the sandbox; supervisor/sandbox keeps the
 // runner and the notify listener, and no seccomp_*.go file.
 func TestSeccompProfilesOwnPackage(t *testing.T) {
-	dir := filepath.Join("supervisor", "seccomp")
+	dir := filepath.Join("supervisor", "internal", "seccomp")
 	files := packages(t)[dir]
 	if len(files) == 0 {
 		t.Fatalf("no package %s", dir)
@@ -95,7 +95,7 @@ func TestSeccompProfilesOwnPackage(t *testing.T) {
 			doc += af.Doc.Text()
 		}
 		for _, imp := range af.Imports {
-			if path, _ := strconv.Unquote(imp.Path.Value); path == "github.com/cyberos/supervisor/supervisor/sandbox" {
+			if path, _ := strconv.Unquote(imp.Path.Value); path == "cyberos.dev/supervisor/sandbox" {
 				t.Errorf("%s imports %s; the sandbox imports the profiles, not the reverse", f, path)
 			}
 		}

@@ -24,7 +24,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cyberos/supervisor/supervisor/daemon"
+	"cyberos.dev/supervisor/daemon"
 )
 
 const (

@@ -19,13 +19,13 @@ import (
 // are added in the same format.
 const coldLines = `goos: linux
 goarch: amd64
-pkg: github.com/cyberos/supervisor/supervisor/sandbox
+pkg: cyberos.dev/supervisor/sandbox
 cpu: Intel(R) Xeon(R) Processor
 BenchmarkColdStart-2   	       5	        33.79 cyberos-median-ms	        49.93 cyberos-p95-ms	         9.326 cyberos-supervisor-cpu-ms	         6.896 cyberos/unshare	         4.900 unshare-median-ms	         7.334 unshare-p95-ms	        10.00 bwrap-median-ms	        12.00 bwrap-p95-ms	         2.041 bwrap/unshare	        50.00 runc-median-ms	        60.00 runc-p95-ms	        10.20 runc/unshare	         0.6758 cyberos/runc
 BenchmarkColdStart-2   	       5	        32.88 cyberos-median-ms	        38.08 cyberos-p95-ms	         8.760 cyberos-supervisor-cpu-ms	         6.507 cyberos/unshare	         5.054 unshare-median-ms	         6.973 unshare-p95-ms	         9.000 bwrap-median-ms	        11.00 bwrap-p95-ms	         1.781 bwrap/unshare	        55.00 runc-median-ms	        70.00 runc-p95-ms	        10.88 runc/unshare	         0.5978 cyberos/runc
 BenchmarkColdStart-2   	       5	        40.00 cyberos-median-ms	        41.00 cyberos-p95-ms	         9.000 cyberos-supervisor-cpu-ms	         8.000 cyberos/unshare	         5.000 unshare-median-ms	         7.000 unshare-p95-ms	        11.00 bwrap-median-ms	        13.00 bwrap-p95-ms	         2.200 bwrap/unshare	        52.00 runc-median-ms	        65.00 runc-p95-ms	        10.40 runc/unshare	         0.7692 cyberos/runc
 PASS
-ok  	github.com/cyberos/supervisor/supervisor/sandbox	1.570s
+ok  	cyberos.dev/supervisor/sandbox	1.570s
 `
 
 // daemonLines: BenchmarkDaemon's one round (-benchtime 1x) in a real run's

@@ -16,10 +16,10 @@ import (
 
 	"github.com/goccy/go-yaml"
 
-	"github.com/cyberos/supervisor/supervisor"
-	"github.com/cyberos/supervisor/supervisor/broker"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
-	"github.com/cyberos/supervisor/supervisor/tools"
+	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/internal/broker"
+	"cyberos.dev/supervisor/internal/tools"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // ErrConfig: the daemon config is invalid; the message names the key.

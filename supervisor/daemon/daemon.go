@@ -24,12 +24,12 @@ import (
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/internal/unixsock"
-	"github.com/cyberos/supervisor/policy"
-	"github.com/cyberos/supervisor/supervisor"
-	"github.com/cyberos/supervisor/supervisor/broker"
-	"github.com/cyberos/supervisor/telemetry"
+	"cyberos.dev/audit"
+	"cyberos.dev/internal/unixsock"
+	"cyberos.dev/policy"
+	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/internal/broker"
+	"cyberos.dev/telemetry"
 )
 
 // SkillIDPattern is what a skill id (its folder name) must match; compiled

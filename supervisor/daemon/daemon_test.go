@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/policy"
-	"github.com/cyberos/supervisor/supervisor"
-	"github.com/cyberos/supervisor/supervisor/broker"
-	"github.com/cyberos/supervisor/supervisor/sandbox"
+	"cyberos.dev/audit"
+	"cyberos.dev/policy"
+	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/internal/broker"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 func TestExampleConfigIsValid(t *testing.T) {

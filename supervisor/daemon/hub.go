@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cyberos/supervisor/supervisor"
-	"github.com/cyberos/supervisor/supervisor/broker"
+	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/internal/broker"
 )
 
 // Bounds of the live views.

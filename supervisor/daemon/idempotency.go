@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/supervisor"
+	"cyberos.dev/audit"
+	"cyberos.dev/supervisor"
 )
 
 // Window is idempotency_window: a Go duration ("24h", "30m").

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
+	"cyberos.dev/audit"
 )
 
 func TestRequestsAnswerARepeatFromTheFirst(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/cyberos/supervisor/supervisor"
+	"cyberos.dev/supervisor"
 )
 
 // Limits are the operator's ceilings on what a frontmatter may ask for

@@ -10,9 +10,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/cyberos/supervisor/policy"
-	"github.com/cyberos/supervisor/supervisor"
-	"github.com/cyberos/supervisor/supervisor/mcpserve"
+	"cyberos.dev/policy"
+	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/internal/mcpserve"
 )
 
 // TenantHeader names the tenant of an MCP call over /mcp (DefaultTenant

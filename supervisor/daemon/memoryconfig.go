@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cyberos/supervisor/memory"
+	"cyberos.dev/memory"
 )
 
 // Memory bounds each tenant's share of the memory store on this host

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/cyberos/supervisor/telemetry"
+	"cyberos.dev/telemetry"
 )
 
 // TestAdminRequestsCounted: every admin request is counted by the route

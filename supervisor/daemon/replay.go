@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/cyberos/supervisor/audit"
-	"github.com/cyberos/supervisor/policy"
-	"github.com/cyberos/supervisor/supervisor/broker"
+	"cyberos.dev/audit"
+	"cyberos.dev/policy"
+	"cyberos.dev/supervisor/internal/broker"
 )
 
 // inToolDenialPrefix marks a tool_call_completed row closing a call that a

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cyberos/supervisor/supervisor/broker"
+	"cyberos.dev/supervisor/internal/broker"
 )
 
 // TestResponseBudgetConfig: response_budget_mb defaults to the broker's

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/cyberos/supervisor/audit"
+	"cyberos.dev/audit"
 )
 
 // scrubLoop verifies the whole audit chain (audit.Store.Scrub) once at

@@ -5,8 +5,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/supervisor/seccomp"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/supervisor/internal/seccomp"
 )
 
 // Doctor reports what this kernel and build can enforce.

@@ -15,8 +15,8 @@ import (
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/sandbox/spawn"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/spawn"
 )
 
 // floorConfig is the floor of any sandbox DESIGN.md allows: a container

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/internal/testutil"
 )
 
 // TestWaitReturnsWithTheSandboxEmpty: a skill that leaves a process behind,

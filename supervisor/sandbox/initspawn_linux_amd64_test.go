@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/seccomp"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/internal/seccomp"
 )
 
 // TestInitStartsTheSkillWithVfork runs the real cyberos-init under

@@ -15,7 +15,7 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 
-	"github.com/cyberos/supervisor/internal/testutil"
+	"cyberos.dev/internal/testutil"
 )
 
 // TestPlanLandlock: the ABI is the kernel's capped at what cyberos-init

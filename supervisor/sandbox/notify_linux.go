@@ -11,7 +11,7 @@ import (
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/internal/unixsock"
+	"cyberos.dev/internal/unixsock"
 )
 
 // notifyListener is the seccomp agent of a recording sandbox (`cyberos

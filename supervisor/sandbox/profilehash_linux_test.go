@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cyberos/supervisor/supervisor/seccomp"
+	"cyberos.dev/supervisor/internal/seccomp"
 )
 
 // TestStartLoadsTheCheckedProfile: the profile the started row names (the

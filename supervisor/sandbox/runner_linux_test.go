@@ -21,9 +21,9 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/seccomp"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/internal/seccomp"
 )
 
 // TestMain removes the creation helper the tests built: libcontainer

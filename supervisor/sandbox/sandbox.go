@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/supervisor/seccomp"
-	"github.com/cyberos/supervisor/wire"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/supervisor/internal/seccomp"
+	"cyberos.dev/wire"
 )
 
 // Paths inside the sandbox.

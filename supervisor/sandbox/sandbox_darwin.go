@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/cgroups"
+	"cyberos.dev/cgroups"
 )
 
 // macOS has no namespaces, cgroups or seccomp: the runner can only lower

@@ -25,9 +25,9 @@ import (
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/supervisor/sandbox/spawn"
-	"github.com/cyberos/supervisor/supervisor/seccomp"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/supervisor/internal/seccomp"
+	"cyberos.dev/supervisor/spawn"
 )
 
 // DefaultCgroupParent is the cgroup under which every invocation of the

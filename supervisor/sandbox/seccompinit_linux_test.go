@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/seccomp"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/internal/seccomp"
 )
 
 // hostInit builds cyberos-init into a new directory with mode dirMode

@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cyberos/supervisor/cgroups"
-	"github.com/cyberos/supervisor/internal/testutil"
-	"github.com/cyberos/supervisor/supervisor/sandbox/spawn"
+	"cyberos.dev/cgroups"
+	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/spawn"
 )
 
 // The creation helper's socket to the runner is root's control of every

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cyberos/supervisor/skillclient"
+	"cyberos.dev/skillclient"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/cyberos/supervisor/internal/mcptest"
+	"cyberos.dev/internal/mcptest"
 )
 
 func main() {

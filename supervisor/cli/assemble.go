@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+
+	"cyberos.dev/audit"
+	"cyberos.dev/memory"
+	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/internal/tools"
+	"cyberos.dev/supervisor/sandbox"
+	"cyberos.dev/telemetry"
+)
+
+// assembly is what differs between `skill run` and `serve` when they build
+// a supervisor; everything else newSupervisor decides once for both.
+type assembly struct {
+	Sandbox  sandbox.Options // RunDir is also a reserved dir
+	StateDir string
+	// AuditOptions and AuditErr: how the store is opened and how its
+	// failure to open is worded.
+	AuditOptions []audit.Option
+	AuditErr     string
+	// SocketDir is the flag or config value, SocketDirDefault its fallback.
+	SocketDir, SocketDirDefault string
+	ProfilesDir                 string
+	// ExtraReserved are reserved dirs beyond reservedDirs(RunDir).
+	ExtraReserved     []string
+	Metrics           *telemetry.Metrics
+	AllowLoopbackHTTP bool
+	AllowDegraded     bool
+	Log               *slog.Logger
+}
+
+// newSupervisor builds the supervisor both `skill run` and `serve` use:
+// the sandbox runner, the audit store, the memory store, the tool registry,
+// the private socket dir and the reserved dirs. closeAll closes the memory
+// store (if a skill opened it), the audit store, and then the runner, which
+// ends and reaps its creation helper (orphaned, it would be left for init
+// to reap, in the daemon's cgroup).
+func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *audit.Store, closeAll func(), err error) {
+	runner, err := sandbox.New(a.Sandbox)
+	if err != nil {
+		return nil, nil, nil, &exitError{exitRefused, err}
+	}
+	closeRunner := func() {
+		if c, ok := runner.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
+	store, err = audit.Open(a.StateDir, a.AuditOptions...)
+	if err != nil {
+		closeRunner()
+		return nil, nil, nil, &exitError{exitRefused, fmt.Errorf("%s: %w", a.AuditErr, err)}
+	}
+	socketDir, err := privateDir(a.SocketDir, a.SocketDirDefault)
+	if err != nil {
+		store.Close()
+		closeRunner()
+		return nil, nil, nil, &exitError{exitRefused, err}
+	}
+	stateDir := a.StateDir
+	sup = &supervisor.Supervisor{
+		Runner:            runner,
+		Audit:             store,
+		Metrics:           a.Metrics,
+		OpenMemory:        func() (*memory.Store, error) { return memory.Open(stateDir) },
+		Tools:             tools.Registry(),
+		SocketDir:         socketDir,
+		AllowLoopbackHTTP: a.AllowLoopbackHTTP,
+		ProfilesDir:       a.ProfilesDir,
+		StateDir:          a.StateDir,
+		// The file tools never reach the run dir (rootfs skeleton,
+		// containers), our binaries, nor what the caller adds (the skills,
+		// the config), whatever a skill's globs say.
+		ReservedDirs:  append(reservedDirs(a.Sandbox.RunDir), a.ExtraReserved...),
+		Log:           a.Log,
+		AllowDegraded: a.AllowDegraded,
+	}
+	closeAll = func() {
+		if sup.Memory != nil {
+			sup.Memory.Close()
+		}
+		store.Close()
+		closeRunner()
+	}
+	return sup, store, closeAll, nil
+}

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/internal/mcpclient"
+	"cyberos.dev/supervisor/sandbox"
+)
+
+// mcpStderrCap bounds one start's stderr log of an MCP server.
+const mcpStderrCap = 8 << 20
+
+// newMCPPool runs cfg's mcp_servers: each stdio server in a sandbox of its
+// own made by runner, on first use. nil when none is configured. Remote
+// servers are refused here until the supervisor dials them through the
+// Http tools' egress address filter.
+func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) (*mcpclient.Pool, error) {
+	names := cfg.MCPServerNames()
+	if len(names) == 0 {
+		return nil, nil
+	}
+	approvals, err := mcpclient.OpenApprovals(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	var specs []mcpclient.Spec
+	for _, name := range names {
+		s, _ := cfg.MCPServer(name)
+		if s.URL != "" {
+			return nil, fmt.Errorf("%w: mcp_servers.%s: remote servers are not yet supported by serve and skill run (the supervisor must dial them through the egress address filter)", daemon.ErrConfig, name)
+		}
+		share := map[string]mcpclient.Share{daemon.MCPSharePerTenant: mcpclient.SharePerTenant,
+			daemon.MCPSharePerInvocation: mcpclient.SharePerInvocation, daemon.MCPShareGlobal: mcpclient.ShareGlobal}[s.Share]
+		specs = append(specs, mcpclient.Spec{Name: name, Share: share, Idle: time.Duration(s.Idle),
+			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == daemon.MCPApproveAuto,
+			Transport: stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, log)})
+	}
+	return mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
+}
+
+// stdioTransport starts one instance of a stdio server: its secrets read
+// at each start, its stderr to <state>/logs/mcp/<server>-<instance>.log.
+func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
+	return func(instance string) (func(context.Context) (mcp.Transport, error), error) {
+		logDir := filepath.Join(stateDir, "logs", "mcp")
+		if err := os.MkdirAll(logDir, 0o700); err != nil {
+			return nil, err
+		}
+		env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+		for _, k := range sortedMapKeys(s.Env) {
+			env = append(env, k+"="+s.Env[k])
+		}
+		sb := &mcpclient.Sandboxed{Runner: runner, Server: name, Command: s.Command, Args: s.Args,
+			LauncherDir: filepath.Join(stateDir, "mcp", "launch", name),
+			MemoryMB:    orDefault(s.MemoryMB, d.MemoryMB), PidsMax: orDefault(s.PidsMax, d.PidsMax), CPU: s.CPU,
+			ProfilesDir: profilesDir, SeccompProfile: s.SeccompProfile}
+		if sb.CPU == 0 {
+			sb.CPU = d.CPU
+		}
+		if sb.SeccompProfile == "" {
+			sb.SeccompProfile = d.SeccompProfile
+		}
+		for _, f := range s.Files {
+			sb.Binds = append(sb.Binds, sandbox.Bind{Path: f.Path, Writable: f.Mode == "rw"})
+		}
+		logPath := filepath.Join(logDir, name+"-"+safeName(instance)+".log")
+		// Secrets are read at each start (a rotated token is picked up);
+		// they reach only the server's environment.
+		sb.Prepare = func() ([]string, io.WriteCloser, error) {
+			var senv []string
+			for _, k := range sortedMapKeys(s.Secrets) {
+				v, err := daemon.ReadMCPSecret(s.Secrets[k])
+				if err != nil {
+					return nil, nil, err
+				}
+				senv = append(senv, k+"="+v)
+			}
+			f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+			if err != nil {
+				return nil, nil, err
+			}
+			return senv, &mcpclient.CappedWriter{W: f, Max: mcpStderrCap}, nil
+		}
+		sb.Env = env
+		return sb.Transport()
+	}
+}
+
+func orDefault(v, d int64) int64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+func sortedMapKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

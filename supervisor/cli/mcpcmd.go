@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"cyberos.dev/supervisor/internal/mcpclient"
+)
+
+// newMCPCmd is `cyberos mcp`: serving the skills to MCP clients (serve),
+// and the configured MCP servers' recorded tool definitions (list, approve).
+func newMCPCmd() *cobra.Command {
+	var stateDir string
+	var asJSON bool
+	cmd := &cobra.Command{Use: "mcp", Short: "Serve the skills to MCP clients; MCP servers' tools: recorded definition hashes, approval of changed ones"}
+	cmd.AddCommand(newMCPServeCmd())
+	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "/var/lib/cyberos", "where the daemon keeps mcp-approvals.json")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "Every MCP tool seen, with its approved definition hash and any changed definition waiting for approval",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := mcpclient.OpenApprovals(stateDir)
+			if err != nil {
+				return &exitError{exitRefused, err}
+			}
+			approved, pending, err := a.Snapshot()
+			if err != nil {
+				return &exitError{exitRefused, err}
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"approved": approved, "pending": pending})
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SERVER\tTOOL\tDEFINITION HASH\tSTATUS")
+			for _, server := range sortedKeysOf(approved) {
+				for _, tool := range sortedKeysOf(approved[server]) {
+					status, hash := "approved", approved[server][tool]
+					if p, ok := pending[server][tool]; ok {
+						status, hash = "changed: refused until `cyberos mcp approve "+server+"`", p
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", server, tool, hash, status)
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print {approved, pending}: server → tool → hash")
+	approve := &cobra.Command{
+		Use:   "approve SERVER",
+		Short: "Accept SERVER's changed tool definitions (the running daemon serves them from the next call)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := mcpclient.OpenApprovals(stateDir)
+			if err != nil {
+				return &exitError{exitRefused, err}
+			}
+			tools, err := a.Approve(args[0])
+			if err != nil {
+				return &exitError{exitRefused, err}
+			}
+			if len(tools) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: no changed definition waits for approval\n", args[0])
+				return nil
+			}
+			for _, t := range tools {
+				fmt.Fprintf(cmd.OutOrStdout(), "approved mcp__%s__%s\n", args[0], t)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(list, approve)
+	return cmd
+}
+
+func sortedKeysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

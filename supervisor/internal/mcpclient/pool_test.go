@@ -1,0 +1,141 @@
+package mcpclient
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"cyberos.dev/internal/mcptest"
+	"cyberos.dev/supervisor/internal/tools"
+)
+
+func hostileSpec(name string, share Share, idle time.Duration) Spec {
+	return Spec{Name: name, Share: share, Idle: idle, Transport: func(string) (func(context.Context) (mcp.Transport, error), error) {
+		return func(context.Context) (mcp.Transport, error) {
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), mcptest.EnvServe+"=1")
+			return &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}, nil
+		}, nil
+	}}
+}
+
+func pidOf(t *testing.T, src tools.Source, server string) string {
+	t.Helper()
+	res, err := call(t, src, "mcp__"+server+"__pid", `{}`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(res)
+}
+
+// per_tenant: one instance per tenant, shared by its invocations, never
+// by another tenant; global: one for all; per_invocation: one per
+// invocation, ended with it.
+func TestPoolShareModes(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("tenanted", SharePerTenant, 0), hostileSpec("shared", ShareGlobal, 0),
+		hostileSpec("own", SharePerInvocation, 0)}, a, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	a1, a2, b1 := p.For("tenant-a", "inv-1"), p.For("tenant-a", "inv-2"), p.For("tenant-b", "inv-3")
+	if pidOf(t, a1, "tenanted") != pidOf(t, a2, "tenanted") {
+		t.Error("one tenant's invocations got two per_tenant servers")
+	}
+	if pidOf(t, a1, "tenanted") == pidOf(t, b1, "tenanted") {
+		t.Error("two tenants share a per_tenant server")
+	}
+	if pidOf(t, a1, "shared") != pidOf(t, b1, "shared") {
+		t.Error("a global server is not shared")
+	}
+	own1 := pidOf(t, a1, "own")
+	if own1 == pidOf(t, a2, "own") {
+		t.Error("two invocations share a per_invocation server")
+	}
+	if err := a1.(interface{ Close() error }).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if pidOf(t, a2, "tenanted") != pidOf(t, p.For("tenant-a", "inv-4"), "tenanted") {
+		t.Error("ending an invocation ended its tenant's server")
+	}
+	if len(p.instances) != 4 { // tenanted a, b; shared; own inv-2 (inv-1's is gone)
+		t.Errorf("%d instances after inv-1 ended, want 4", len(p.instances))
+	}
+}
+
+// A server unused for its idle time is stopped, and the next call starts
+// it again.
+func TestPoolIdleStop(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("lazy", ShareGlobal, 300*time.Millisecond)}, a, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	src := p.For("t", "i")
+	first := pidOf(t, src, "lazy")
+	srv, _ := p.instance("lazy", "t", "i")
+	waitFor(t, 10*time.Second, func() bool { return !srv.Running() }, "the idle server to stop")
+	if again := pidOf(t, src, "lazy"); again == first {
+		t.Error("the server was not started again")
+	}
+}
+
+// At most maxRunning sessions run at once: a third tenant's start fails
+// cleanly, and succeeds once a running one stopped.
+func TestPoolMaxRunning(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("capped", SharePerTenant, 0)}, a, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pidOf(t, p.For("a", "1"), "capped")
+	pidOf(t, p.For("b", "2"), "capped")
+	if _, ok, err := p.For("c", "3").Lookup(context.Background(), "mcp__capped__pid"); !ok || !errors.Is(err, tools.ErrFailed) {
+		t.Fatalf("third: ok %v err %v, want ErrFailed", ok, err)
+	}
+	srv, _ := p.instance("capped", "a", "1")
+	srv.stopIdle(time.Now().Add(time.Hour), time.Minute)
+	waitFor(t, 10*time.Second, func() bool {
+		s, _ := p.instance("capped", "c", "3")
+		s.mu.Lock()
+		s.nextTry = time.Time{} // past the backoff of the refused start
+		s.mu.Unlock()
+		_, _, err := p.For("c", "3").Lookup(context.Background(), "mcp__capped__pid")
+		return err == nil
+	}, "a slot to free")
+}
+
+// The series count sessions, starts and calls by server.
+func TestPoolMetrics(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("counted", ShareGlobal, 0)}, a, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if p.Metrics, err = NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	pidOf(t, p.For("a", "1"), "counted")
+	if got := promtest.ToFloat64(p.Metrics.Running.WithLabelValues("counted")); got != 1 {
+		t.Errorf("running %v, want 1", got)
+	}
+	if got := promtest.ToFloat64(p.Metrics.Starts.WithLabelValues("counted", StartOK)); got != 1 {
+		t.Errorf("starts %v, want 1", got)
+	}
+	if n := promtest.CollectAndCount(p.Metrics.CallDuration); n != 1 {
+		t.Errorf("%d call duration series, want 1", n)
+	}
+	p.Close()
+	waitFor(t, 10*time.Second, func() bool { return promtest.ToFloat64(p.Metrics.Running.WithLabelValues("counted")) == 0 }, "the session's end to be counted")
+}
