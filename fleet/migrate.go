@@ -1,6 +1,10 @@
-// Package fleet holds what the hosts of a fleet share on PostgreSQL: each
-// host's audit rows, shipped from its own journal (ship.go). The journal
-// stays each host's first durable write; PostgreSQL is its copy.
+// Package fleet holds what the hosts of a fleet share on PostgreSQL: the
+// schema, migrated by the tables' owner (migrate.go); each host's audit rows,
+// shipped from its own journal (ship.go); PostgreSQL as the witness of each
+// host's chain (witness.go); the auditor's reads across hosts (read.go); and
+// a daemon's check that its role is no more than a host's (runtime.go). The
+// journal stays each host's first durable write; PostgreSQL is its copy.
+// Tenant memory on PostgreSQL is package memory's.
 package fleet
 
 import (

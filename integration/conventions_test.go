@@ -18,7 +18,7 @@ import (
 // alone is enough), with the resource OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES give, sampled as OTEL_TRACES_SAMPLER says; the
 // spans carry the spec's attribute names and their cyberos.* twins, under
-// the names the README lists.
+// the names docs/operating.md ("Traces") lists.
 func TestSpansFromStandardOTelVariables(t *testing.T) {
 	t.Run("only the endpoint", func(t *testing.T) {
 		byName := spansOfOneInvocation(t)
@@ -58,7 +58,7 @@ func spansOfOneInvocation(t *testing.T, env ...string) map[string]span {
 	return byName
 }
 
-// checkSpans asserts the README's spans, their attributes, and resource.
+// checkSpans asserts the spans of docs/operating.md ("Traces"), their attributes, and resource.
 func checkSpans(t *testing.T, byName map[string]span, resource map[string]string) {
 	t.Helper()
 	want := map[string][]string{

@@ -350,7 +350,7 @@ printf '{"args_sha":"%s","usr_bin_entries":%s,"seccomp":%s}\n' "$sum" "$n" "$sec
 }
 
 // TestSeccompCommandsExitStatus: the documented exit statuses of lint,
-// diff, explain and import (README "Seccomp profiles"). No root needed.
+// diff, explain and import (docs/operating.md, "Seccomp profiles"). No root needed.
 func TestSeccompCommandsExitStatus(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestImports keeps policy pure: it imports nothing of this module and never
+// TestImports keeps policy a leaf: it imports nothing of this module and never
 // libcontainer (DESIGN.md "Layout"; STYLE.md "Logs, config, tooling").
 func TestImports(t *testing.T) {
 	files, err := filepath.Glob("*.go")

@@ -1,5 +1,8 @@
 // Package policy turns a skill's SKILL.md frontmatter into a typed, validated
-// Policy. It is pure: untrusted input in, typed values or a FieldError out.
+// Policy (untrusted input in, typed values or a FieldError out), and its
+// Enforcer judges each tool call against it. LoadDir and LoadSkill read
+// SKILL.md from the skill folder and examine the entrypoint there, following
+// no symlink inside the folder; everything else works on values in memory.
 // It imports nothing else of this module.
 package policy
 

@@ -1,6 +1,7 @@
 // Package skillclient is the client a Go skill uses to call tools through
-// its broker socket (length-prefixed JSON-RPC 2.0). It is pure Go with only
-// the standard library, so skills and the static cyberos-tool stay small.
+// its broker socket (length-prefixed JSON-RPC 2.0). It is pure Go and links
+// only the standard library and package wire, so skills and the static
+// cyberos-tool stay small.
 package skillclient
 
 import (

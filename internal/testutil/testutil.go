@@ -1,5 +1,7 @@
 // Package testutil holds helpers shared by tests: the root gate, polling,
-// and what benchmarks read of the machine.
+// a PostgreSQL server per test binary, the creation helper built once, and
+// what benchmarks read of the machine. Its own tests check the module's
+// layout and package docs.
 package testutil
 
 import (

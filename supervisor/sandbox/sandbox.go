@@ -1,9 +1,12 @@
 // Package sandbox turns one invocation's limits into a running, contained
 // process: a libcontainer container on Linux, an rlimit-only child on macOS.
-// It is the only package that creates namespaces and cgroups, sets uids and
-// installs seccomp filters (through libcontainer); package seccomp reads and
-// compiles the profiles, and package cgroups owns the control files of an
-// existing cgroup (stats, freezing, cgroup.kill, removal).
+// On Linux it builds the container's whole configuration (namespaces, uid
+// mapping, mounts, cgroup limits, rlimits, capabilities, the compiled seccomp
+// program) and has the creation helper, package spawn, make, signal, wait for
+// and destroy the container; cyberos-init, the container's pid 1, loads the
+// seccomp program and Landlock before it starts the skill. Package seccomp
+// reads and compiles the profiles, and package cgroups owns the control files
+// of an existing cgroup (stats, freezing, cgroup.kill, removal).
 package sandbox
 
 import (

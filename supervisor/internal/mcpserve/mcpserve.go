@@ -1,6 +1,7 @@
-// Package mcpserve serves the installed skills as MCP tools: every
+// Package mcpserve serves the installed skills to MCP clients: every
 // tools/call becomes one invocation on the daemon's ordinary path
-// (sandbox, broker, policy, audit), reached through a Backend.
+// (sandbox, broker, policy, audit), reached through a Backend; an
+// instructions-only skill is a prompt, its files skill:// resources.
 package mcpserve
 
 import (
