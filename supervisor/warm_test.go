@@ -113,7 +113,7 @@ func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 20 {
-				env, err := s.Run(Request{SkillDir: dir, StartSlot: slot})
+				env, err := s.Run(t.Context(), Request{SkillDir: dir, StartSlot: slot})
 				if err != nil || env.Outcome != OutcomeSuccess {
 					t.Errorf("goroutine %d run %d: %v %s %s", g, i, err, env.Outcome, env.ErrorMessage)
 					return
@@ -156,7 +156,7 @@ func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 func TestStartSlotRefusalRunsNothing(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}}
 	s := newSupWith(t, r)
-	_, err := s.Run(Request{SkillDir: skillDir(t, ""), StartSlot: func() (func(), error) { return nil, context.Canceled }})
+	_, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), StartSlot: func() (func(), error) { return nil, context.Canceled }})
 	if !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrRefused) {
 		t.Fatalf("err %v, want ErrNotStarted (an ErrRefused)", err)
 	}
@@ -173,7 +173,7 @@ func TestWarmPoolSkipsDeadSandboxes(t *testing.T) {
 	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 2})
 	defer pool.Close()
 	for i := range 5 {
-		env, err := s.Run(Request{SkillDir: dir})
+		env, err := s.Run(t.Context(), Request{SkillDir: dir})
 		if err != nil || env.Outcome != OutcomeSuccess || env.Containment.Start != StartCold {
 			t.Fatalf("run %d: %v %s start %q, want a cold success", i, err, env.Outcome, env.Containment.Start)
 		}
@@ -203,11 +203,11 @@ func TestWarmPoolMakeHandsOverOne(t *testing.T) {
 	if err := pool.Make(Request{SkillDir: dir}); err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Fatalf("a second Make within a budget of 1: %v, want a budget error", err)
 	}
-	env, err := s.Run(Request{SkillDir: dir})
+	env, err := s.Run(t.Context(), Request{SkillDir: dir})
 	if err != nil || env.Outcome != OutcomeSuccess || env.Containment.Start != StartWarm {
 		t.Fatalf("run: %v %s start %q, want a warm success", err, env.Outcome, env.Containment.Start)
 	}
-	env, err = s.Run(Request{SkillDir: dir})
+	env, err = s.Run(t.Context(), Request{SkillDir: dir})
 	if err != nil || env.Containment.Start != StartCold {
 		t.Fatalf("second run: %v start %q, want cold (nothing refilled)", err, env.Containment.Start)
 	}
@@ -234,7 +234,7 @@ func TestWarmPoolMadeButUnclaimedIsDestroyed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: [\n---\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(Request{SkillDir: dir}); !errors.Is(err, ErrInvalidSkill) {
+	if _, err := s.Run(t.Context(), Request{SkillDir: dir}); !errors.Is(err, ErrInvalidSkill) {
 		t.Fatalf("run of a broken skill: %v, want ErrInvalidSkill", err)
 	}
 	pool.Close()
@@ -259,7 +259,7 @@ func TestWarmPoolDropsAnEditedSkillsSandboxes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(md), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env, err := s.Run(Request{SkillDir: dir})
+	env, err := s.Run(t.Context(), Request{SkillDir: dir})
 	if err != nil || env.Containment.Start != StartCold {
 		t.Fatalf("after the edit: %v start %q, want cold", err, env.Containment.Start)
 	}
@@ -327,7 +327,7 @@ func TestWarmGaugeFollowsThePool(t *testing.T) {
 	}
 	defer pool.Close()
 	s.Warm = pool
-	if env, err := s.Run(Request{SkillDir: skillDir(t, "")}); err != nil || env.Outcome != OutcomeSuccess {
+	if env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")}); err != nil || env.Outcome != OutcomeSuccess {
 		t.Fatal(err, env.Outcome)
 	}
 	gauge := func() float64 { return promtest.ToFloat64(s.Metrics.WarmSandboxes.WithLabelValues("fake")) }
