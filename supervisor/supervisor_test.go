@@ -15,6 +15,7 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/cgroups"
+	"cyberos.dev/internal/testutil"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor/internal/tools"
 	"cyberos.dev/supervisor/sandbox"
@@ -472,18 +473,7 @@ func TestDeadlineBoundsSandboxStart(t *testing.T) {
 		t.Errorf("timeout row %v", to)
 	}
 	close(f.release)
-	testutilWaitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed })
-}
-
-func testutilWaitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("the late sandbox was never closed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed })
 }
 
 // TestTenantMustBeAUUID: a tenant that is not a UUID is refused as an
