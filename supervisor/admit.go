@@ -20,7 +20,7 @@ func (inv *invocation) admit() error {
 	h := inv.holds
 	h.wait()
 	if h.lockErr != nil {
-		return fmt.Errorf("%w: %v", ErrRefused, h.lockErr)
+		return fmt.Errorf("%w: %w", ErrRefused, h.lockErr)
 	}
 	// The sandbox's own host identity, taken before the started row (which
 	// records it) and the broker socket (which it owns): a warm sandbox's,
@@ -32,7 +32,7 @@ func (inv *invocation) admit() error {
 	if inv.warm == nil && inv.req.StartSlot != nil {
 		release, err := inv.req.StartSlot()
 		if err != nil {
-			return fmt.Errorf("%w: waiting to start: %v", ErrNotStarted, err)
+			return fmt.Errorf("%w: waiting to start: %w", ErrNotStarted, err)
 		}
 		inv.releaseSlot = sync.OnceFunc(release)
 	}
@@ -42,7 +42,7 @@ func (inv *invocation) admit() error {
 	} else {
 		var err error
 		if inv.ident, err = s.Runner.Reserve(inv.spec.ID); err != nil {
-			return fmt.Errorf("%w: %v", ErrRefused, err)
+			return fmt.Errorf("%w: %w", ErrRefused, err)
 		}
 		inv.reserved = true
 	}

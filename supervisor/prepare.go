@@ -26,7 +26,7 @@ import (
 func (s *Supervisor) prepare(ctx context.Context, req Request, id string) (*invocation, error) {
 	pol, err := policy.LoadDir(req.SkillDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrInvalidSkill, req.SkillDir, err)
+		return nil, fmt.Errorf("%w %s: %w", ErrInvalidSkill, req.SkillDir, err)
 	}
 	if req.SkillID != "" && pol.Name != req.SkillID {
 		return nil, fmt.Errorf("%w: skill id %q does not match the frontmatter name %q", ErrInvalidSkill, req.SkillID, pol.Name)
@@ -62,7 +62,7 @@ func (s *Supervisor) prepare(ctx context.Context, req Request, id string) (*invo
 	trace := telemetry.NewRootTraceContext()
 	if req.Traceparent != "" {
 		if trace, err = telemetry.ParseTraceparent(req.Traceparent); err != nil {
-			return nil, fmt.Errorf("%w: traceparent %q: %v (want 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>)", ErrInvalidRequest, req.Traceparent, err)
+			return nil, fmt.Errorf("%w: traceparent %q: %w (want 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>)", ErrInvalidRequest, req.Traceparent, err)
 		}
 		trace.State = req.Tracestate
 	}
@@ -71,11 +71,11 @@ func (s *Supervisor) prepare(ctx context.Context, req Request, id string) (*invo
 	}
 	skillDir, err := filepath.Abs(req.SkillDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSkill, err)
 	}
 	polHash, err := policyHash(pol)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSkill, err)
 	}
 	// The skill's own folder is reserved by name too (the file tools also
 	// find any skill folder on disk by its SKILL.md).
@@ -147,7 +147,7 @@ func (s *Supervisor) prepare(ctx context.Context, req Request, id string) (*invo
 		inv.spec.FileSizeMB, inv.spec.NoFile = d.FileSizeMB, d.NoFile
 	}
 	if inv.containment, err = s.Runner.Check(inv.spec); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSkill, err)
 	}
 	inv.spec.SeccompProfileHash = inv.containment.SeccompProfileHash // Start loads what the started row names
 	inv.containment.Egress = tools.EgressMode
@@ -156,7 +156,7 @@ func (s *Supervisor) prepare(ctx context.Context, req Request, id string) (*invo
 	}
 	if usesMemory(inv.enforcer) {
 		if err := s.openMemory(); err != nil {
-			return nil, fmt.Errorf("%w: memory store unavailable: %v", ErrRefused, err)
+			return nil, fmt.Errorf("%w: memory store unavailable: %w", ErrRefused, err)
 		}
 	}
 	return inv, nil
@@ -172,11 +172,11 @@ func (s *Supervisor) prepare(ctx context.Context, req Request, id string) (*invo
 // only repeated that proof.
 func (s *Supervisor) checkStateDir() error {
 	if err := os.MkdirAll(filepath.Join(s.StateDir, "logs"), 0o700); err != nil {
-		return fmt.Errorf("%w: state dir %s: %v", ErrRefused, s.StateDir, err)
+		return fmt.Errorf("%w: state dir %s: %w", ErrRefused, s.StateDir, err)
 	}
 	// EROFS on a read-only (or remounted read-only) filesystem, root or not.
 	if err := unix.Access(s.StateDir, unix.W_OK); err != nil {
-		return fmt.Errorf("%w: state dir %s is not writable: %v", ErrRefused, s.StateDir, err)
+		return fmt.Errorf("%w: state dir %s is not writable: %w", ErrRefused, s.StateDir, err)
 	}
 	if free, size, ok := audit.FreeSpace(s.StateDir); ok && free < s.minFree(size) {
 		return fmt.Errorf("%w: state dir %s has %d KiB free, below the %d KiB kept for the audit rows of running invocations", ErrRefused, s.StateDir, free>>10, s.minFree(size)>>10)
@@ -231,11 +231,11 @@ func withResolved(out []string, dirs ...string) []string {
 func policyHash(pol *policy.Policy) (string, error) {
 	b, err := json.Marshal(pol)
 	if err != nil {
-		return "", fmt.Errorf("policy cannot be encoded for its hash: %v", err)
+		return "", fmt.Errorf("policy cannot be encoded for its hash: %w", err)
 	}
 	h, err := audit.HashJSON(b)
 	if err != nil {
-		return "", fmt.Errorf("policy cannot be canonicalised for its hash: %v", err)
+		return "", fmt.Errorf("policy cannot be canonicalised for its hash: %w", err)
 	}
 	return h, nil
 }

@@ -239,7 +239,7 @@ func (p *WarmPool) Make(req Request) error {
 	}
 	key, err := shapeKey(inv.spec, inv.policyHash)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+		return fmt.Errorf("%w: %w", ErrInvalidSkill, err)
 	}
 	p.mu.Lock()
 	if p.closed {

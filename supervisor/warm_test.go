@@ -103,7 +103,7 @@ func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	var starts sync.Map
 	var slots, released atomic.Int64
-	slot := func() (func(), error) {
+	slot := func() (func(), error) { //nolint:unparam // Request.StartSlot's signature
 		slots.Add(1)
 		return func() { released.Add(1) }, nil
 	}
