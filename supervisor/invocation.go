@@ -69,9 +69,10 @@ func (s *Supervisor) Run(ctx context.Context, req Request) (Envelope, error) {
 // invocation is one request on its way through the phases. Each group of
 // fields is set by the phase that names it and only read after it.
 type invocation struct {
+	// Set by prepare, with the request below.
 	s   *Supervisor
 	ctx context.Context // Run's: its values for the work, its end for wait
-	log *slog.Logger
+	log *slog.Logger    // with the invocation's ids
 
 	// Set by prepare: the validated request.
 	req        Request
@@ -122,7 +123,8 @@ type invocation struct {
 	running atomic.Pointer[sandbox.Process]
 	capHit  atomic.Bool // the broker reached the audit row cap (set by the broker)
 
-	// Set by wait: how the skill ended.
+	// Set by wait: how the skill ended (start sets auditMsg for a sandbox
+	// that did not start, recoverDispatch for a panic).
 	auditMsg string        // the audit row's error message, in our words only
 	exit     *sandbox.Exit // nil unless the skill ran and ended
 	// stats gets the sandbox's accounting, read beside the completed row.

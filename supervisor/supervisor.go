@@ -1,6 +1,10 @@
 // Package supervisor runs one skill invocation end to end: load the policy,
 // start the sandbox, enforce the deadline, classify how it ended and build the
 // envelope the caller gets back.
+//
+// Supervisor.Run takes one invocation through its phases, one file each and
+// in this order: prepare.go, admit.go, start.go, wait.go, record.go,
+// teardown.go; invocation.go holds the invocation's type and Run.
 package supervisor
 
 import (
@@ -130,9 +134,10 @@ type Request struct {
 	StartSlot func() (release func(), err error)
 }
 
-// Observer is told what an invocation does, as it happens. Its methods are
-// called on the invocation's goroutines (ToolCall and ProtocolAbuse on the
-// broker's) and must not block. Embed NoopObserver to implement only some.
+// Observer is told what an invocation does, as it happens. Started is
+// called on Run's goroutine, before dispatch; ToolCall and ProtocolAbuse on
+// the broker's, and they must not block. Embed NoopObserver to implement
+// only some.
 type Observer interface {
 	// Started: the started row is durable; the skill is dispatched next.
 	Started(Started)
@@ -174,7 +179,7 @@ type Defaults struct {
 	// frontmatter's x-rate-limit-per-minute may lower it, never raise it.
 	// MaxBrokerConnections caps its simultaneous broker connections and
 	// MaxAuditRows its audit rows (reached: the invocation ends killed).
-	// Zero: the built-in Default* (supervisor/broker.go).
+	// Zero: the built-in Default* (prepare.go).
 	RateLimitPerMinute   int
 	MaxBrokerConnections int
 	MaxAuditRows         int
