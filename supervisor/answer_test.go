@@ -55,7 +55,7 @@ func TestAStalledLogDoesNotHoldTheAnswer(t *testing.T) {
 	var env Envelope
 	go func() {
 		var err error
-		env, err = s.Run(Request{SkillDir: skillDir(t, "")})
+		env, err = s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 		done <- err
 	}()
 	select {
@@ -119,7 +119,7 @@ func TestStatsReadBesideTheCompletedRow(t *testing.T) {
 	var err error
 	go func() {
 		defer close(done)
-		env, err = s.Run(Request{SkillDir: skillDir(t, "")})
+		env, err = s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	}()
 	select {
 	case <-done:

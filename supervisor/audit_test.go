@@ -80,7 +80,7 @@ func kinds(rows []audit.Row) string {
 
 func TestAC01InvocationEmitsStartedAndCompleted(t *testing.T) {
 	s := newSup(t, &fakeRunner{stdout: "{}"})
-	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestAC01InvocationEmitsStartedAndCompleted(t *testing.T) {
 
 func TestAC02ArgsHashIsCanonicalSHA256(t *testing.T) {
 	s := newSup(t, &fakeRunner{stdout: "{}"})
-	env, err := s.Run(Request{SkillDir: skillDir(t, ""), Args: []byte(`{ "q" : "test", "a": [1.0, 2e0] }`)})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), Args: []byte(`{ "q" : "test", "a": [1.0, 2e0] }`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestAC03StartedFailureBlocksDispatch(t *testing.T) {
 	f := &fakeRunner{stdout: "{}"}
 	s := newSup(t, f)
 	s.Audit = faultyAuditor{inner: s.Audit, fail: audit.KindInvokedStarted}
-	_, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	_, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	var ae *AuditEmitError
 	if !errors.As(err, &ae) || ae.Stage != "start" || !errors.Is(err, ErrRefused) {
 		t.Fatalf("err %v, want AuditEmitError{Stage: start}", err)
@@ -136,7 +136,7 @@ func TestAC04CompletedFailureLogsSev1AndKeepsEffects(t *testing.T) {
 	s := newSup(t, f)
 	s.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	s.Audit = faultyAuditor{inner: s.Audit, fail: audit.KindInvokedCompleted}
-	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	// The caller is never told success without the record (issue 17), but
 	// gets what the skill did: its effects stand.
 	if !errors.Is(err, ErrAuditIncomplete) || !strings.Contains(err.Error(), env.InvocationID) {
@@ -156,7 +156,7 @@ func TestAC04CompletedFailureLogsSev1AndKeepsEffects(t *testing.T) {
 func TestAC05TraceIDPropagated(t *testing.T) {
 	s := newSup(t, &fakeRunner{stdout: "{}"})
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	env, err := s.Run(Request{SkillDir: skillDir(t, ""), Traceparent: tp})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), Traceparent: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestAC05TraceIDPropagated(t *testing.T) {
 			t.Errorf("%s trace_id %v", r.Kind, got)
 		}
 	}
-	if _, err := s.Run(Request{SkillDir: skillDir(t, ""), Traceparent: "00-XYZ"}); !errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrInvalidSkill) || !strings.Contains(err.Error(), "traceparent") {
+	if _, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), Traceparent: "00-XYZ"}); !errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrInvalidSkill) || !strings.Contains(err.Error(), "traceparent") {
 		t.Errorf("a malformed traceparent was accepted: %v", err)
 	}
 }
@@ -179,7 +179,7 @@ func TestAC06HundredParallelInvocations(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Run(Request{SkillDir: dir}); err != nil {
+			if _, err := s.Run(t.Context(), Request{SkillDir: dir}); err != nil {
 				errs <- err
 			}
 		}()
@@ -200,7 +200,7 @@ func TestAC06HundredParallelInvocations(t *testing.T) {
 
 func TestAC07PanicEmitsCompletedWithDuration(t *testing.T) {
 	s := newSup(t, &fakeRunner{panicInWait: true})
-	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestAC07PanicEmitsCompletedWithDuration(t *testing.T) {
 
 func TestAC08CompensationSkillEmitsRows(t *testing.T) {
 	s := newSup(t, &fakeRunner{stdout: "{}"})
-	env, err := s.Run(Request{SkillDir: skillDir(t, "x-compensation: true\n")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "x-compensation: true\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestAC08CompensationSkillEmitsRows(t *testing.T) {
 
 func TestAC09ErrorHasMessage(t *testing.T) {
 	s := newSup(t, &fakeRunner{exit: sandbox.Exit{Code: 2}, stderr: "private detail"})
-	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestAC09ErrorHasMessage(t *testing.T) {
 
 func TestAC10TimeoutIsRecorded(t *testing.T) {
 	s := newSup(t, &fakeRunner{hang: true, ignoreTerm: true})
-	env, err := s.Run(Request{SkillDir: skillDir(t, ""), Deadline: 300 * time.Millisecond})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), Deadline: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestAC10TimeoutIsRecorded(t *testing.T) {
 
 func TestAC12TenantInBothRows(t *testing.T) {
 	s := newSup(t, &fakeRunner{stdout: "{}"})
-	env, err := s.Run(Request{SkillDir: skillDir(t, ""), TenantID: "7d4e2f0a-0000-4000-8000-000000000001"})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), TenantID: "7d4e2f0a-0000-4000-8000-000000000001"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestAC13DurationAccurateOnPanic(t *testing.T) {
 	s := newSup(t, &f.fakeRunner)
 	s.Runner = f
 	s.clock = f.clock.now
-	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func TestAC14ResultHashEmptyOnErrorAndPanic(t *testing.T) {
 		{stdout: `{"partial":1}`, exit: sandbox.Exit{Code: -1, Signal: syscall.SIGSEGV}},
 	} {
 		s := newSup(t, f)
-		env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+		env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,7 +338,7 @@ func TestAC15EmitFailureMetric(t *testing.T) {
 			t.Fatalf("%s starts at %v", stage.label, got)
 		}
 		s.Audit = faultyAuditor{inner: s.Audit, fail: stage.kind}
-		_, _ = s.Run(Request{SkillDir: skillDir(t, "")})
+		_, _ = s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 		if got := testutil.ToFloat64(s.metrics().AuditEmitFailures.WithLabelValues(stage.label)); got != 1 {
 			t.Errorf("cyberos_audit_emit_failures_total{stage=%q} = %v, want 1", stage.label, got)
 		}
@@ -352,7 +352,7 @@ func TestRawArgsAppearNowhere(t *testing.T) {
 	var logs bytes.Buffer
 	s := newSup(t, &fakeRunner{stdout: `{"ok":true}`, exit: sandbox.Exit{}})
 	s.Log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	env, err := s.Run(Request{SkillDir: skillDir(t, ""), Args: []byte(`{"q":"` + secret + `"}`)})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), Args: []byte(`{"q":"` + secret + `"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestPolicyHashInStartedRow(t *testing.T) {
 	dir := skillDir(t, "allowed_tools: [Read]\nx-allowed-files: [\"/**\"]\n")
 	hashOf := func(req Request) string {
 		t.Helper()
-		env, err := s.Run(req)
+		env, err := s.Run(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -446,7 +446,7 @@ func TestPolicyHashInStartedRow(t *testing.T) {
 	if h := hashOf(Request{SkillDir: dir}); h == first || len(h) != 64 {
 		t.Errorf("a changed frontmatter leaves policy_hash %q", h)
 	}
-	inv, err := s.prepare(Request{SkillDir: dir}, NewID())
+	inv, err := s.prepare(t.Context(), Request{SkillDir: dir}, NewID())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func BenchmarkRunAuditVsNoop(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, name := range []string{"audit", "noop"} {
 			t0 := time.Now()
-			env, err := sups[name].Run(Request{SkillDir: skill})
+			env, err := sups[name].Run(b.Context(), Request{SkillDir: skill})
 			if err != nil || env.Outcome != OutcomeSuccess {
 				b.Fatalf("%s: %v %+v", name, err, env)
 			}
@@ -112,13 +112,13 @@ func BenchmarkPrepare(b *testing.B) {
 	}
 	s := &Supervisor{Runner: runner, StateDir: state, ProfilesDir: profiles, Tools: tools.Registry(), SocketDir: socketDir(b)}
 	req := Request{SkillDir: skill}
-	inv, err := s.prepare(req, NewID())
+	inv, err := s.prepare(b.Context(), req, NewID())
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Run("prepare", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.prepare(req, NewID()); err != nil {
+			if _, err := s.prepare(b.Context(), req, NewID()); err != nil {
 				b.Fatal(err)
 			}
 		}

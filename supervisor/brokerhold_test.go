@@ -47,7 +47,7 @@ func TestNoCallReadBeforeTheStartedRowIsDurable(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+		env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 		done <- result{env, err}
 	}()
 	var sock string

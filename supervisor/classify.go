@@ -1,8 +1,11 @@
 package supervisor
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"syscall"
 	"time"
@@ -129,4 +132,28 @@ const recordHint = "if its seccomp profile refused a syscall, `cyberos seccomp r
 // the shell's report of a SIGSYS ("Bad system call").
 func refusedBySeccomp(tail string) bool {
 	return strings.Contains(tail, "Operation not permitted") || strings.Contains(tail, "Bad system call")
+}
+
+func withTail(msg, tail string) string {
+	if tail == "" {
+		return msg
+	}
+	return msg + ": " + tail
+}
+
+// oneJSONValue returns b if it holds exactly one JSON value (surrounding
+// whitespace allowed).
+func oneJSONValue(b []byte) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var v json.RawMessage
+	if err := dec.Decode(&v); err != nil {
+		if err == io.EOF {
+			return nil, errors.New("empty")
+		}
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more than one value")
+	}
+	return v, nil
 }

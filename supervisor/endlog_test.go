@@ -70,7 +70,7 @@ func TestFailedInvocationLoggedAtWarn(t *testing.T) {
 		h := &captured{}
 		sup := newSup(t, c.runner)
 		sup.Log = slog.New(h)
-		env, err := sup.Run(Request{SkillDir: skillDir(t, "")})
+		env, err := sup.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 		if err != nil || env.Outcome != c.outcome {
 			t.Fatalf("%v %+v", err, env)
 		}

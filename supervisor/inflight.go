@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -71,7 +72,7 @@ func (s *Supervisor) Reconcile(ctx context.Context, store Reconciler) ([]string,
 			TenantID     string `json:"tenant_id"`
 			TraceID      string `json:"trace_id"`
 		}
-		if err := jsonUnmarshal(r.Payload, &p); err != nil {
+		if err := json.Unmarshal(r.Payload, &p); err != nil {
 			errs = append(errs, fmt.Errorf("row %d: %w", r.Seq, err))
 			continue
 		}

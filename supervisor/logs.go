@@ -41,7 +41,7 @@ func newLogStore(dir string, budget int64) *logStore {
 		budget = DefaultLogBudget
 		var st unix.Statfs_t
 		if unix.Statfs(filepath.Dir(dir), &st) == nil {
-			if eighth := int64(st.Blocks) * int64(st.Bsize) / 8; eighth > 0 && eighth < budget {
+			if eighth := int64(st.Blocks) * int64(st.Bsize) / 8; eighth > 0 && eighth < budget { //nolint:unconvert // Bsize's type differs by platform
 				budget = eighth
 			}
 		}

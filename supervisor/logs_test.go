@@ -92,7 +92,7 @@ func TestLowDiskRefusesBeforeDispatch(t *testing.T) {
 	f := &fakeRunner{stdout: "{}"}
 	s := newSup(t, f)
 	s.MinFreeBytes = 1 << 60
-	_, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	_, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "KiB free") {
 		t.Fatalf("err %v, want ErrRefused naming the free space", err)
 	}
@@ -104,7 +104,7 @@ func TestLowDiskRefusesBeforeDispatch(t *testing.T) {
 		t.Errorf("%d rows written", len(rows))
 	}
 	s.MinFreeBytes = 0
-	if _, err := s.Run(Request{SkillDir: skillDir(t, "")}); err != nil {
+	if _, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")}); err != nil {
 		t.Fatalf("with the default threshold: %v", err)
 	}
 }

@@ -31,7 +31,7 @@ func TestReserveHeldWhileRunning(t *testing.T) {
 			during = append(during, e.Name())
 		}
 	}
-	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestReserveFailureBlocksDispatch(t *testing.T) {
 	s := newSup(t, f)
 	store := s.Audit.(*audit.Store)
 	s.Audit = refusingReserver{store}
-	_, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	_, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	var ae *AuditEmitError
 	if !errors.As(err, &ae) || ae.Stage != "reserve" || !errors.Is(err, ErrRefused) || !errors.Is(err, audit.ErrNoSpace) {
 		t.Fatalf("err %v, want AuditEmitError{Stage: reserve} wrapping ErrNoSpace", err)
@@ -129,7 +129,7 @@ func TestHoldsTakenBeforeTheStartedRow(t *testing.T) {
 	s.Audit = w
 	dir := skillDir(t, "")
 	for range 20 {
-		if _, err := s.Run(Request{SkillDir: dir}); err != nil {
+		if _, err := s.Run(t.Context(), Request{SkillDir: dir}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,7 +152,7 @@ func TestNothingHeldAfterARefusal(t *testing.T) {
 	bad := t.TempDir()
 	os.WriteFile(filepath.Join(bad, "SKILL.md"), []byte("no frontmatter\n"), 0o644)
 	for _, req := range []Request{{SkillDir: bad}, {SkillDir: skillDir(t, ""), Traceparent: "nonsense"}} {
-		if _, err := s.Run(req); err == nil {
+		if _, err := s.Run(t.Context(), req); err == nil {
 			t.Fatalf("%+v: not refused", req)
 		}
 	}
@@ -182,7 +182,7 @@ func TestNothingHeldAfterARefusal(t *testing.T) {
 func TestLockReleasedAfterTheCompletedRow(t *testing.T) {
 	f := &fakeRunner{stdout: "{}"}
 	s := newSup(t, f)
-	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/cgroups"
+	"cyberos.dev/internal/testutil"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor/internal/tools"
 	"cyberos.dev/supervisor/sandbox"
@@ -147,7 +148,7 @@ func run(t *testing.T, f *fakeRunner, req Request) (Envelope, error) {
 		req.SkillDir = skillDir(t, "")
 	}
 	s := newSup(t, f)
-	env, err := s.Run(req)
+	env, err := s.Run(t.Context(), req)
 	s.Drain()
 	return env, err
 }
@@ -268,7 +269,7 @@ func TestAnswerBeforeTeardown(t *testing.T) {
 	f := &fakeRunner{stdout: "{}", closeGate: make(chan struct{})}
 	s := newSup(t, f)
 	s.MaxTeardowns = 1
-	env, err := s.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if err != nil || env.Outcome != OutcomeSuccess {
 		t.Fatalf("%v %+v", err, env)
 	}
@@ -325,7 +326,7 @@ func TestRefusedBeforeAnythingRuns(t *testing.T) {
 		blocker := filepath.Join(t.TempDir(), "file")
 		os.WriteFile(blocker, nil, 0o600)
 		s := &Supervisor{Runner: f, StateDir: filepath.Join(blocker, "state"), Audit: newSup(t, f).Audit}
-		_, err := s.Run(Request{SkillDir: skillDir(t, "")})
+		_, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 		if !errors.Is(err, ErrRefused) || f.lastSpec.ID != "" {
 			t.Fatalf("err %v, started %q", err, f.lastSpec.ID)
 		}
@@ -455,7 +456,7 @@ func TestDeadlineBoundsSandboxStart(t *testing.T) {
 	s := newSup(t, &f.fakeRunner)
 	s.Runner = f
 	t0 := time.Now()
-	env, err := s.Run(Request{SkillDir: skillDir(t, ""), Deadline: 300 * time.Millisecond})
+	env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), Deadline: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,18 +473,7 @@ func TestDeadlineBoundsSandboxStart(t *testing.T) {
 		t.Errorf("timeout row %v", to)
 	}
 	close(f.release)
-	testutilWaitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed })
-}
-
-func testutilWaitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("the late sandbox was never closed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.closed })
 }
 
 // TestTenantMustBeAUUID: a tenant that is not a UUID is refused as an

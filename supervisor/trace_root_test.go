@@ -18,7 +18,7 @@ func TestInvokeWithoutParentIsRoot(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(tracerProviderOptions(exp)...)
 	sup := newSup(t, &fakeRunner{stdout: `{"ok":true}`})
 	sup.Tracer = tp.Tracer("test")
-	env, err := sup.Run(Request{SkillDir: skillDir(t, "")})
+	env, err := sup.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	if err != nil || env.Outcome != OutcomeSuccess {
 		t.Fatalf("%v %+v", err, env)
 	}
@@ -47,7 +47,7 @@ func TestInvokeWithParentIsChild(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(tracerProviderOptions(exp)...)
 	sup := newSup(t, &fakeRunner{stdout: `{"ok":true}`})
 	sup.Tracer = tp.Tracer("test")
-	env, err := sup.Run(Request{SkillDir: skillDir(t, ""), Traceparent: callerTP, Tracestate: "vendor=abc"})
+	env, err := sup.Run(t.Context(), Request{SkillDir: skillDir(t, ""), Traceparent: callerTP, Tracestate: "vendor=abc"})
 	if err != nil || env.Outcome != OutcomeSuccess {
 		t.Fatalf("%v %+v", err, env)
 	}

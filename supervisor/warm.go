@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -232,13 +233,13 @@ func (p *WarmPool) entryLocked(key string, inv *invocation) (e *warmEntry, dead 
 // --start warm` does before its invocation. req is validated as Run
 // validates it, and refused with the same errors.
 func (p *WarmPool) Make(req Request) error {
-	inv, err := p.sup.prepare(req, NewID())
+	inv, err := p.sup.prepare(context.Background(), req, NewID())
 	if err != nil {
 		return err
 	}
 	key, err := shapeKey(inv.spec, inv.policyHash)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidSkill, err)
+		return fmt.Errorf("%w: %w", ErrInvalidSkill, err)
 	}
 	p.mu.Lock()
 	if p.closed {

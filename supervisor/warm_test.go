@@ -28,7 +28,7 @@ type warmRunner struct {
 	made, cold, closed atomic.Int64
 	mu                 sync.Mutex
 	activated          map[string]int
-	kill               bool // sandboxes die right after they are made
+	kill               atomic.Bool // the ready sandboxes' inits are dead
 }
 
 func (r *warmRunner) Reserve(string) (sandbox.Identity, error) {
@@ -48,17 +48,16 @@ func (r *warmRunner) Start(spec sandbox.Spec) (sandbox.Process, error) {
 
 func (r *warmRunner) Prewarm(spec sandbox.Spec) (sandbox.Warm, error) {
 	r.made.Add(1)
-	return &fakeWarm{r: r, id: spec.ID, dead: r.kill}, nil
+	return &fakeWarm{r: r, id: spec.ID}, nil
 }
 
 type fakeWarm struct {
-	r    *warmRunner
-	id   string
-	dead bool
+	r  *warmRunner
+	id string
 }
 
 func (w *fakeWarm) ID() string   { return w.id }
-func (w *fakeWarm) Alive() bool  { return !w.dead }
+func (w *fakeWarm) Alive() bool  { return !w.r.kill.Load() }
 func (w *fakeWarm) Close() error { w.r.closed.Add(1); return nil }
 func (w *fakeWarm) Activate(a sandbox.Activation) (sandbox.Process, error) {
 	w.r.mu.Lock()
@@ -104,7 +103,7 @@ func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	var starts sync.Map
 	var slots, released atomic.Int64
-	slot := func() (func(), error) {
+	slot := func() (func(), error) { //nolint:unparam // Request.StartSlot's signature
 		slots.Add(1)
 		return func() { released.Add(1) }, nil
 	}
@@ -113,7 +112,7 @@ func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 20 {
-				env, err := s.Run(Request{SkillDir: dir, StartSlot: slot})
+				env, err := s.Run(t.Context(), Request{SkillDir: dir, StartSlot: slot})
 				if err != nil || env.Outcome != OutcomeSuccess {
 					t.Errorf("goroutine %d run %d: %v %s %s", g, i, err, env.Outcome, env.ErrorMessage)
 					return
@@ -156,7 +155,7 @@ func TestWarmPoolHandsEachSandboxOnce(t *testing.T) {
 func TestStartSlotRefusalRunsNothing(t *testing.T) {
 	r := &warmRunner{activated: map[string]int{}}
 	s := newSupWith(t, r)
-	_, err := s.Run(Request{SkillDir: skillDir(t, ""), StartSlot: func() (func(), error) { return nil, context.Canceled }})
+	_, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, ""), StartSlot: func() (func(), error) { return nil, context.Canceled }})
 	if !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrRefused) {
 		t.Fatalf("err %v, want ErrNotStarted (an ErrRefused)", err)
 	}
@@ -167,23 +166,45 @@ func TestStartSlotRefusalRunsNothing(t *testing.T) {
 }
 
 // TestWarmPoolSkipsDeadSandboxes: sandboxes whose init died are discarded
-// at the claim, and the invocation starts cold.
+// at the claim, and the invocation starts cold; once sandboxes are made
+// alive again, the next invocation after a refill starts warm.
 func TestWarmPoolSkipsDeadSandboxes(t *testing.T) {
-	r := &warmRunner{activated: map[string]int{}, kill: true}
+	r := &warmRunner{activated: map[string]int{}}
+	r.kill.Store(true)
 	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 2})
 	defer pool.Close()
-	for i := range 5 {
-		env, err := s.Run(Request{SkillDir: dir})
-		if err != nil || env.Outcome != OutcomeSuccess || env.Containment.Start != StartCold {
-			t.Fatalf("run %d: %v %s start %q, want a cold success", i, err, env.Outcome, env.Containment.Start)
+	run := func(what, want string) {
+		t.Helper()
+		env, err := s.Run(t.Context(), Request{SkillDir: dir})
+		if err != nil || env.Outcome != OutcomeSuccess || env.Containment.Start != want {
+			t.Fatalf("%s: %v %s start %q, want a %s success", what, err, env.Outcome, env.Containment.Start, want)
 		}
-		time.Sleep(10 * time.Millisecond) // let a refill land
 	}
-	testutil.WaitFor(t, 10*time.Second, func() bool { return r.made.Load() > 0 })
+	// The first claim misses (nothing made yet) and starts the refill.
+	run("first run", StartCold)
+	for i := range 3 {
+		// Each claim meets a ready (dead) sandbox: the refill landed.
+		testutil.WaitFor(t, 10*time.Second, func() bool { return pool.Ready() >= 1 })
+		closed := r.closed.Load()
+		run(fmt.Sprintf("run %d over a dead sandbox", i), StartCold)
+		if r.closed.Load() <= closed {
+			t.Fatalf("run %d: the dead sandbox it met was not destroyed", i)
+		}
+	}
+	r.mu.Lock()
+	n := len(r.activated)
+	r.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("dead sandboxes: %d made, %d activated, want none activated", r.made.Load(), n)
+	}
+	// Alive again: the run after a refill starts warm.
+	r.kill.Store(false)
+	testutil.WaitFor(t, 10*time.Second, func() bool { return pool.Ready() >= 1 })
+	run("run over a live sandbox", StartWarm)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.activated) != 0 {
-		t.Errorf("dead sandboxes: %d made, %d activated, want none activated", r.made.Load(), len(r.activated))
+	if len(r.activated) != 1 {
+		t.Errorf("activated %v, want the one live sandbox", r.activated)
 	}
 }
 
@@ -203,11 +224,11 @@ func TestWarmPoolMakeHandsOverOne(t *testing.T) {
 	if err := pool.Make(Request{SkillDir: dir}); err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Fatalf("a second Make within a budget of 1: %v, want a budget error", err)
 	}
-	env, err := s.Run(Request{SkillDir: dir})
+	env, err := s.Run(t.Context(), Request{SkillDir: dir})
 	if err != nil || env.Outcome != OutcomeSuccess || env.Containment.Start != StartWarm {
 		t.Fatalf("run: %v %s start %q, want a warm success", err, env.Outcome, env.Containment.Start)
 	}
-	env, err = s.Run(Request{SkillDir: dir})
+	env, err = s.Run(t.Context(), Request{SkillDir: dir})
 	if err != nil || env.Containment.Start != StartCold {
 		t.Fatalf("second run: %v start %q, want cold (nothing refilled)", err, env.Containment.Start)
 	}
@@ -234,7 +255,7 @@ func TestWarmPoolMadeButUnclaimedIsDestroyed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: [\n---\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(Request{SkillDir: dir}); !errors.Is(err, ErrInvalidSkill) {
+	if _, err := s.Run(t.Context(), Request{SkillDir: dir}); !errors.Is(err, ErrInvalidSkill) {
 		t.Fatalf("run of a broken skill: %v, want ErrInvalidSkill", err)
 	}
 	pool.Close()
@@ -259,7 +280,7 @@ func TestWarmPoolDropsAnEditedSkillsSandboxes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(md), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env, err := s.Run(Request{SkillDir: dir})
+	env, err := s.Run(t.Context(), Request{SkillDir: dir})
 	if err != nil || env.Containment.Start != StartCold {
 		t.Fatalf("after the edit: %v start %q, want cold", err, env.Containment.Start)
 	}
@@ -327,7 +348,7 @@ func TestWarmGaugeFollowsThePool(t *testing.T) {
 	}
 	defer pool.Close()
 	s.Warm = pool
-	if env, err := s.Run(Request{SkillDir: skillDir(t, "")}); err != nil || env.Outcome != OutcomeSuccess {
+	if env, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")}); err != nil || env.Outcome != OutcomeSuccess {
 		t.Fatal(err, env.Outcome)
 	}
 	gauge := func() float64 { return promtest.ToFloat64(s.Metrics.WarmSandboxes.WithLabelValues("fake")) }

@@ -174,7 +174,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 		if pool.Metrics, err = mcpclient.NewMetrics(metrics.Registry); err != nil {
 			return err
 		}
-		sup.MCP = pool
+		sup.Sources = append(sup.Sources, pool)
 		defer pool.Close()
 	}
 	if r, ok := sup.Runner.(interface{ CgroupWhere() string }); ok {

@@ -149,7 +149,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return &exitError{exitUsage, err}
 	}
 	if pool != nil {
-		sup.MCP = pool
+		sup.Sources = append(sup.Sources, pool)
 		defer pool.Close()
 	}
 	// The sandbox is destroyed after the envelope is ready (its range is
@@ -162,7 +162,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	}
-	env, err := runOnce(sup, supervisor.Request{
+	env, err := runOnce(context.Background(), sup, supervisor.Request{
 		SkillDir:    dir,
 		Args:        args,
 		TenantID:    f.tenant,
@@ -192,9 +192,9 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 // runOnce runs req; warm, in a sandbox made first as the daemon's warm
 // pool makes one (and claimed as the daemon claims it), so that a warm
 // start can be tried, and tested, like a cold one.
-func runOnce(sup *supervisor.Supervisor, req supervisor.Request, warm bool) (supervisor.Envelope, error) {
+func runOnce(ctx context.Context, sup *supervisor.Supervisor, req supervisor.Request, warm bool) (supervisor.Envelope, error) {
 	if !warm {
-		return sup.Run(req)
+		return sup.Run(ctx, req)
 	}
 	if req.SeccompRecorder != nil {
 		return supervisor.Envelope{}, fmt.Errorf("%w: --start warm: a recorded run starts cold", supervisor.ErrInvalidRequest)
@@ -208,7 +208,7 @@ func runOnce(sup *supervisor.Supervisor, req supervisor.Request, warm bool) (sup
 	if err := pool.Make(req); err != nil {
 		return supervisor.Envelope{}, fmt.Errorf("--start warm: %w", err)
 	}
-	return sup.Run(req)
+	return sup.Run(ctx, req)
 }
 
 // limitsOnly is Defaults carrying only the cost bounds of `skill run`'s

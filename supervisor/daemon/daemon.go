@@ -682,37 +682,28 @@ func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
 	if traceparent == "" {
 		traceparent, tracestate = telemetry.FromHeaders(r.Header)
 	}
-	var id string
 	cancel := d.cancels.open()
 	defer d.cancels.close(cancel)
 	if req.CancelOnDisconnect {
 		stop := context.AfterFunc(r.Context(), cancel.fire)
 		defer stop()
 	}
+	ctx, endCtx := d.invocationContext(r.Context(), cancel)
+	defer endCtx()
+	obs := &invokeObserver{d: d, cancel: cancel, cl: cl, requestID: req.RequestID}
 	def := supervisor.Defaults(d.currentDefaults())
-	env, err := d.sup.Run(supervisor.Request{
+	env, err := d.sup.Run(ctx, supervisor.Request{
 		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
 		TenantID: tenant, Persona: req.CallerPersona, Traceparent: traceparent, Tracestate: tracestate,
 		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
 		Defaults: &def,
 		Ceilings: d.cfg.Limits.Ceilings(),
-		OnStarted: func(s supervisor.Started) {
-			id = s.InvocationID
-			d.cancels.name(cancel, id)
-			if cl.own {
-				d.requests.started(cl.key, s.InvocationID)
-			}
-			d.hub.startedAs(s, req.RequestID)
-		},
-		OnToolCall:      d.hub.decided,
-		OnProtocolAbuse: func(kind string) { d.hub.protocolAbuse(id, kind) },
-		Stop:            d.stop,
-		Cancel:          cancel.ch,
+		Observer: obs,
 		// Admitted; a cold sandbox is created once a start slot is free. A
 		// caller that gives up meanwhile leaves the line, and nothing runs.
 		StartSlot: func() (func(), error) { return d.starts.enter(r.Context(), d.stop) },
 	})
-	if id != "" {
+	if id := obs.id; id != "" {
 		outcome := string(env.Outcome)
 		if err != nil && outcome == "" {
 			outcome = "error"
