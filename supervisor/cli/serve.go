@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"cyberos.dev/supervisor/config"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -47,17 +48,17 @@ func newServeCmd() *cobra.Command {
 			if check && configPath == "" {
 				return &exitError{exitUsage, errors.New("--check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)")}
 			}
-			cfg := daemon.DefaultConfig()
+			cfg := config.Default()
 			var loadProblems []string // --check goes on past these to name every problem
 			if check {
 				var errs []error
-				cfg, errs = daemon.CheckConfigFile(configPath)
+				cfg, errs = config.CheckFile(configPath)
 				for _, e := range errs {
-					loadProblems = append(loadProblems, strings.TrimPrefix(e.Error(), daemon.ErrConfig.Error()+": "))
+					loadProblems = append(loadProblems, strings.TrimPrefix(e.Error(), config.ErrConfig.Error()+": "))
 				}
 			} else if configPath != "" {
 				var err error
-				if cfg, err = daemon.LoadConfig(configPath); err != nil {
+				if cfg, err = config.Load(configPath); err != nil {
 					return &exitError{exitUsage, err}
 				}
 			} else if err := cfg.Validate(); err != nil {
@@ -108,7 +109,7 @@ func newServeCmd() *cobra.Command {
 	return serve
 }
 
-func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *slog.Logger) error {
+func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *slog.Logger) error {
 	auditOpts, err := signingOptions(cfg, configPath, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -247,7 +248,7 @@ func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, co
 			log.Warn("SIGHUP: no config file to reload (serve runs on the built-in defaults)")
 			continue
 		}
-		cfg, problems := daemon.CheckConfigFile(configPath)
+		cfg, problems := config.CheckFile(configPath)
 		if len(problems) > 0 {
 			log.Error("SIGHUP: the config does not load; nothing changed", "config", configPath, "err", errors.Join(problems...))
 			continue
@@ -280,7 +281,7 @@ func removeStaleSockets(dir string, ids []string, warn func(string, ...any)) {
 
 // fleetPool is the fleet's PostgreSQL, connected on first use, and this
 // host's id in it.
-func fleetPool(f daemon.Fleet) (*pgxpool.Pool, string, error) {
+func fleetPool(f config.Fleet) (*pgxpool.Pool, string, error) {
 	dsn, err := f.DSN()
 	if err != nil {
 		return nil, "", err

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"cyberos.dev/supervisor/config"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,7 +71,7 @@ type APIError struct {
 
 // Daemon is a running supervisor daemon.
 type Daemon struct {
-	cfg      Config
+	cfg      config.Config
 	sup      *supervisor.Supervisor
 	store    *audit.Store
 	metrics  *telemetry.Metrics
@@ -84,7 +85,7 @@ type Daemon struct {
 
 	inflight atomic.Int64
 	// reloadedDefaults are the defaults of the last SIGHUP (reload.go).
-	reloadedDefaults atomic.Pointer[Defaults]
+	reloadedDefaults atomic.Pointer[config.Defaults]
 	starts           startGate  // sandbox creations in progress
 	scav             *scavenger // hands a burst's memory back to the OS
 	// gate orders the admission of an invocation (wg.Add) before shutdown's
@@ -127,7 +128,7 @@ var defaultAdminTimeouts = adminTimeouts{header: 10 * time.Second, request: 30 *
 
 // New prepares a daemon: today's counters from the audit rows, the admin
 // socket (mode 0660, root:admin_group) and the metrics listener. Serve runs it.
-func New(cfg Config, o Options) (*Daemon, error) {
+func New(cfg config.Config, o Options) (*Daemon, error) {
 	gid, err := cfg.AdminGID()
 	if err != nil {
 		return nil, err

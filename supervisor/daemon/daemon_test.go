@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"cyberos.dev/supervisor/config"
 	"errors"
 	"fmt"
 	"os"
@@ -19,12 +20,12 @@ import (
 )
 
 func TestExampleConfigIsValid(t *testing.T) {
-	c, err := LoadConfig("../../packaging/config.example.yaml")
+	c, err := config.Load("../../packaging/config.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != DefaultConfig() {
-		t.Errorf("the example config differs from the defaults:\n%+v\n%+v", c, DefaultConfig())
+	if c != config.Default() {
+		t.Errorf("the example config differs from the defaults:\n%+v\n%+v", c, config.Default())
 	}
 }
 
@@ -88,9 +89,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	} {
 		p := filepath.Join(t.TempDir(), "c.yaml")
 		os.WriteFile(p, []byte(tc.yaml), 0o644)
-		_, err := LoadConfig(p)
-		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.key) {
-			t.Errorf("%q: err %v, want ErrConfig naming %s", tc.yaml, err, tc.key)
+		_, err := config.Load(p)
+		if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%q: err %v, want config.ErrConfig naming %s", tc.yaml, err, tc.key)
 		}
 	}
 }
@@ -98,12 +99,12 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 // TestConfigScrubInterval: audit.scrub_interval defaults to an hour, and
 // 0 turns the scrub off.
 func TestConfigScrubInterval(t *testing.T) {
-	if got := time.Duration(DefaultConfig().Audit.ScrubInterval); got != time.Hour {
+	if got := time.Duration(config.Default().Audit.ScrubInterval); got != time.Hour {
 		t.Errorf("default scrub_interval %v, want 1h", got)
 	}
 	p := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(p, []byte("version: 1\naudit: {scrub_interval: 0s}\n"), 0o644)
-	c, err := LoadConfig(p)
+	c, err := config.Load(p)
 	if err != nil || c.Audit.ScrubInterval != 0 {
 		t.Errorf("scrub_interval 0s: %v, %v", c.Audit.ScrubInterval, err)
 	}
@@ -112,32 +113,32 @@ func TestConfigScrubInterval(t *testing.T) {
 // fleet.host_id defaults to $CYBEROS_HOST_ID, then to the hostname; the
 // DSN may come from a file (a mounted secret), whose emptiness is an error.
 func TestFleetHostIDAndDSN(t *testing.T) {
-	t.Setenv(HostIDEnv, "node-7")
-	if id, err := (Fleet{}).ResolvedHostID(); err != nil || id != "node-7" {
-		t.Errorf("host id from $%s: %q %v", HostIDEnv, id, err)
+	t.Setenv(config.HostIDEnv, "node-7")
+	if id, err := (config.Fleet{}).ResolvedHostID(); err != nil || id != "node-7" {
+		t.Errorf("host id from $%s: %q %v", config.HostIDEnv, id, err)
 	}
-	if id, err := (Fleet{HostID: "host-a"}).ResolvedHostID(); err != nil || id != "host-a" {
+	if id, err := (config.Fleet{HostID: "host-a"}).ResolvedHostID(); err != nil || id != "host-a" {
 		t.Errorf("configured host id: %q %v", id, err)
 	}
-	t.Setenv(HostIDEnv, "")
+	t.Setenv(config.HostIDEnv, "")
 	h, _ := os.Hostname()
-	if id, err := (Fleet{}).ResolvedHostID(); err != nil || id != h {
+	if id, err := (config.Fleet{}).ResolvedHostID(); err != nil || id != h {
 		t.Errorf("host id from the hostname %q: %q %v", h, id, err)
 	}
-	t.Setenv(HostIDEnv, "bad id")
-	if _, err := (Fleet{}).ResolvedHostID(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "$"+HostIDEnv) {
-		t.Errorf("a bad $%s: %v", HostIDEnv, err)
+	t.Setenv(config.HostIDEnv, "bad id")
+	if _, err := (config.Fleet{}).ResolvedHostID(); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "$"+config.HostIDEnv) {
+		t.Errorf("a bad $%s: %v", config.HostIDEnv, err)
 	}
 	f := filepath.Join(t.TempDir(), "dsn")
 	os.WriteFile(f, []byte("postgres://u@db:5432/c\n"), 0o400)
-	if dsn, err := (Fleet{PostgresDSNFile: f}).DSN(); err != nil || dsn != "postgres://u@db:5432/c" {
+	if dsn, err := (config.Fleet{PostgresDSNFile: f}).DSN(); err != nil || dsn != "postgres://u@db:5432/c" {
 		t.Errorf("DSN from a file: %q %v", dsn, err)
 	}
 	os.WriteFile(f, []byte("\n"), 0o400)
-	if _, err := (Fleet{PostgresDSNFile: f}).DSN(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "empty") {
+	if _, err := (config.Fleet{PostgresDSNFile: f}).DSN(); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("an empty DSN file: %v", err)
 	}
-	if (Fleet{}).Enabled() || !(Fleet{PostgresDSNFile: f}).Enabled() {
+	if (config.Fleet{}).Enabled() || !(config.Fleet{PostgresDSNFile: f}).Enabled() {
 		t.Errorf("Enabled: only with a DSN or a DSN file")
 	}
 }
@@ -151,17 +152,17 @@ func TestConfigUsernsOverlapsHostIDs(t *testing.T) {
 	old := sandbox.HostIDFiles
 	sandbox.HostIDFiles = []string{subuid}
 	defer func() { sandbox.HostIDFiles = old }()
-	c := DefaultConfig()
+	c := config.Default()
 	err := c.Validate()
-	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "userns.host_id_base") || !strings.Contains(err.Error(), subuid) {
-		t.Fatalf("default ranges over a subuid range: err %v, want ErrConfig naming userns.host_id_base and %s", err, subuid)
+	if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "userns.host_id_base") || !strings.Contains(err.Error(), subuid) {
+		t.Fatalf("default ranges over a subuid range: err %v, want config.ErrConfig naming userns.host_id_base and %s", err, subuid)
 	}
 	c.Userns.HostIDBase = 1100000 + 65536
 	if err := c.Validate(); err != nil {
 		t.Fatalf("ranges after the subuid range: %v", err)
 	}
-	if c.IDRanges() != c.MaxConcurrent+c.Warm.MaxSandboxes+DefaultTeardowns || c.Teardowns() != DefaultTeardowns {
-		t.Fatalf("ranges %d, teardowns %d; want max_concurrent %d + warm.max_sandboxes %d + %d teardowns by default", c.IDRanges(), c.Teardowns(), c.MaxConcurrent, c.Warm.MaxSandboxes, DefaultTeardowns)
+	if c.IDRanges() != c.MaxConcurrent+c.Warm.MaxSandboxes+config.DefaultTeardowns || c.Teardowns() != config.DefaultTeardowns {
+		t.Fatalf("ranges %d, teardowns %d; want max_concurrent %d + warm.max_sandboxes %d + %d teardowns by default", c.IDRanges(), c.Teardowns(), c.MaxConcurrent, c.Warm.MaxSandboxes, config.DefaultTeardowns)
 	}
 	c.Userns.Ranges = c.MaxConcurrent + c.Warm.MaxSandboxes
 	if c.Teardowns() != 0 {
@@ -350,7 +351,7 @@ func TestReplayToolNameAndPolicyHash(t *testing.T) {
 // config file's directory (/etc/cyberos without one), one inside state_dir
 // is refused naming the key, and the key is reserved from the file tools.
 func TestConfigSigningKey(t *testing.T) {
-	c := DefaultConfig()
+	c := config.Default()
 	if got := c.SigningKeyPath(""); got != "/etc/cyberos/audit-signing.key" {
 		t.Errorf("without a config file: %s", got)
 	}
@@ -360,11 +361,11 @@ func TestConfigSigningKey(t *testing.T) {
 	if r := c.ReservedPaths("/srv/conf/supervisor.yaml"); !slices.Contains(r, "/srv/conf/audit-signing.key") || !slices.Contains(r, "/srv/conf/audit-signing.key.pub") {
 		t.Errorf("reserved paths %v lack the key", r)
 	}
-	if r := c.ReservedPaths("/srv/conf/supervisor.yaml"); slices.Contains(r, "/srv/conf") || !slices.Contains(r, "/srv/conf/supervisor.yaml") || !slices.Contains(r, DefaultConfigDir) {
-		t.Errorf("reserved paths %v: want the config file and %s, not the config's directory", r, DefaultConfigDir)
+	if r := c.ReservedPaths("/srv/conf/supervisor.yaml"); slices.Contains(r, "/srv/conf") || !slices.Contains(r, "/srv/conf/supervisor.yaml") || !slices.Contains(r, config.DefaultConfigDir) {
+		t.Errorf("reserved paths %v: want the config file and %s, not the config's directory", r, config.DefaultConfigDir)
 	}
 	c.Audit.SigningKey = "/var/lib/cyberos/keys/k"
-	if err := c.Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "audit.signing_key") || !strings.Contains(err.Error(), "inside state_dir") {
+	if err := c.Validate(); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "audit.signing_key") || !strings.Contains(err.Error(), "inside state_dir") {
 		t.Errorf("a key in state_dir: %v", err)
 	}
 	c.Audit.SigningKey = "../lib/cyberos/k"
@@ -375,7 +376,7 @@ func TestConfigSigningKey(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.signing_key") {
 		t.Errorf("an empty key: %v", err)
 	}
-	c = DefaultConfig()
+	c = config.Default()
 	c.Audit.Syslog = "dev/log"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "audit.syslog") {
 		t.Errorf("a relative syslog socket: %v", err)

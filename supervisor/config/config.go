@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"errors"
@@ -293,8 +293,8 @@ func (c *Config) AdminConnections() int {
 	return c.MaxConcurrent + adminSpareConnections
 }
 
-// DefaultConfig is what an empty file means.
-func DefaultConfig() Config {
+// Default is what an empty file means.
+func Default() Config {
 	return Config{
 		Version:            1,
 		SkillsDir:          "/opt/cyberos/skills",
@@ -318,9 +318,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// LoadConfig reads path strictly over the defaults and validates it.
-func LoadConfig(path string) (Config, error) {
-	c := DefaultConfig()
+// Load reads path strictly over the defaults and validates it.
+func Load(path string) (Config, error) {
+	c := Default()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("%w: %v", ErrConfig, err)
