@@ -5,7 +5,6 @@ package kubernetes_test
 // the daemon config its ConfigMap holds (docs/kubernetes.md).
 
 import (
-	"cyberos.dev/supervisor/config"
 	"errors"
 	"fmt"
 	"net"
@@ -25,6 +24,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"cyberos.dev/supervisor/config"
 )
 
 const (

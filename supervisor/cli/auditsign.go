@@ -1,13 +1,13 @@
 package cli
 
 import (
-	"cyberos.dev/supervisor/config"
 	"fmt"
 	"log/slog"
 	"log/syslog"
 	"sync"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/supervisor/config"
 )
 
 // signingOptions are the audit store's options that sign its chain head

@@ -1,12 +1,12 @@
 package cli
 
 import (
-	"cyberos.dev/supervisor/config"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
+	"cyberos.dev/supervisor/config"
 )
 
 // pinnedFileBytes is about what the memory cgroup is charged for one open

@@ -1,10 +1,10 @@
 package cli
 
 import (
-	"cyberos.dev/supervisor/config"
 	"strings"
 	"testing"
 
+	"cyberos.dev/supervisor/config"
 )
 
 // TestOpenFilesWarning: serve warns when one sandbox at the ceilings could

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"cyberos.dev/supervisor/config"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/sandbox"
 )

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cyberos.dev/supervisor/config"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +12,7 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/fleet"
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/daemon"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"cyberos.dev/supervisor/config"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +21,7 @@ import (
 	"cyberos.dev/fleet"
 	"cyberos.dev/memory"
 	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/daemon"
 	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/sandbox"

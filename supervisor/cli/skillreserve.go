@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cyberos.dev/supervisor/config"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"cyberos.dev/policy"
+	"cyberos.dev/supervisor/config"
 )
 
 // defaultConfigPath is where `make install` puts the daemon's config.

@@ -1,13 +1,13 @@
 package cli
 
 import (
-	"cyberos.dev/supervisor/config"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"cyberos.dev/supervisor/config"
 )
 
 func TestDaemonReserved(t *testing.T) {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"cyberos.dev/supervisor/config"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/fleet"
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/telemetry"
 )
 

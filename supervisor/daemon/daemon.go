@@ -3,7 +3,6 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"cyberos.dev/supervisor/config"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +28,7 @@ import (
 	"cyberos.dev/internal/unixsock"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/internal/broker"
 	"cyberos.dev/telemetry"
 )
@@ -36,32 +36,6 @@ import (
 // SkillIDPattern is what a skill id (its folder name) must match; compiled
 // on first use (see policy.nameRE).
 var SkillIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
-
-// DefaultTenant is the tenant of a request that names none.
-const DefaultTenant = "00000000-0000-0000-0000-000000000000"
-
-// InvokeRequest is the body of POST /v1/invocations.
-type InvokeRequest struct {
-	SkillID       string          `json:"skill_id"`
-	Version       string          `json:"version,omitempty"`
-	Args          json.RawMessage `json:"args,omitempty"`
-	TenantID      string          `json:"tenant_id,omitempty"`
-	CallerPersona string          `json:"caller_persona,omitempty"`
-	// Traceparent is the caller's W3C traceparent. It wins over the
-	// request's traceparent header (and that header's tracestate is then
-	// not used): the body is what the caller wrote for this invocation.
-	// An invalid one here is a 400; an invalid header is ignored, as W3C
-	// Trace Context asks.
-	Traceparent string `json:"traceparent,omitempty"`
-	// DeadlineMS shortens effort_minutes like `skill run --deadline`; at
-	// most MaxDeadlineMS, 0 keeps effort_minutes.
-	DeadlineMS int64  `json:"deadline_ms,omitempty"`
-	RequestID  string `json:"request_id,omitempty"`
-	// CancelOnDisconnect: a caller that goes away before the answer
-	// cancels the invocation (outcome cancelled), as an MCP client's
-	// notifications/cancelled does. Without it the invocation runs on.
-	CancelOnDisconnect bool `json:"cancel_on_disconnect,omitempty"`
-}
 
 // APIError is the body of every non-200 answer.
 type APIError struct {
@@ -865,20 +839,6 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-}
-
-// SkillList is GET /v1/skills: the skills of skills_dir as the next
-// invocation would load them (SKILL.md is read again now), and the
-// folders that are not usable, with why.
-type SkillList struct {
-	Skills   []*policy.Policy `json:"skills"`
-	Unusable []UnusableSkill  `json:"unusable"`
-}
-
-// UnusableSkill is a folder of skills_dir that is not a usable skill.
-type UnusableSkill struct {
-	SkillID string `json:"skill_id"`
-	Error   string `json:"error"`
 }
 
 func (d *Daemon) handleSkills(w http.ResponseWriter, _ *http.Request) {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"cyberos.dev/supervisor/config"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"cyberos.dev/audit"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/internal/broker"
 	"cyberos.dev/supervisor/sandbox"
 )

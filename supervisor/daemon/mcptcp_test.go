@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"cyberos.dev/supervisor/config"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"cyberos.dev/supervisor/config"
 )
 
 // The token file must be root's, private, a regular file and long enough.

@@ -24,16 +24,6 @@ const (
 	recentMax     = 1000
 )
 
-// Recent is one ended invocation in GET /v1/invocations.
-type Recent struct {
-	InvocationID string `json:"invocation_id"`
-	SkillID      string `json:"skill_id"`
-	TenantID     string `json:"tenant_id"`
-	EndedAt      string `json:"ended_at"`
-	Outcome      string `json:"outcome"`
-	DurationMS   int64  `json:"duration_ms"`
-}
-
 func (d *Daemon) routesOps(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/invocations", d.handleRecent)
 	mux.HandleFunc("GET /v1/invocations/{id}", d.handleInspect)

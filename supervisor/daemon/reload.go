@@ -1,9 +1,10 @@
 package daemon
 
 import (
-	"cyberos.dev/supervisor/config"
 	"reflect"
 	"strings"
+
+	"cyberos.dev/supervisor/config"
 )
 
 // reloadable are the config keys SIGHUP applies to a running daemon: the

@@ -1,9 +1,10 @@
 package daemon
 
 import (
-	"cyberos.dev/supervisor/config"
 	"slices"
 	"testing"
+
+	"cyberos.dev/supervisor/config"
 )
 
 // TestReloadAppliesDefaultsOnly: a changed defaults is applied to new

@@ -19,12 +19,6 @@ const (
 	MaxSkillFileBytes = 1 << 20
 )
 
-// SkillFile is one regular file of a skill folder (GET /v1/skills/{id}/files).
-type SkillFile struct {
-	Path string `json:"path"` // slash-separated, relative to the folder
-	Size int64  `json:"size"`
-}
-
 // skillRoot opens the skill folder as an os.Root, so no path a caller
 // gives (.., an absolute path, a symlink) reaches outside it.
 func (d *Daemon) skillRoot(w http.ResponseWriter, id string) *os.Root {
