@@ -15,8 +15,8 @@ import (
 
 	"cyberos.dev/client"
 	"cyberos.dev/policy"
-	"cyberos.dev/supervisor/daemon"
 	"cyberos.dev/supervisor/internal/broker"
+	"cyberos.dev/supervisor/internal/daemon"
 )
 
 // socketEnv names the admin socket when --socket is not given.

@@ -13,7 +13,7 @@ import (
 	"cyberos.dev/audit"
 	"cyberos.dev/fleet"
 	"cyberos.dev/supervisor/config"
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/internal/daemon"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"
 )

@@ -22,7 +22,7 @@ import (
 	"cyberos.dev/memory"
 	"cyberos.dev/supervisor"
 	"cyberos.dev/supervisor/config"
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/internal/daemon"
 	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"

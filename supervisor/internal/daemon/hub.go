@@ -1,6 +1,7 @@
-// Package daemon is the host daemon behind `cyberos supervisor serve`: the
-// strict config, the skill registry, the admin API over a Unix socket
-// (invoke, status, tail, replay), /metrics, and graceful shutdown.
+// Package daemon is the host daemon behind `cyberos serve`: the skill
+// registry, the admin API over a Unix socket (invoke, status, tail,
+// replay, /mcp), /metrics, and graceful shutdown. It reads its config
+// file with package config; package client is the API's client.
 package daemon
 
 import (
