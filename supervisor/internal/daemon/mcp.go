@@ -39,7 +39,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxInvokeBody {
 			w.Header().Set("Connection", "close")
-			apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
+			apiErr(w, kindTooLarge, fmt.Errorf("body: over %d bytes", MaxInvokeBody))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxInvokeBody)

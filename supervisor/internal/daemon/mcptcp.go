@@ -64,7 +64,7 @@ func requireBearer(token []byte, next http.Handler) http.Handler {
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cyberos"`)
-			apiErr(w, http.StatusUnauthorized, "unauthorized", errors.New("this listener needs the bearer token of mcp_http.token_file"))
+			apiErr(w, kindUnauthorized, errors.New("this listener needs the bearer token of mcp_http.token_file"))
 			return
 		}
 		next.ServeHTTP(w, r)
