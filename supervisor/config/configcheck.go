@@ -21,7 +21,7 @@ func CheckFile(path string) (cfg Config, problems []error) {
 	cfg = Default()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return cfg, []error{fmt.Errorf("%w: %v", ErrConfig, err)}
+		return cfg, []error{fmt.Errorf("%w: %w", ErrConfig, err)}
 	}
 	file, err := parser.ParseBytes(b, 0)
 	if err != nil {

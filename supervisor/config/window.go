@@ -12,7 +12,7 @@ type Window time.Duration
 func (w *Window) UnmarshalText(b []byte) error {
 	d, err := time.ParseDuration(string(b))
 	if err != nil {
-		return fmt.Errorf("must be a duration like 24h: %v", err)
+		return fmt.Errorf("must be a duration like 24h: %w", err)
 	}
 	*w = Window(d)
 	return nil

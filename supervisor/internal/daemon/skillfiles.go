@@ -90,7 +90,7 @@ func (d *Daemon) handleSkillFile(w http.ResponseWriter, r *http.Request) {
 		apiErr(w, kindNotFound, fmt.Errorf("no regular file %q in skill %s", p, r.PathValue("id")))
 		return
 	case err != nil:
-		apiErr(w, kindBadRequest, fmt.Errorf("path %q: %v", p, err))
+		apiErr(w, kindBadRequest, fmt.Errorf("path %q: %w", p, err))
 		return
 	case fi.Size() > MaxSkillFileBytes:
 		apiErr(w, kindTooLarge, fmt.Errorf("%s is over %d bytes", p, MaxSkillFileBytes))
@@ -98,7 +98,7 @@ func (d *Daemon) handleSkillFile(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := root.Open(p)
 	if err != nil {
-		apiErr(w, kindNotFound, fmt.Errorf("open %q: %v", p, err))
+		apiErr(w, kindNotFound, fmt.Errorf("open %q: %w", p, err))
 		return
 	}
 	defer f.Close()
