@@ -45,24 +45,9 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the daemon: admin API on a Unix socket, /metrics, skills from skills_dir",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if check && configPath == "" {
-				return &exitError{exitUsage, errors.New("--check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)")}
-			}
-			cfg := config.Default()
-			var loadProblems []string // --check goes on past these to name every problem
-			if check {
-				var errs []error
-				cfg, errs = config.CheckFile(configPath)
-				for _, e := range errs {
-					loadProblems = append(loadProblems, strings.TrimPrefix(e.Error(), config.ErrConfig.Error()+": "))
-				}
-			} else if configPath != "" {
-				var err error
-				if cfg, err = config.Load(configPath); err != nil {
-					return &exitError{exitUsage, err}
-				}
-			} else if err := cfg.Validate(); err != nil {
-				return &exitError{exitUsage, err}
+			cfg, loadProblems, err := loadServeConfig(configPath, check)
+			if err != nil {
+				return err
 			}
 			log, err := newLogger(logLevel, logFormat)
 			if err != nil {
@@ -107,6 +92,33 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&placement, "cgroup-placement", "", "overrides the config's cgroup_placement (auto, service or root); the systemd unit, which delegates the daemon its cgroup, says service")
 	_ = fl.MarkHidden("run-dir")
 	return serve
+}
+
+// loadServeConfig reads serve's config: the file at path, else the
+// defaults. With check it goes on past the file's problems, returned to
+// be named with every other one.
+func loadServeConfig(path string, check bool) (cfg config.Config, problems []string, err error) {
+	if check && path == "" {
+		return cfg, nil, &exitError{exitUsage, errors.New("--check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)")}
+	}
+	cfg = config.Default()
+	switch {
+	case check:
+		var errs []error
+		cfg, errs = config.CheckFile(path)
+		for _, e := range errs {
+			problems = append(problems, strings.TrimPrefix(e.Error(), config.ErrConfig.Error()+": "))
+		}
+	case path != "":
+		if cfg, err = config.Load(path); err != nil {
+			return cfg, nil, &exitError{exitUsage, err}
+		}
+	default:
+		if err := cfg.Validate(); err != nil {
+			return cfg, nil, &exitError{exitUsage, err}
+		}
+	}
+	return cfg, problems, nil
 }
 
 func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *slog.Logger) error {
