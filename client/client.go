@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"cyberos.dev/supervisor"
 )
 
@@ -321,3 +323,10 @@ func (s *Stream) Err() error { return s.sc.Err() }
 
 // Close ends the stream.
 func (s *Stream) Close() error { return s.body.Close() }
+
+// MCPTransport is an MCP client transport to the daemon's MCP server
+// (/mcp, Streamable HTTP) over the admin socket: the installed skills as
+// tools, prompts and resources.
+func (c *Client) MCPTransport() *mcp.StreamableClientTransport {
+	return &mcp.StreamableClientTransport{Endpoint: "http://cyberos/mcp", HTTPClient: c.HTTP, MaxRetries: -1}
+}

@@ -8,7 +8,8 @@
 // too_many_invocations…); a socket that could not be reached returns a
 // *DialError saying why (no socket, nobody listening, no permission) and
 // how to start the daemon. Streams (Tail, Events, Logs) are read as they
-// come and must be closed.
+// come and must be closed. MCPTransport reaches the daemon's MCP server
+// (/mcp) over the same socket.
 //
 //	c := client.New(client.DefaultSocket())
 //	env, err := c.Invoke(ctx, client.InvokeRequest{SkillID: "hello"})
