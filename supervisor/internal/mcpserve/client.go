@@ -59,7 +59,10 @@ func (b *SocketBackend) Events(ctx context.Context, skill string) (<-chan Event,
 	var first Event
 	if !s.Next() || s.Decode(&first) != nil || first.Type != client.EventWatching {
 		s.Close()
-		return nil, fmt.Errorf("admin socket %s: events stream: no watching line (%v)", b.c.Socket(), s.Err())
+		if err := s.Err(); err != nil {
+			return nil, fmt.Errorf("admin socket %s: events stream: no watching line: %w", b.c.Socket(), err)
+		}
+		return nil, fmt.Errorf("admin socket %s: events stream: no watching line", b.c.Socket())
 	}
 	ch := make(chan Event, 64)
 	go func() {

@@ -319,7 +319,7 @@ func resultOf(env *supervisor.Envelope) *mcp.CallToolResult {
 	r := &mcp.CallToolResult{Meta: meta, Content: []mcp.Content{&mcp.TextContent{Text: strings.TrimSpace(string(env.Result))}}}
 	var obj map[string]any
 	if json.Unmarshal(env.Result, &obj) == nil && obj != nil {
-		r.StructuredContent = json.RawMessage(env.Result)
+		r.StructuredContent = env.Result
 	}
 	return r
 }
