@@ -43,7 +43,7 @@ demo: first-build-note build ## run the example skills in the sandbox (as root):
 
 # RACE_PKGS are the packages whose tests need no root: they run again
 # under the race detector.
-RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/ ./supervisor/daemon/... \
+RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/ ./supervisor/internal/daemon/... ./supervisor/config/ ./client/ \
 	./supervisor/internal/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/... ./wire/... ./fleet/...
 
 test-tools: ## promtool into .cache/bin, for the tests of /metrics and of the alerting rules (a few minutes the first time); the pinned MCP reference servers into .cache/mcp

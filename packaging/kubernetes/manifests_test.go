@@ -24,7 +24,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
 )
 
 const (
@@ -50,7 +50,7 @@ type kustomization struct {
 }
 
 // supervisorConfig is the daemon config keys the ConfigMap sets (the
-// daemon's own parser, supervisor/daemon.Config, is strict too).
+// daemon's own parser, supervisor/config.Config, is strict too).
 type supervisorConfig struct {
 	Version            int    `json:"version"`
 	SkillsDir          string `json:"skills_dir"`
@@ -549,7 +549,7 @@ func TestConfigLoadsInTheDaemon(t *testing.T) {
 	if err := os.WriteFile(p, []byte(m.configMap.Data[filepath.Base(path)]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := daemon.LoadConfig(p)
+	cfg, err := config.Load(p)
 	if err != nil {
 		t.Fatalf("the daemon refuses the ConfigMap's config: %v", err)
 	}
@@ -564,7 +564,7 @@ func TestConfigLoadsInTheDaemon(t *testing.T) {
 	if err := os.WriteFile(fp, []byte(m.withFleet(t).configMap.Data[filepath.Base(path)]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fcfg, err := daemon.LoadConfig(fp)
+	fcfg, err := config.Load(fp)
 	if err != nil {
 		t.Fatalf("the daemon refuses the fleet component's config: %v", err)
 	}

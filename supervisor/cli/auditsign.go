@@ -7,20 +7,20 @@ import (
 	"sync"
 
 	"cyberos.dev/audit"
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
 )
 
 // signingOptions are the audit store's options that sign its chain head
 // with the config's audit.signing_key (made on the first start) and, when
 // audit.syslog is set, send each signed head there.
-func signingOptions(cfg daemon.Config, configPath string, log *slog.Logger) ([]audit.Option, error) {
+func signingOptions(cfg config.Config, configPath string, log *slog.Logger) ([]audit.Option, error) {
 	if err := cfg.CheckSigningKeyPath(configPath); err != nil {
 		return nil, err
 	}
 	path := cfg.SigningKeyPath(configPath)
 	signer, err := audit.LoadSigningKey(path, true)
 	if err != nil {
-		return nil, fmt.Errorf("%w: audit.signing_key: %v", daemon.ErrConfig, err)
+		return nil, fmt.Errorf("%w: audit.signing_key: %v", config.ErrConfig, err)
 	}
 	log.Info("audit checkpoints signed", "key", path, "public_key", signer.PublicKey())
 	opts := []audit.Option{audit.WithSigner(signer)}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -8,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/client"
 	"cyberos.dev/supervisor/internal/tools"
 	"cyberos.dev/supervisor/sandbox"
 )
@@ -59,14 +60,9 @@ func egressFinding() sandbox.Finding {
 // its own process's, which a daemon under the systemd unit does not share.
 func daemonPlacement(socket string) sandbox.Finding {
 	f := sandbox.Finding{Control: "daemon cgroups", OK: true}
-	c := newAdminClient(socket)
-	c.http.Timeout = 2 * time.Second
-	var st daemon.Status
-	resp, err := c.do("GET", "/v1/status", nil)
-	if err == nil {
-		defer resp.Body.Close()
-		err = json.NewDecoder(resp.Body).Decode(&st)
-	}
+	c := client.New(socket)
+	c.HTTP.Timeout = 2 * time.Second
+	st, err := c.Status(context.Background())
 	switch {
 	case err != nil:
 		f.Detail = "no daemon answers on " + socket + ": the cgroup placement above is this process's own"

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
 )
 
 // pinnedFileBytes is about what the memory cgroup is charged for one open
@@ -17,7 +17,7 @@ const pinnedFileBytes = 512
 // sandboxOpenFiles is about how many open files one sandbox at the config's
 // ceilings can hold: each process its RLIMIT_NOFILE descriptors and up to
 // maxMapCount more kept by mappings, all within its memory cgroup.
-func sandboxOpenFiles(cfg daemon.Config, maxMapCount int64) int64 {
+func sandboxOpenFiles(cfg config.Config, maxMapCount int64) int64 {
 	byMemory := cfg.Limits.MaxMemoryMB << 20 / pinnedFileBytes
 	byProcs := cfg.Limits.MaxPids * (cfg.Defaults.NoFile + maxMapCount)
 	return min(byMemory, byProcs)
@@ -26,7 +26,7 @@ func sandboxOpenFiles(cfg daemon.Config, maxMapCount int64) int64 {
 // openFilesWarning says when one sandbox at the ceilings could take every
 // open file of the host (fs.file-max counts them for the whole host, and
 // only processes with CAP_SYS_ADMIN may pass it); "" when it cannot.
-func openFilesWarning(cfg daemon.Config, fileMax, maxMapCount int64) string {
+func openFilesWarning(cfg config.Config, fileMax, maxMapCount int64) string {
 	n := sandboxOpenFiles(cfg, maxMapCount)
 	if fileMax <= 0 || n < fileMax {
 		return ""

@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
 )
 
 // TestOpenFilesWarning: serve warns when one sandbox at the ceilings could
 // hold more open files than fs.file-max allows the whole host, and not
 // when the host's limit is above that (systemd's maximum) or unknown.
 func TestOpenFilesWarning(t *testing.T) {
-	cfg := daemon.DefaultConfig()
+	cfg := config.Default()
 	const mapCount = 65530
 	// 4096 MiB / 512 B per pinned file: about 8.4 million.
 	if n := sandboxOpenFiles(cfg, mapCount); n != 4096<<20/512 {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/sandbox"
 )
@@ -25,7 +25,7 @@ const mcpStderrCap = 8 << 20
 // own made by runner, on first use. nil when none is configured. Remote
 // servers are refused here until the supervisor dials them through the
 // Http tools' egress address filter.
-func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) (*mcpclient.Pool, error) {
+func newMCPPool(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) (*mcpclient.Pool, error) {
 	names := cfg.MCPServerNames()
 	if len(names) == 0 {
 		return nil, nil
@@ -38,12 +38,12 @@ func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir 
 	for _, name := range names {
 		s, _ := cfg.MCPServer(name)
 		if s.URL != "" {
-			return nil, fmt.Errorf("%w: mcp_servers.%s: remote servers are not yet supported by serve and skill run (the supervisor must dial them through the egress address filter)", daemon.ErrConfig, name)
+			return nil, fmt.Errorf("%w: mcp_servers.%s: remote servers are not yet supported by serve and skill run (the supervisor must dial them through the egress address filter)", config.ErrConfig, name)
 		}
-		share := map[string]mcpclient.Share{daemon.MCPSharePerTenant: mcpclient.SharePerTenant,
-			daemon.MCPSharePerInvocation: mcpclient.SharePerInvocation, daemon.MCPShareGlobal: mcpclient.ShareGlobal}[s.Share]
+		share := map[string]mcpclient.Share{config.MCPSharePerTenant: mcpclient.SharePerTenant,
+			config.MCPSharePerInvocation: mcpclient.SharePerInvocation, config.MCPShareGlobal: mcpclient.ShareGlobal}[s.Share]
 		specs = append(specs, mcpclient.Spec{Name: name, Share: share, Idle: time.Duration(s.Idle),
-			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == daemon.MCPApproveAuto,
+			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == config.MCPApproveAuto,
 			Transport: stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, log)})
 	}
 	return mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
@@ -51,7 +51,7 @@ func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir 
 
 // stdioTransport starts one instance of a stdio server: its secrets read
 // at each start, its stderr to <state>/logs/mcp/<server>-<instance>.log.
-func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
+func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
 	return func(instance string) (func(context.Context) (mcp.Transport, error), error) {
 		logDir := filepath.Join(stateDir, "logs", "mcp")
 		if err := os.MkdirAll(logDir, 0o700); err != nil {
@@ -80,7 +80,7 @@ func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner s
 		sb.Prepare = func() ([]string, io.WriteCloser, error) {
 			var senv []string
 			for _, k := range sortedMapKeys(s.Secrets) {
-				v, err := daemon.ReadMCPSecret(s.Secrets[k])
+				v, err := config.ReadMCPSecret(s.Secrets[k])
 				if err != nil {
 					return nil, nil, err
 				}

@@ -15,16 +15,22 @@ import (
 // and the configured MCP servers' recorded tool definitions (list, approve).
 func newMCPCmd() *cobra.Command {
 	var stateDir string
-	var asJSON bool
 	cmd := &cobra.Command{Use: "mcp", Short: "Serve the skills to MCP clients; MCP servers' tools: recorded definition hashes, approval of changed ones"}
-	cmd.AddCommand(newMCPServeCmd())
 	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "/var/lib/cyberos", "where the daemon keeps mcp-approvals.json")
-	list := &cobra.Command{
+	cmd.AddCommand(newMCPServeCmd(), newMCPListCmd(&stateDir), newMCPApproveCmd(&stateDir))
+	return cmd
+}
+
+// newMCPListCmd is `cyberos mcp list`: every MCP tool's approved
+// definition hash, and the changed ones waiting for approval.
+func newMCPListCmd(stateDir *string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "Every MCP tool seen, with its approved definition hash and any changed definition waiting for approval",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := mcpclient.OpenApprovals(stateDir)
+			a, err := mcpclient.OpenApprovals(*stateDir)
 			if err != nil {
 				return &exitError{exitRefused, err}
 			}
@@ -49,13 +55,19 @@ func newMCPCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print {approved, pending}: server → tool → hash")
-	approve := &cobra.Command{
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print {approved, pending}: server → tool → hash")
+	return cmd
+}
+
+// newMCPApproveCmd is `cyberos mcp approve SERVER`: accept a server's
+// changed tool definitions.
+func newMCPApproveCmd(stateDir *string) *cobra.Command {
+	return &cobra.Command{
 		Use:   "approve SERVER",
 		Short: "Accept SERVER's changed tool definitions (the running daemon serves them from the next call)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := mcpclient.OpenApprovals(stateDir)
+			a, err := mcpclient.OpenApprovals(*stateDir)
 			if err != nil {
 				return &exitError{exitRefused, err}
 			}
@@ -73,8 +85,6 @@ func newMCPCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(list, approve)
-	return cmd
 }
 
 func sortedKeysOf[V any](m map[string]V) []string {

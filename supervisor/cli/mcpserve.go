@@ -8,7 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/internal/daemon"
 	"cyberos.dev/supervisor/internal/mcpserve"
 	"cyberos.dev/telemetry"
 )

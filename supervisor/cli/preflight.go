@@ -12,7 +12,8 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/fleet"
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
+	"cyberos.dev/supervisor/internal/daemon"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"
 )
@@ -27,7 +28,7 @@ import (
 // sb.CgroupPlacement came from: the key or serve's flag). Warnings are what
 // serve logs and runs without: skills that are not usable, an admin socket
 // or metrics address a running daemon holds.
-func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placementKey string, earlier ...string) (warnings []string, err error) {
+func preflight(cfg config.Config, configPath string, sb sandbox.Options, placementKey string, earlier ...string) (warnings []string, err error) {
 	problems := earlier // "key: what is wrong"; earlier: the config file's own
 	bad := func(key, format string, a ...any) { problems = append(problems, key+": "+fmt.Sprintf(format, a...)) }
 	sandboxErr := sandbox.Preflight(sb)
@@ -71,7 +72,7 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 	}
 
 	if err := cfg.CheckSigningKeyPath(configPath); err != nil {
-		problems = append(problems, strings.TrimPrefix(err.Error(), daemon.ErrConfig.Error()+": "))
+		problems = append(problems, strings.TrimPrefix(err.Error(), config.ErrConfig.Error()+": "))
 	} else if key := cfg.SigningKeyPath(configPath); fileExists(key) {
 		if _, err := audit.LoadSigningKey(key, false); err != nil {
 			bad("audit.signing_key", "%v", err)
@@ -101,12 +102,12 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 	}
 	if cfg.Fleet.Enabled() {
 		if dsn, err := cfg.Fleet.DSN(); err != nil {
-			problems = append(problems, strings.TrimPrefix(err.Error(), daemon.ErrConfig.Error()+": "))
+			problems = append(problems, strings.TrimPrefix(err.Error(), config.ErrConfig.Error()+": "))
 		} else if _, err := fleet.ParseDSN(dsn); err != nil {
 			bad("fleet.postgres_dsn", "%v", err)
 		}
 		if _, err := cfg.Fleet.ResolvedHostID(); err != nil {
-			problems = append(problems, strings.TrimPrefix(err.Error(), daemon.ErrConfig.Error()+": "))
+			problems = append(problems, strings.TrimPrefix(err.Error(), config.ErrConfig.Error()+": "))
 		}
 	}
 	problems = append(problems, cfg.MCPPreflight(func(name string) error { return checkProfile(cfg.SeccompProfilesDir, name) })...)
@@ -125,12 +126,12 @@ func preflight(cfg daemon.Config, configPath string, sb sandbox.Options, placeme
 // there are several.
 func configError(problems []string) error {
 	if len(problems) == 1 {
-		return fmt.Errorf("%w: %s", daemon.ErrConfig, problems[0])
+		return fmt.Errorf("%w: %s", config.ErrConfig, problems[0])
 	}
 	for i, p := range problems { // a problem quoting YAML source spans lines
 		problems[i] = strings.ReplaceAll(p, "\n", "\n    ")
 	}
-	return fmt.Errorf("%w, %d problems:\n  %s", daemon.ErrConfig, len(problems), strings.Join(problems, "\n  "))
+	return fmt.Errorf("%w, %d problems:\n  %s", config.ErrConfig, len(problems), strings.Join(problems, "\n  "))
 }
 
 // mustBeDir says what is wrong with path as a directory ("" when nothing).

@@ -21,7 +21,8 @@ import (
 	"cyberos.dev/fleet"
 	"cyberos.dev/memory"
 	"cyberos.dev/supervisor"
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
+	"cyberos.dev/supervisor/internal/daemon"
 	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"
@@ -44,24 +45,9 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the daemon: admin API on a Unix socket, /metrics, skills from skills_dir",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if check && configPath == "" {
-				return &exitError{exitUsage, errors.New("--check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)")}
-			}
-			cfg := daemon.DefaultConfig()
-			var loadProblems []string // --check goes on past these to name every problem
-			if check {
-				var errs []error
-				cfg, errs = daemon.CheckConfigFile(configPath)
-				for _, e := range errs {
-					loadProblems = append(loadProblems, strings.TrimPrefix(e.Error(), daemon.ErrConfig.Error()+": "))
-				}
-			} else if configPath != "" {
-				var err error
-				if cfg, err = daemon.LoadConfig(configPath); err != nil {
-					return &exitError{exitUsage, err}
-				}
-			} else if err := cfg.Validate(); err != nil {
-				return &exitError{exitUsage, err}
+			cfg, loadProblems, err := loadServeConfig(configPath, check)
+			if err != nil {
+				return err
 			}
 			log, err := newLogger(logLevel, logFormat)
 			if err != nil {
@@ -108,7 +94,34 @@ func newServeCmd() *cobra.Command {
 	return serve
 }
 
-func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *slog.Logger) error {
+// loadServeConfig reads serve's config: the file at path, else the
+// defaults. With check it goes on past the file's problems, returned to
+// be named with every other one.
+func loadServeConfig(path string, check bool) (cfg config.Config, problems []string, err error) {
+	if check && path == "" {
+		return cfg, nil, &exitError{exitUsage, errors.New("--check needs --config FILE: it checks a config file (serve without --config runs on the built-in defaults)")}
+	}
+	cfg = config.Default()
+	switch {
+	case check:
+		var errs []error
+		cfg, errs = config.CheckFile(path)
+		for _, e := range errs {
+			problems = append(problems, strings.TrimPrefix(e.Error(), config.ErrConfig.Error()+": "))
+		}
+	case path != "":
+		if cfg, err = config.Load(path); err != nil {
+			return cfg, nil, &exitError{exitUsage, err}
+		}
+	default:
+		if err := cfg.Validate(); err != nil {
+			return cfg, nil, &exitError{exitUsage, err}
+		}
+	}
+	return cfg, problems, nil
+}
+
+func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *slog.Logger) error {
 	auditOpts, err := signingOptions(cfg, configPath, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -247,7 +260,7 @@ func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, co
 			log.Warn("SIGHUP: no config file to reload (serve runs on the built-in defaults)")
 			continue
 		}
-		cfg, problems := daemon.CheckConfigFile(configPath)
+		cfg, problems := config.CheckFile(configPath)
 		if len(problems) > 0 {
 			log.Error("SIGHUP: the config does not load; nothing changed", "config", configPath, "err", errors.Join(problems...))
 			continue
@@ -280,7 +293,7 @@ func removeStaleSockets(dir string, ids []string, warn func(string, ...any)) {
 
 // fleetPool is the fleet's PostgreSQL, connected on first use, and this
 // host's id in it.
-func fleetPool(f daemon.Fleet) (*pgxpool.Pool, string, error) {
+func fleetPool(f config.Fleet) (*pgxpool.Pool, string, error) {
 	dsn, err := f.DSN()
 	if err != nil {
 		return nil, "", err

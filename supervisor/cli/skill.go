@@ -201,7 +201,7 @@ func runOnce(ctx context.Context, sup *supervisor.Supervisor, req supervisor.Req
 	}
 	pool, err := supervisor.NewWarmPool(sup, supervisor.WarmConfig{MaxSandboxes: 1, MaxPerSkill: 1, NoRefill: true})
 	if err != nil {
-		return supervisor.Envelope{}, fmt.Errorf("%w: --start warm: %v", supervisor.ErrRefused, err)
+		return supervisor.Envelope{}, fmt.Errorf("%w: --start warm: %w", supervisor.ErrRefused, err)
 	}
 	defer pool.Close()
 	sup.Warm = pool

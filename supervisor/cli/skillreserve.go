@@ -9,18 +9,18 @@ import (
 	"strings"
 
 	"cyberos.dev/policy"
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
 )
 
 // defaultConfigPath is where `make install` puts the daemon's config.
-var defaultConfigPath = filepath.Join(daemon.DefaultConfigDir, "supervisor.yaml")
+var defaultConfigPath = filepath.Join(config.DefaultConfigDir, "supervisor.yaml")
 
 // runConfig is the daemon config `skill run` takes, loaded once for the
 // files it reserves, its limits' ceilings, its fleet's witness and its MCP
 // servers: --config's, else the default one when it exists and is valid,
 // else the built-in defaults (Path "").
 type runConfig struct {
-	daemon.Config
+	config.Config
 	Path string
 }
 
@@ -29,14 +29,14 @@ type runConfig struct {
 // that is invalid gives the built-in defaults, and warn says why.
 func loadRunConfig(configPath string, warn func(string, ...any)) (runConfig, error) {
 	if configPath != "" {
-		cfg, err := daemon.LoadConfig(configPath)
+		cfg, err := config.Load(configPath)
 		if err != nil {
 			return runConfig{}, fmt.Errorf("--config: %w", err)
 		}
 		return runConfig{cfg, configPath}, nil
 	}
 	if _, err := os.Stat(defaultConfigPath); err == nil {
-		c, err := daemon.LoadConfig(defaultConfigPath)
+		c, err := config.Load(defaultConfigPath)
 		if err == nil {
 			return runConfig{c, defaultConfigPath}, nil
 		}
@@ -44,7 +44,7 @@ func loadRunConfig(configPath string, warn func(string, ...any)) (runConfig, err
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		warn("the default daemon config cannot be read: only its directory and the built-in defaults' paths are reserved, with the built-in ceilings", "config", defaultConfigPath, "err", err)
 	}
-	return runConfig{Config: daemon.DefaultConfig()}, nil
+	return runConfig{Config: config.Default()}, nil
 }
 
 // reserved is what `skill run` reserves of the daemon's files, as `serve`

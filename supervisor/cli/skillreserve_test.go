@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
 )
 
 func TestDaemonReserved(t *testing.T) {
@@ -22,7 +22,7 @@ func TestDaemonReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{daemon.DefaultConfigDir, "/etc/cyberos/audit-signing.key", "/opt/cyberos/skills", "/var/lib/cyberos", "/run/cyberos/supervisor.sock"} {
+	for _, want := range []string{config.DefaultConfigDir, "/etc/cyberos/audit-signing.key", "/opt/cyberos/skills", "/var/lib/cyberos", "/run/cyberos/supervisor.sock"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("defaults: %s not reserved in %q", want, got)
 		}
@@ -40,7 +40,7 @@ func TestDaemonReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{cfg, filepath.Join(filepath.Dir(cfg), "k.key"), "/srv/skills", daemon.DefaultConfigDir} {
+	for _, want := range []string{cfg, filepath.Join(filepath.Dir(cfg), "k.key"), "/srv/skills", config.DefaultConfigDir} {
 		if !slices.Contains(got, want) {
 			t.Errorf("--config: %s not reserved in %q", want, got)
 		}
@@ -53,7 +53,7 @@ func TestDaemonReserved(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("version: 1\nno_such_key: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := daemonReserved(cfg, nowarn); !errors.Is(err, daemon.ErrConfig) {
+	if _, err := daemonReserved(cfg, nowarn); !errors.Is(err, config.ErrConfig) {
 		t.Errorf("invalid --config: err %v, want ErrConfig", err)
 	}
 	defaultConfigPath = cfg

@@ -1,45 +1,17 @@
 package cli
 
 import (
-	"encoding/json"
-	"errors"
+	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/client"
 )
-
-// startHint is how an operator starts the daemon the CLI could not reach.
-const startHint = "start it with `systemctl start cyberos` or `cyberos serve --config FILE`, or name another socket with --socket or $" + socketEnv
-
-// dialError says why the admin socket could not be reached: no socket (no
-// daemon ever started there, or the path is wrong), a socket nobody
-// listens on (the daemon stopped or crashed), or no permission; each with
-// how to go on.
-func dialError(socket string, err error) error {
-	switch {
-	case errors.Is(err, syscall.ENOENT):
-		return fmt.Errorf("no daemon: the admin socket %s does not exist; %s", socket, startHint)
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("no daemon: the admin socket %s refuses connections (the daemon stopped or crashed?); %s", socket, startHint)
-	case errors.Is(err, syscall.EACCES):
-		return fmt.Errorf("the admin socket %s: permission denied: run as root or as a member of the config's admin_group", socket)
-	}
-	return fmt.Errorf("admin socket %s: %w", socket, err)
-}
-
-// socketFlag adds --socket to cmd.
-func socketFlag(cmd *cobra.Command, socket *string) {
-	cmd.Flags().StringVar(socket, "socket", defaultAdminSocket(), "the daemon's admin socket (default $"+socketEnv+", else /run/cyberos/supervisor.sock)")
-}
 
 // outputFlag adds -o/--output (table or json) to cmd.
 func outputFlag(cmd *cobra.Command, output *string) {
@@ -53,73 +25,49 @@ func checkOutput(o string) error {
 	return nil
 }
 
-// fetchStatus is GET /v1/status.
-func fetchStatus(socket string) (daemon.Status, error) {
-	var st daemon.Status
-	resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/status", nil)
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, &exitError{exitRefused, fmt.Errorf("daemon answer: %w", err)}
-	}
-	return st, nil
-}
-
-func writeJSON(out io.Writer, v any) error {
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // newPsCmd is `ps`: the running invocations, like docker ps.
 func newPsCmd() *cobra.Command {
-	var socket, output string
+	var output string
 	var quiet, all bool
 	var last int
 	cmd := &cobra.Command{
 		Use:   "ps",
 		Short: "List the running invocations (-a: and the last ended ones; -q: ids only)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			st, err := fetchStatus(socket)
-			if err != nil {
-				return err
-			}
-			rows := make([]psRow, 0, len(st.Invocations))
-			for _, a := range st.Invocations {
-				rows = append(rows, psRow{ActiveView: a, Status: "running"})
-			}
-			if all {
-				recent, err := fetchRecent(socket, last)
-				if err != nil {
-					return err
-				}
-				for _, r := range recent {
-					rows = append(rows, psRow{ActiveView: daemon.ActiveView{InvocationID: r.InvocationID, SkillID: r.SkillID, TenantID: r.TenantID},
-						Status: r.Outcome, EndedAt: r.EndedAt, DurationMS: r.DurationMS})
-				}
-			}
-			out := cmd.OutOrStdout()
-			switch {
-			case quiet:
-				for _, r := range rows {
-					fmt.Fprintln(out, r.InvocationID)
-				}
-				return nil
-			case output == "json":
-				return writeJSON(out, rows)
-			}
-			return psTable(out, rows)
-		},
 	}
+	adminCmd(cmd, func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(output); err != nil {
+			return err
+		}
+		st, err := c.Status(ctx)
+		if err != nil {
+			return cliErr(err)
+		}
+		rows := runningRows(st)
+		if all {
+			recent, err := c.Recent(ctx, last)
+			if err != nil {
+				return cliErr(err)
+			}
+			for _, r := range recent {
+				rows = append(rows, psRow{ActiveView: client.ActiveView{InvocationID: r.InvocationID, SkillID: r.SkillID, TenantID: r.TenantID},
+					Status: r.Outcome, EndedAt: r.EndedAt, DurationMS: r.DurationMS})
+			}
+		}
+		out := cmd.OutOrStdout()
+		switch {
+		case quiet:
+			for _, r := range rows {
+				fmt.Fprintln(out, r.InvocationID)
+			}
+			return nil
+		case output == "json":
+			return writeJSON(out, rows)
+		}
+		return psTable(out, rows)
+	})
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "the last ended invocations too (newest first)")
 	cmd.Flags().IntVarP(&last, "last", "n", 20, "with -a: how many ended invocations (1 to 1000)")
-	socketFlag(cmd, &socket)
 	outputFlag(cmd, &output)
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print the invocation ids only")
 	return cmd
@@ -128,7 +76,7 @@ func newPsCmd() *cobra.Command {
 // psRow is one line of ps: a running invocation (status "running") or an
 // ended one (status its outcome).
 type psRow struct {
-	daemon.ActiveView
+	client.ActiveView
 	Status     string `json:"status"`
 	EndedAt    string `json:"ended_at,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
@@ -147,43 +95,47 @@ func psTable(out io.Writer, rows []psRow) error {
 	return tw.Flush()
 }
 
+// runningRows are the running invocations of st as ps rows.
+func runningRows(st *client.Status) []psRow {
+	rows := make([]psRow, 0, len(st.Invocations))
+	for _, a := range st.Invocations {
+		rows = append(rows, psRow{ActiveView: a, Status: "running"})
+	}
+	return rows
+}
+
 // newStatusCmd is `status`: what `skill broker status` prints, as a
 // table by default.
 func newStatusCmd() *cobra.Command {
-	var socket, output string
+	var output string
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print the daemon's running invocations and today's tool calls and denials",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			st, err := fetchStatus(socket)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if output == "json" {
-				return writeJSON(out, st)
-			}
-			fmt.Fprintf(out, "running      %d invocations\n", st.ActiveInvocations)
-			fmt.Fprintf(out, "today        %s (UTC): %d tool calls, %d denied, %d protocol abuse\n", st.Day, st.ToolCallsToday, st.DeniedToday, st.ProtocolAbuseToday)
-			if st.SandboxCgroups != "" {
-				fmt.Fprintf(out, "cgroups      %s\n", st.SandboxCgroups)
-			}
-			if len(st.Invocations) > 0 {
-				fmt.Fprintln(out)
-				rows := make([]psRow, 0, len(st.Invocations))
-				for _, a := range st.Invocations {
-					rows = append(rows, psRow{ActiveView: a, Status: "running"})
-				}
-				return psTable(out, rows)
-			}
-			return nil
-		},
 	}
-	socketFlag(cmd, &socket)
+	adminCmd(cmd, func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(output); err != nil {
+			return err
+		}
+		st, err := c.Status(ctx)
+		if err != nil {
+			return cliErr(err)
+		}
+		out := cmd.OutOrStdout()
+		if output == "json" {
+			return writeJSON(out, st)
+		}
+		fmt.Fprintf(out, "running      %d invocations\n", st.ActiveInvocations)
+		fmt.Fprintf(out, "today        %s (UTC): %d tool calls, %d denied, %d protocol abuse\n", st.Day, st.ToolCallsToday, st.DeniedToday, st.ProtocolAbuseToday)
+		if st.SandboxCgroups != "" {
+			fmt.Fprintf(out, "cgroups      %s\n", st.SandboxCgroups)
+		}
+		if len(st.Invocations) > 0 {
+			fmt.Fprintln(out)
+			return psTable(out, runningRows(st))
+		}
+		return nil
+	})
 	outputFlag(cmd, &output)
 	return cmd
 }
@@ -191,19 +143,18 @@ func newStatusCmd() *cobra.Command {
 // newEventsCmd is `events`: every invocation's start, tool calls and end
 // from now on (`skill broker tail --all`), like docker events.
 func newEventsCmd() *cobra.Command {
-	var socket, skill, output string
+	var skill, output string
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Follow every invocation's start, tool calls and end as they happen (--skill: one skill's)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			return tailEvents(cmd.OutOrStdout(), newAdminClient(socket), skill, output == "json")
-		},
 	}
-	socketFlag(cmd, &socket)
+	adminCmd(cmd, func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+		if err := checkOutput(output); err != nil {
+			return err
+		}
+		return tailEvents(ctx, cmd.OutOrStdout(), c, skill, output == "json")
+	})
 	cmd.Flags().StringVar(&skill, "skill", "", "only this skill's invocations")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table (lines for people) or json (JSON lines)")
 	return cmd
@@ -211,19 +162,18 @@ func newEventsCmd() *cobra.Command {
 
 // newReplayCmd is `replay ID`: `skill broker replay --invocation ID`.
 func newReplayCmd() *cobra.Command {
-	var socket, pol, output string
+	var pol, output string
 	cmd := &cobra.Command{
 		Use:   "replay ID [--policy SKILL.md]",
 		Short: "Print an invocation's recorded tool calls; with --policy, re-judge each against that policy (exit 1 when any would now be denied)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, a []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			return runReplay(cmd.OutOrStdout(), socket, a[0], pol, output == "json")
-		},
 	}
-	socketFlag(cmd, &socket)
+	adminCmd(cmd, func(ctx context.Context, c *client.Client, cmd *cobra.Command, a []string) error {
+		if err := checkOutput(output); err != nil {
+			return err
+		}
+		return runReplay(ctx, cmd.OutOrStdout(), c, a[0], pol, output == "json")
+	})
 	cmd.Flags().StringVar(&pol, "policy", "", "a SKILL.md to re-judge the recorded calls against")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table (lines for people) or json (JSON lines)")
 	return cmd
@@ -232,89 +182,53 @@ func newReplayCmd() *cobra.Command {
 // newInspectCmd is `inspect ID`: an invocation's record from the audit,
 // as JSON (like docker inspect).
 func newInspectCmd() *cobra.Command {
-	var socket string
-	cmd := &cobra.Command{
+	return adminCmd(&cobra.Command{
 		Use:   "inspect ID",
 		Short: "Print an invocation's record from the audit (JSON): skill, version, tenant, containment, outcome, error, tool calls",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, a []string) error {
-			resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/invocations/"+url.PathEscape(a[0]), nil)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			var rec map[string]any
-			if err := json.NewDecoder(resp.Body).Decode(&rec); err != nil {
-				return &exitError{exitRefused, fmt.Errorf("daemon answer: %w", err)}
-			}
-			return writeJSON(cmd.OutOrStdout(), rec)
-		},
-	}
-	socketFlag(cmd, &socket)
-	return cmd
+	}, func(ctx context.Context, c *client.Client, cmd *cobra.Command, a []string) error {
+		rec, err := c.Inspect(ctx, a[0])
+		if err != nil {
+			return cliErr(err)
+		}
+		return writeJSON(cmd.OutOrStdout(), rec)
+	})
 }
 
 // newCancelCmd is `cancel ID`: the daemon ends a running invocation
 // through the deadline path (SIGTERM, then the cgroup killed); its
 // completed row says outcome cancelled.
 func newCancelCmd() *cobra.Command {
-	var socket string
-	cmd := &cobra.Command{
+	return adminCmd(&cobra.Command{
 		Use:   "cancel ID",
 		Short: "End a running invocation (SIGTERM, then kill); its outcome is cancelled",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, a []string) error {
-			resp, err := newAdminClient(socket).do(http.MethodPost, "/v1/invocations/"+url.PathEscape(a[0])+"/cancel", nil)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), a[0])
-			return err
-		},
-	}
-	socketFlag(cmd, &socket)
-	return cmd
+	}, func(ctx context.Context, c *client.Client, cmd *cobra.Command, a []string) error {
+		if err := c.Cancel(ctx, a[0]); err != nil {
+			return cliErr(err)
+		}
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), a[0])
+		return err
+	})
 }
 
 // newLogsCmd is `logs ID [-f]`: the invocation's stderr, through the
 // daemon, so no access to state_dir is needed.
 func newLogsCmd() *cobra.Command {
-	var socket string
 	var follow bool
-	cmd := &cobra.Command{
+	cmd := adminCmd(&cobra.Command{
 		Use:   "logs ID",
 		Short: "Print an invocation's stderr (-f: of a running one, once it ends)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, a []string) error {
-			path := "/v1/invocations/" + url.PathEscape(a[0]) + "/logs"
-			if follow {
-				path += "?follow=1"
-			}
-			resp, err := newAdminClient(socket).do(http.MethodGet, path, nil)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			_, err = io.Copy(cmd.OutOrStdout(), resp.Body)
-			return err
-		},
-	}
-	socketFlag(cmd, &socket)
+	}, func(ctx context.Context, c *client.Client, cmd *cobra.Command, a []string) error {
+		logs, err := c.Logs(ctx, a[0], follow)
+		if err != nil {
+			return cliErr(err)
+		}
+		defer logs.Close()
+		_, err = io.Copy(cmd.OutOrStdout(), logs)
+		return err
+	})
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "wait for a running invocation to end and print its stderr then")
 	return cmd
-}
-
-// fetchRecent is GET /v1/invocations: the last limit ended invocations.
-func fetchRecent(socket string, limit int) ([]daemon.Recent, error) {
-	resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/invocations?limit="+strconv.Itoa(limit), nil)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var out []daemon.Recent
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, &exitError{exitRefused, fmt.Errorf("daemon answer: %w", err)}
-	}
-	return out, nil
 }

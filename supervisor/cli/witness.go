@@ -16,7 +16,7 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/fleet"
-	"cyberos.dev/supervisor/daemon"
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/telemetry"
 )
 
@@ -40,7 +40,7 @@ const dsnPlaceholder = "DSN_FILE"
 // rows waiting in the journal): that is logged at WARN, and
 // cyberos_audit_witness_unchecked reads 1 until the shipper, which
 // compares the same way at its first connection, has done so.
-func witnessAtStart(pool *pgxpool.Pool, f daemon.Fleet, host, stateDir string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) error {
+func witnessAtStart(pool *pgxpool.Pool, f config.Fleet, host, stateDir string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), witnessTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -85,7 +85,7 @@ func witnessHint(err error, stateDir, host, dsnFile string) string {
 // --from-dsn` take: --host, else what the daemon would use without
 // fleet.host_id ($CYBEROS_HOST_ID, the hostname).
 func witnessHost(flag string) (string, error) {
-	f := daemon.Fleet{HostID: flag}
+	f := config.Fleet{HostID: flag}
 	return f.ResolvedHostID()
 }
 
@@ -196,7 +196,7 @@ func repairFromDSN(cmd *cobra.Command, stateDir string, dsn *dsnFlag, hostFlag s
 // what was shipped before the skill runs. There are no metrics here: an
 // unreachable PostgreSQL is a WARN on stderr, and the daemon's shipper
 // compares at its next start.
-func runWitness(cfg daemon.Config, stateDir string, store *audit.Store, log *slog.Logger) error {
+func runWitness(cfg config.Config, stateDir string, store *audit.Store, log *slog.Logger) error {
 	if !cfg.Fleet.Enabled() || !sameDir(cfg.StateDir, stateDir) {
 		return nil
 	}

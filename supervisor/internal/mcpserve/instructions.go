@@ -3,6 +3,7 @@ package mcpserve
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 	"path"
@@ -99,7 +100,7 @@ func (s *Server) resourceHandler(id, p string) mcp.ResourceHandler {
 	return func(ctx context.Context, _ *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		b, err := s.b.ReadFile(ctx, id, p)
 		if err != nil {
-			if ae, ok := err.(*APIError); ok && ae.Code == "not_found" {
+			if ae, ok := errors.AsType[*APIError](err); ok && ae.Code == "not_found" {
 				return nil, mcp.ResourceNotFoundError(uri)
 			}
 			return nil, fmt.Errorf("%s: %w", uri, err)

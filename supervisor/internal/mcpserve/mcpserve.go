@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"cyberos.dev/client"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
 )
@@ -68,19 +69,10 @@ type Event struct {
 }
 
 // File is one file of a skill folder.
-type File struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
-}
+type File = client.SkillFile
 
 // APIError is the daemon's refusal of a call.
-type APIError struct {
-	Status int    // HTTP status
-	Code   string // the API's code: not_found, invalid, too_many_invocations…
-	Msg    string
-}
-
-func (e *APIError) Error() string { return fmt.Sprintf("%s (%s, HTTP %d)", e.Msg, e.Code, e.Status) }
+type APIError = client.Error
 
 // metaRequestID is the _meta key under which the transport wrappers put a
 // tools/call's JSON-RPC id (IDTransport, IDHandler); a client's own value
@@ -292,9 +284,9 @@ func (s *Server) handler(id string) mcp.ToolHandler {
 		var ae *APIError
 		switch {
 		case errors.As(err, &ae) && ae.Code == "not_found":
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q: %s", id, ae.Msg)}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q: %s", id, ae.Message)}
 		case errors.As(err, &ae) && ae.Code == "invalid":
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: ae.Msg}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: ae.Message}
 		case err != nil:
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil
 		}
@@ -328,7 +320,7 @@ func resultOf(env *supervisor.Envelope) *mcp.CallToolResult {
 	r := &mcp.CallToolResult{Meta: meta, Content: []mcp.Content{&mcp.TextContent{Text: strings.TrimSpace(string(env.Result))}}}
 	var obj map[string]any
 	if json.Unmarshal(env.Result, &obj) == nil && obj != nil {
-		r.StructuredContent = json.RawMessage(env.Result)
+		r.StructuredContent = env.Result
 	}
 	return r
 }

@@ -8,38 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// mcp_http takes a loopback address and an absolute token file, or
-// neither; anything else names the key.
-func TestMCPHTTPConfig(t *testing.T) {
-	for _, tc := range []struct {
-		m    MCPHTTP
-		want string // "" = valid
-	}{
-		{MCPHTTP{}, ""},
-		{MCPHTTP{Listen: "127.0.0.1:8765", TokenFile: "/etc/cyberos/mcp-token"}, ""},
-		{MCPHTTP{Listen: "[::1]:0", TokenFile: "/t"}, ""},
-		{MCPHTTP{Listen: "localhost:8765", TokenFile: "/t"}, ""},
-		{MCPHTTP{Listen: "0.0.0.0:8765", TokenFile: "/t"}, "mcp_http.listen"},
-		{MCPHTTP{Listen: "10.0.0.1:8765", TokenFile: "/t"}, "not a loopback address"},
-		{MCPHTTP{Listen: ":8765", TokenFile: "/t"}, "not a loopback address"},
-		{MCPHTTP{Listen: "example.com:8765", TokenFile: "/t"}, "not a loopback address"},
-		{MCPHTTP{Listen: "127.0.0.1", TokenFile: "/t"}, "must be host:port"},
-		{MCPHTTP{Listen: "127.0.0.1:99999", TokenFile: "/t"}, "port"},
-		{MCPHTTP{Listen: "127.0.0.1:8765"}, "mcp_http.token_file"},
-		{MCPHTTP{Listen: "127.0.0.1:8765", TokenFile: "token"}, "absolute path"},
-		{MCPHTTP{TokenFile: "/t"}, "set without mcp_http.listen"},
-	} {
-		err := tc.m.check()
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%+v: %v, want valid", tc.m, err)
-		case tc.want != "" && (err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%+v: %v, want ErrConfig naming %q", tc.m, err, tc.want)
-		}
-	}
-}
+	"cyberos.dev/supervisor/config"
+)
 
 // The token file must be root's, private, a regular file and long enough.
 func TestReadMCPToken(t *testing.T) {
@@ -123,8 +94,8 @@ func TestRequireBearer(t *testing.T) {
 
 // The token file is reserved from skills' file tools like the signing key.
 func TestMCPTokenFileReserved(t *testing.T) {
-	c := DefaultConfig()
-	c.MCPHTTP = MCPHTTP{Listen: "127.0.0.1:8765", TokenFile: "/srv/secrets/mcp-token"}
+	c := config.Default()
+	c.MCPHTTP = config.MCPHTTP{Listen: "127.0.0.1:8765", TokenFile: "/srv/secrets/mcp-token"}
 	for _, p := range c.ReservedPaths("") {
 		if p == c.MCPHTTP.TokenFile {
 			return

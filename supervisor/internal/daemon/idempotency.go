@@ -17,19 +17,6 @@ import (
 	"cyberos.dev/supervisor"
 )
 
-// Window is idempotency_window: a Go duration ("24h", "30m").
-type Window time.Duration
-
-// UnmarshalText reads a Go duration.
-func (w *Window) UnmarshalText(b []byte) error {
-	d, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("must be a duration like 24h: %v", err)
-	}
-	*w = Window(d)
-	return nil
-}
-
 // requests remembers each (tenant_id, request_id) the daemon accepted, so a
 // caller that retries after a lost answer, or after a crash, gets the first
 // invocation's answer instead of a second run. Each key is a 0600 file in

@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ func loadYAML(t *testing.T, y string) (Config, error) {
 	if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return LoadConfig(p)
+	return Load(p)
 }
 
 func TestMCPConfigValid(t *testing.T) {
@@ -151,7 +151,7 @@ func TestMCPSecretFile(t *testing.T) {
 			t.Errorf("%s: err %v, want ErrMCPSecret", name, err)
 		}
 	}
-	c := DefaultConfig()
+	c := Default()
 	c.MCPServers = &MCPServers{"gh": {Command: "/usr/bin/node", Secrets: map[string]string{"TOKEN": filepath.Join(dir, "wr")},
 		Files: []MCPFile{{Path: filepath.Join(dir, "nope")}}, SeccompProfile: "strict"}}
 	problems := c.MCPPreflight(func(string) error { return errors.New("no such profile") })
@@ -164,7 +164,7 @@ func TestMCPSecretFile(t *testing.T) {
 // Each running MCP server sandbox holds a host id range: the default
 // ranges make room for mcp_max_running of them once a server is set.
 func TestMCPMaxRunning(t *testing.T) {
-	plain := DefaultConfig()
+	plain := Default()
 	c, err := loadYAML(t, "version: 1\nmcp_max_running: 5\nmcp_servers: {x: {command: /usr/bin/x}}\n")
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"cyberos.dev/audit"
@@ -171,7 +172,7 @@ func Rejudge(calls []broker.Decided, pol *policy.Policy) []Judged {
 }
 
 func denialReason(err error) string {
-	if d, ok := err.(*policy.Denial); ok {
+	if d, ok := errors.AsType[*policy.Denial](err); ok {
 		return string(d.Reason)
 	}
 	return err.Error()

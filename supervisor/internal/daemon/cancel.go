@@ -63,11 +63,11 @@ func (c *cancels) fire(id string) bool {
 func (d *Daemon) handleCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !invocationIDPattern().MatchString(id) {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
+		apiErr(w, kindBadRequest, fmt.Errorf("invocation id %q is malformed", id))
 		return
 	}
 	if !d.cancels.fire(id) {
-		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("invocation %s is not running here", id))
+		apiErr(w, kindNotFound, fmt.Errorf("invocation %s is not running here", id))
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"invocation_id": id, "status": "cancelling"})

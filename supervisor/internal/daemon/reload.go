@@ -3,6 +3,8 @@ package daemon
 import (
 	"reflect"
 	"strings"
+
+	"cyberos.dev/supervisor/config"
 )
 
 // reloadable are the config keys SIGHUP applies to a running daemon: the
@@ -13,7 +15,7 @@ var reloadable = map[string]bool{"defaults": true}
 
 // currentDefaults are the defaults a new invocation gets: the config's, or
 // the last reload's.
-func (d *Daemon) currentDefaults() Defaults {
+func (d *Daemon) currentDefaults() config.Defaults {
 	if p := d.reloadedDefaults.Load(); p != nil {
 		return *p
 	}
@@ -24,7 +26,7 @@ func (d *Daemon) currentDefaults() Defaults {
 // reports the top-level keys that differ from what the daemon runs with:
 // applied (now in effect for new invocations) and restart (ignored until
 // the daemon restarts).
-func (d *Daemon) Reload(next Config) (applied, restart []string) {
+func (d *Daemon) Reload(next config.Config) (applied, restart []string) {
 	running := d.cfg
 	running.Defaults = d.currentDefaults()
 	cur, nv := reflect.ValueOf(running), reflect.ValueOf(next)

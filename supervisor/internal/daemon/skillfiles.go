@@ -19,22 +19,16 @@ const (
 	MaxSkillFileBytes = 1 << 20
 )
 
-// SkillFile is one regular file of a skill folder (GET /v1/skills/{id}/files).
-type SkillFile struct {
-	Path string `json:"path"` // slash-separated, relative to the folder
-	Size int64  `json:"size"`
-}
-
 // skillRoot opens the skill folder as an os.Root, so no path a caller
 // gives (.., an absolute path, a symlink) reaches outside it.
 func (d *Daemon) skillRoot(w http.ResponseWriter, id string) *os.Root {
 	if !SkillIDPattern().MatchString(id) {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("skill_id %q must match %s", id, SkillIDPattern()))
+		apiErr(w, kindBadRequest, fmt.Errorf("skill_id %q must match %s", id, SkillIDPattern()))
 		return nil
 	}
 	root, err := os.OpenRoot(filepath.Join(d.cfg.SkillsDir, id))
 	if err != nil {
-		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no skill %q in %s", id, d.cfg.SkillsDir))
+		apiErr(w, kindNotFound, fmt.Errorf("no skill %q in %s", id, d.cfg.SkillsDir))
 		return nil
 	}
 	return root
@@ -70,7 +64,7 @@ func (d *Daemon) handleSkillFiles(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil {
-		apiErr(w, http.StatusInternalServerError, "internal", fmt.Errorf("list skill files: %w", err))
+		apiErr(w, kindInternal, fmt.Errorf("list skill files: %w", err))
 		return
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
@@ -87,24 +81,24 @@ func (d *Daemon) handleSkillFile(w http.ResponseWriter, r *http.Request) {
 	defer root.Close()
 	p := r.PathValue("path")
 	if !fs.ValidPath(p) || path.Clean(p) != p {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("path %q is not a clean relative path", p))
+		apiErr(w, kindBadRequest, fmt.Errorf("path %q is not a clean relative path", p))
 		return
 	}
 	fi, err := root.Lstat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.Mode().IsRegular()):
-		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no regular file %q in skill %s", p, r.PathValue("id")))
+		apiErr(w, kindNotFound, fmt.Errorf("no regular file %q in skill %s", p, r.PathValue("id")))
 		return
 	case err != nil:
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("path %q: %v", p, err))
+		apiErr(w, kindBadRequest, fmt.Errorf("path %q: %w", p, err))
 		return
 	case fi.Size() > MaxSkillFileBytes:
-		apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("%s is over %d bytes", p, MaxSkillFileBytes))
+		apiErr(w, kindTooLarge, fmt.Errorf("%s is over %d bytes", p, MaxSkillFileBytes))
 		return
 	}
 	f, err := root.Open(p)
 	if err != nil {
-		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("open %q: %v", p, err))
+		apiErr(w, kindNotFound, fmt.Errorf("open %q: %w", p, err))
 		return
 	}
 	defer f.Close()

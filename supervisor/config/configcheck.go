@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"fmt"
@@ -11,17 +11,17 @@ import (
 	"github.com/goccy/go-yaml/parser"
 )
 
-// CheckConfigFile reads path over the defaults as LoadConfig does, but
+// CheckFile reads path over the defaults as Load does, but
 // goes on past a problem so `serve --check` can name them all: each
 // top-level key is decoded on its own (an unknown key or a bad value in one
 // does not hide the others), then the config is validated. A YAML syntax
 // error ends the parse, so it is the only problem named. Each error wraps
 // ErrConfig; cfg holds what decoded.
-func CheckConfigFile(path string) (cfg Config, problems []error) {
-	cfg = DefaultConfig()
+func CheckFile(path string) (cfg Config, problems []error) {
+	cfg = Default()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return cfg, []error{fmt.Errorf("%w: %v", ErrConfig, err)}
+		return cfg, []error{fmt.Errorf("%w: %w", ErrConfig, err)}
 	}
 	file, err := parser.ParseBytes(b, 0)
 	if err != nil {

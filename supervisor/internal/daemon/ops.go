@@ -24,16 +24,6 @@ const (
 	recentMax     = 1000
 )
 
-// Recent is one ended invocation in GET /v1/invocations.
-type Recent struct {
-	InvocationID string `json:"invocation_id"`
-	SkillID      string `json:"skill_id"`
-	TenantID     string `json:"tenant_id"`
-	EndedAt      string `json:"ended_at"`
-	Outcome      string `json:"outcome"`
-	DurationMS   int64  `json:"duration_ms"`
-}
-
 func (d *Daemon) routesOps(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/invocations", d.handleRecent)
 	mux.HandleFunc("GET /v1/invocations/{id}", d.handleInspect)
@@ -47,14 +37,14 @@ func (d *Daemon) handleRecent(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > recentMax {
-			apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("limit %q: want 1 to %d", s, recentMax))
+			apiErr(w, kindBadRequest, fmt.Errorf("limit %q: want 1 to %d", s, recentMax))
 			return
 		}
 		limit = n
 	}
 	out, err := RecentEnded(r.Context(), d.store, limit)
 	if err != nil {
-		apiErr(w, http.StatusInternalServerError, "internal", err)
+		apiErr(w, kindInternal, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -88,16 +78,16 @@ func RecentEnded(ctx context.Context, src RowSource, limit int) ([]Recent, error
 func (d *Daemon) handleInspect(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !invocationIDPattern().MatchString(id) {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
+		apiErr(w, kindBadRequest, fmt.Errorf("invocation id %q is malformed", id))
 		return
 	}
 	src := RowSource(d.store)
 	rec, found, err := Inspect(r.Context(), src, id)
 	switch {
 	case err != nil:
-		apiErr(w, http.StatusInternalServerError, "internal", err)
+		apiErr(w, kindInternal, err)
 	case !found:
-		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no audit rows for invocation %s", id))
+		apiErr(w, kindNotFound, fmt.Errorf("no audit rows for invocation %s", id))
 	default:
 		writeJSON(w, http.StatusOK, rec)
 	}
@@ -149,7 +139,7 @@ func Inspect(ctx context.Context, src RowSource, id string) (map[string]any, boo
 func (d *Daemon) handleLogs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !invocationIDPattern().MatchString(id) {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
+		apiErr(w, kindBadRequest, fmt.Errorf("invocation id %q is malformed", id))
 		return
 	}
 	if r.URL.Query().Get("follow") == "1" {
@@ -176,13 +166,13 @@ func (d *Daemon) handleLogs(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, fs.ErrNotExist) {
 		// No log: the skill wrote no stderr, or the invocation is unknown.
 		if _, found, rerr := Replay(r.Context(), d.store, id); rerr == nil && !found && !d.hub.running(id) {
-			apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no invocation %s", id))
+			apiErr(w, kindNotFound, fmt.Errorf("no invocation %s", id))
 			return
 		}
 		b, err = nil, nil
 	}
 	if err != nil {
-		apiErr(w, http.StatusInternalServerError, "internal", err)
+		apiErr(w, kindInternal, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 // TestCheckConfigFileNamesEveryProblem: an unknown key, a value of the
 // wrong type, a bad nested key and a failed validation are all named, not
 // only the first; a syntax error is named; a good file has no problem and
-// decodes as LoadConfig does.
+// decodes as Load does.
 func TestCheckConfigFileNamesEveryProblem(t *testing.T) {
 	dir := t.TempDir()
 	write := func(s string) string {
@@ -22,7 +22,7 @@ func TestCheckConfigFileNamesEveryProblem(t *testing.T) {
 		return p
 	}
 	p := write("version: 1\nmax_concurent: 4\nmax_concurrent: many\ndefaults:\n  memory_mbb: 5\nstate_dir: relative\n")
-	_, problems := CheckConfigFile(p)
+	_, problems := CheckFile(p)
 	var all []string
 	for _, e := range problems {
 		if !errors.Is(e, ErrConfig) {
@@ -39,12 +39,12 @@ func TestCheckConfigFileNamesEveryProblem(t *testing.T) {
 	if len(problems) != 4 {
 		t.Errorf("%d problems, want 4:\n%s", len(problems), text)
 	}
-	if _, problems := CheckConfigFile(write("version: 1\nskills_dir: [\n")); len(problems) != 1 || !errors.Is(problems[0], ErrConfig) {
+	if _, problems := CheckFile(write("version: 1\nskills_dir: [\n")); len(problems) != 1 || !errors.Is(problems[0], ErrConfig) {
 		t.Errorf("syntax error: %v", problems)
 	}
 	good := write("version: 1\nmax_concurrent: 7\nshutdown_grace: 5s\ndefaults:\n  memory_mb: 256\n")
-	cfg, problems := CheckConfigFile(good)
-	want, err := LoadConfig(good)
+	cfg, problems := CheckFile(good)
+	want, err := Load(good)
 	if len(problems) != 0 || err != nil || cfg.MaxConcurrent != 7 || cfg.Defaults.MemoryMB != 256 || cfg.ShutdownGrace != want.ShutdownGrace || cfg.Defaults != want.Defaults {
 		t.Errorf("good file: %v %v %+v", problems, err, cfg)
 	}

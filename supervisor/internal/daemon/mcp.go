@@ -39,7 +39,7 @@ func (d *Daemon) mcpHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxInvokeBody {
 			w.Header().Set("Connection", "close")
-			apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
+			apiErr(w, kindTooLarge, fmt.Errorf("body: over %d bytes", MaxInvokeBody))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxInvokeBody)
@@ -77,7 +77,7 @@ func (b localBackend) Invoke(ctx context.Context, c mcpserve.Call, h http.Header
 	if rec.code != http.StatusOK {
 		var ae APIError
 		_ = json.Unmarshal(rec.body.Bytes(), &ae)
-		return nil, &mcpserve.APIError{Status: rec.code, Code: ae.Code, Msg: ae.Error}
+		return nil, &mcpserve.APIError{Status: rec.code, Code: ae.Code, Message: ae.Error}
 	}
 	var env supervisor.Envelope
 	if err := json.Unmarshal(rec.body.Bytes(), &env); err != nil {
@@ -121,7 +121,7 @@ func (b localBackend) get(ctx context.Context, h http.HandlerFunc, id, p string)
 	if rec.code != http.StatusOK {
 		var ae APIError
 		_ = json.Unmarshal(rec.body.Bytes(), &ae)
-		return nil, &mcpserve.APIError{Status: rec.code, Code: ae.Code, Msg: ae.Error}
+		return nil, &mcpserve.APIError{Status: rec.code, Code: ae.Code, Message: ae.Error}
 	}
 	return rec, nil
 }

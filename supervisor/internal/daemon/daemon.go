@@ -1,12 +1,10 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -20,7 +18,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 
@@ -28,39 +25,13 @@ import (
 	"cyberos.dev/internal/unixsock"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
-	"cyberos.dev/supervisor/internal/broker"
+	"cyberos.dev/supervisor/config"
 	"cyberos.dev/telemetry"
 )
 
 // SkillIDPattern is what a skill id (its folder name) must match; compiled
 // on first use (see policy.nameRE).
 var SkillIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
-
-// DefaultTenant is the tenant of a request that names none.
-const DefaultTenant = "00000000-0000-0000-0000-000000000000"
-
-// InvokeRequest is the body of POST /v1/invocations.
-type InvokeRequest struct {
-	SkillID       string          `json:"skill_id"`
-	Version       string          `json:"version,omitempty"`
-	Args          json.RawMessage `json:"args,omitempty"`
-	TenantID      string          `json:"tenant_id,omitempty"`
-	CallerPersona string          `json:"caller_persona,omitempty"`
-	// Traceparent is the caller's W3C traceparent. It wins over the
-	// request's traceparent header (and that header's tracestate is then
-	// not used): the body is what the caller wrote for this invocation.
-	// An invalid one here is a 400; an invalid header is ignored, as W3C
-	// Trace Context asks.
-	Traceparent string `json:"traceparent,omitempty"`
-	// DeadlineMS shortens effort_minutes like `skill run --deadline`; at
-	// most MaxDeadlineMS, 0 keeps effort_minutes.
-	DeadlineMS int64  `json:"deadline_ms,omitempty"`
-	RequestID  string `json:"request_id,omitempty"`
-	// CancelOnDisconnect: a caller that goes away before the answer
-	// cancels the invocation (outcome cancelled), as an MCP client's
-	// notifications/cancelled does. Without it the invocation runs on.
-	CancelOnDisconnect bool `json:"cancel_on_disconnect,omitempty"`
-}
 
 // APIError is the body of every non-200 answer.
 type APIError struct {
@@ -70,7 +41,7 @@ type APIError struct {
 
 // Daemon is a running supervisor daemon.
 type Daemon struct {
-	cfg      Config
+	cfg      config.Config
 	sup      *supervisor.Supervisor
 	store    *audit.Store
 	metrics  *telemetry.Metrics
@@ -84,7 +55,7 @@ type Daemon struct {
 
 	inflight atomic.Int64
 	// reloadedDefaults are the defaults of the last SIGHUP (reload.go).
-	reloadedDefaults atomic.Pointer[Defaults]
+	reloadedDefaults atomic.Pointer[config.Defaults]
 	starts           startGate  // sandbox creations in progress
 	scav             *scavenger // hands a burst's memory back to the OS
 	// gate orders the admission of an invocation (wg.Add) before shutdown's
@@ -127,7 +98,7 @@ var defaultAdminTimeouts = adminTimeouts{header: 10 * time.Second, request: 30 *
 
 // New prepares a daemon: today's counters from the audit rows, the admin
 // socket (mode 0660, root:admin_group) and the metrics listener. Serve runs it.
-func New(cfg Config, o Options) (*Daemon, error) {
+func New(cfg config.Config, o Options) (*Daemon, error) {
 	gid, err := cfg.AdminGID()
 	if err != nil {
 		return nil, err
@@ -405,8 +376,7 @@ func (d *Daemon) authorize(next http.Handler) http.Handler {
 		p, _ := r.Context().Value(peerKey{}).(peer)
 		if !p.ok || !(p.uid == 0 || (d.adminGID >= 0 && p.inGroup(d.adminGID))) {
 			d.log.Warn("admin socket: peer refused", "pid", p.pid, "uid", p.uid, "gid", p.gid)
-			w.Header().Set("Connection", "close")
-			writeJSON(w, http.StatusForbidden, APIError{Error: fmt.Sprintf("uid %d is neither root nor in the admin group", p.uid), Code: "forbidden"})
+			apiErr(w, kindForbidden, fmt.Errorf("uid %d is neither root nor in the admin group", p.uid))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -529,206 +499,6 @@ func writeRaw(w http.ResponseWriter, code int, b []byte) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-func apiErr(w http.ResponseWriter, code int, kind string, err error) {
-	writeJSON(w, code, APIError{Error: err.Error(), Code: kind})
-}
-
-func validText(s string, max int) bool {
-	if len(s) > max {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// MaxDeadlineMS bounds deadline_ms: a day, far below the milliseconds a
-// time.Duration can hold, so no deadline overflows into a short one.
-const MaxDeadlineMS = 86_400_000
-
-func (d *Daemon) handleInvoke(w http.ResponseWriter, r *http.Request) {
-	if d.draining.Load() {
-		d.refused(telemetry.RefusedShuttingDown)
-		apiErr(w, http.StatusServiceUnavailable, "shutting_down", errors.New("the supervisor is shutting down"))
-		return
-	}
-	if err := d.store.Damage(); err != nil {
-		d.refused(telemetry.RefusedAuditDamaged)
-		apiErr(w, http.StatusServiceUnavailable, "audit_damaged", err)
-		return
-	}
-	tooLarge := func() {
-		// The rest of the body is not read: the connection ends with this
-		// answer.
-		w.Header().Set("Connection", "close")
-		apiErr(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Errorf("body: over %d bytes", MaxInvokeBody))
-	}
-	// A body declared larger than the limit is refused before any of it
-	// is read; one without a length (chunked) when it passes the limit.
-	if r.ContentLength > MaxInvokeBody {
-		tooLarge()
-		return
-	}
-	// The body is read up to MaxInvokeBody bytes, within the admin
-	// socket's request timeout (adminServer).
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxInvokeBody))
-	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-		tooLarge()
-		return
-	} else if err != nil {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
-		return
-	}
-	// A key given twice is refused, as the broker refuses it: the decoder
-	// below would keep the last one silently.
-	if err := broker.CheckObject(raw); errors.Is(err, broker.ErrDuplicateKey) {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
-		return
-	}
-	var req InvokeRequest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("body: %v", err))
-		return
-	}
-	switch {
-	case !SkillIDPattern().MatchString(req.SkillID):
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("skill_id %q must match %s", req.SkillID, SkillIDPattern()))
-		return
-	case !validText(req.TenantID, 128) || !validText(req.CallerPersona, 256) || !validText(req.Version, 64) || !validText(req.RequestID, 128):
-		apiErr(w, http.StatusBadRequest, "bad_request", errors.New("tenant_id, caller_persona, version or request_id: too long or holds control characters"))
-		return
-	case req.DeadlineMS < 0 || req.DeadlineMS > MaxDeadlineMS:
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("deadline_ms %d: must be a whole number of milliseconds from 1 to %d (24 h)", req.DeadlineMS, MaxDeadlineMS))
-		return
-	}
-	dir := filepath.Join(d.cfg.SkillsDir, req.SkillID)
-	if fi, err := os.Stat(filepath.Join(dir, "SKILL.md")); err != nil || !fi.Mode().IsRegular() {
-		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no skill %q in %s", req.SkillID, d.cfg.SkillsDir))
-		return
-	}
-	tenant := req.TenantID
-	if tenant == "" {
-		tenant = DefaultTenant
-	}
-	// reply sends the answer; a claimed request_id records it first (an
-	// invocation that ran) or forgets the claim (nothing ran).
-	var cl claim
-	reply := func(code int, v any, ran bool) {
-		b := mustJSON(v)
-		if cl.own {
-			if ran {
-				if err := d.requests.finish(cl.key, code, b); err != nil {
-					d.log.Error("idempotency record not written", "request_id", req.RequestID, "err", err)
-				}
-			} else {
-				d.requests.drop(cl.key, code, b)
-			}
-		}
-		writeRaw(w, code, b)
-	}
-	if req.RequestID != "" && d.requests != nil {
-		var err error
-		cl, err = d.requests.claim(&req, tenant)
-		switch {
-		case errors.Is(err, errRequestConflict):
-			apiErr(w, http.StatusConflict, "request_id_conflict", fmt.Errorf("request_id %q: %w", req.RequestID, err))
-			return
-		case err != nil:
-			apiErr(w, http.StatusServiceUnavailable, "refused", err)
-			return
-		case cl.wait != nil:
-			select {
-			case <-cl.wait.done:
-				writeRaw(w, cl.wait.status, cl.wait.answer)
-			case <-r.Context().Done():
-			}
-			return
-		case cl.rec != nil && cl.rec.Status != 0:
-			writeRaw(w, cl.rec.Status, cl.rec.Answer)
-			return
-		case cl.rec != nil:
-			writeJSON(w, http.StatusOK, lostEnvelope(cl.rec))
-			return
-		}
-	}
-	n := d.inflight.Add(1)
-	if n > int64(d.cfg.MaxConcurrent) {
-		d.inflight.Add(-1)
-		d.refused(telemetry.RefusedMaxConcurrent)
-		reply(http.StatusTooManyRequests, APIError{Code: "too_many_invocations", Error: fmt.Sprintf("max_concurrent (%d) invocations are running", d.cfg.MaxConcurrent)}, false)
-		return
-	}
-	d.scav.admitted(n)
-	d.gate.Lock()
-	if d.draining.Load() { // raced with the start of shutdown
-		d.gate.Unlock()
-		d.inflight.Add(-1)
-		d.refused(telemetry.RefusedShuttingDown)
-		reply(http.StatusServiceUnavailable, APIError{Code: "shutting_down", Error: "the supervisor is shutting down"}, false)
-		return
-	}
-	d.wg.Add(1)
-	d.gate.Unlock()
-	defer func() {
-		d.scav.ended(d.inflight.Add(-1), d.inflight.Load)
-		d.wg.Done()
-	}()
-	traceparent, tracestate := req.Traceparent, ""
-	if traceparent == "" {
-		traceparent, tracestate = telemetry.FromHeaders(r.Header)
-	}
-	cancel := d.cancels.open()
-	defer d.cancels.close(cancel)
-	if req.CancelOnDisconnect {
-		stop := context.AfterFunc(r.Context(), cancel.fire)
-		defer stop()
-	}
-	ctx, endCtx := d.invocationContext(r.Context(), cancel)
-	defer endCtx()
-	obs := &invokeObserver{d: d, cancel: cancel, cl: cl, requestID: req.RequestID}
-	def := supervisor.Defaults(d.currentDefaults())
-	env, err := d.sup.Run(ctx, supervisor.Request{
-		SkillDir: dir, SkillID: req.SkillID, Version: req.Version, Args: req.Args,
-		TenantID: tenant, Persona: req.CallerPersona, Traceparent: traceparent, Tracestate: tracestate,
-		Deadline: time.Duration(req.DeadlineMS) * time.Millisecond, RequestID: req.RequestID,
-		Defaults: &def,
-		Ceilings: d.cfg.Limits.Ceilings(),
-		Observer: obs,
-		// Admitted; a cold sandbox is created once a start slot is free. A
-		// caller that gives up meanwhile leaves the line, and nothing runs.
-		StartSlot: func() (func(), error) { return d.starts.enter(r.Context(), d.stop) },
-	})
-	if id := obs.id; id != "" {
-		outcome := string(env.Outcome)
-		if err != nil && outcome == "" {
-			outcome = "error"
-		}
-		d.hub.ended(id, outcome)
-	}
-	switch {
-	case errors.Is(err, supervisor.ErrNotFound):
-		reply(http.StatusNotFound, APIError{Code: "not_found", Error: err.Error()}, false)
-	case errors.Is(err, supervisor.ErrInvalidSkill), errors.Is(err, supervisor.ErrInvalidRequest):
-		reply(http.StatusBadRequest, APIError{Code: "invalid", Error: err.Error()}, false)
-	case errors.Is(err, supervisor.ErrAuditIncomplete):
-		// The skill ran; its record is not durable: never a success.
-		reply(http.StatusServiceUnavailable, APIError{Code: "audit_incomplete", Error: err.Error()}, true)
-	case errors.Is(err, supervisor.ErrNotStarted):
-		reply(http.StatusServiceUnavailable, APIError{Code: "not_started", Error: err.Error()}, false)
-	case errors.Is(err, supervisor.ErrRefused):
-		reply(http.StatusServiceUnavailable, APIError{Code: "refused", Error: err.Error()}, false)
-	case err != nil:
-		reply(http.StatusInternalServerError, APIError{Code: "internal", Error: err.Error()}, false)
-	default:
-		reply(http.StatusOK, env, true)
-	}
-}
-
 func (d *Daemon) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	st := d.hub.status()
 	if r, ok := d.sup.Runner.(interface{ CgroupWhere() string }); ok {
@@ -744,15 +514,15 @@ var invocationIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.M
 func (d *Daemon) handleReplay(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !invocationIDPattern().MatchString(id) {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
+		apiErr(w, kindBadRequest, fmt.Errorf("invocation id %q is malformed", id))
 		return
 	}
 	calls, found, err := Replay(r.Context(), d.store, id)
 	switch {
 	case err != nil:
-		apiErr(w, http.StatusInternalServerError, "internal", err)
+		apiErr(w, kindInternal, err)
 	case !found:
-		apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no audit rows for invocation %s", id))
+		apiErr(w, kindNotFound, fmt.Errorf("no audit rows for invocation %s", id))
 	default:
 		writeJSON(w, http.StatusOK, calls)
 	}
@@ -765,18 +535,18 @@ func (d *Daemon) handleReplay(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) handleTail(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !invocationIDPattern().MatchString(id) {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("invocation id %q is malformed", id))
+		apiErr(w, kindBadRequest, fmt.Errorf("invocation id %q is malformed", id))
 		return
 	}
 	past, truncated, sub, live := d.hub.subscribe(id)
 	if !live {
 		calls, found, err := Replay(r.Context(), d.store, id)
 		if err != nil {
-			apiErr(w, http.StatusInternalServerError, "internal", err)
+			apiErr(w, kindInternal, err)
 			return
 		}
 		if !found {
-			apiErr(w, http.StatusNotFound, "not_found", fmt.Errorf("no invocation %s", id))
+			apiErr(w, kindNotFound, fmt.Errorf("no invocation %s", id))
 			return
 		}
 		past = calls
@@ -828,7 +598,7 @@ func sortViews(v []ActiveView) {
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	skill := r.URL.Query().Get("skill")
 	if skill != "" && !SkillIDPattern().MatchString(skill) {
-		apiErr(w, http.StatusBadRequest, "bad_request", fmt.Errorf("skill %q must match %s", skill, SkillIDPattern()))
+		apiErr(w, kindBadRequest, fmt.Errorf("skill %q must match %s", skill, SkillIDPattern()))
 		return
 	}
 	wt := d.hub.watch(skill)
@@ -857,24 +627,10 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// SkillList is GET /v1/skills: the skills of skills_dir as the next
-// invocation would load them (SKILL.md is read again now), and the
-// folders that are not usable, with why.
-type SkillList struct {
-	Skills   []*policy.Policy `json:"skills"`
-	Unusable []UnusableSkill  `json:"unusable"`
-}
-
-// UnusableSkill is a folder of skills_dir that is not a usable skill.
-type UnusableSkill struct {
-	SkillID string `json:"skill_id"`
-	Error   string `json:"error"`
-}
-
 func (d *Daemon) handleSkills(w http.ResponseWriter, _ *http.Request) {
 	skills, problems, err := InstalledSkills(d.cfg.SkillsDir)
 	if err != nil {
-		apiErr(w, http.StatusInternalServerError, "internal", fmt.Errorf("skills_dir: %w", err))
+		apiErr(w, kindInternal, fmt.Errorf("skills_dir: %w", err))
 		return
 	}
 	list := SkillList{Skills: skills, Unusable: []UnusableSkill{}}

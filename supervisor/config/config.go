@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"errors"
@@ -109,7 +109,7 @@ func (f Fleet) DSN() (string, error) {
 	}
 	b, err := os.ReadFile(f.PostgresDSNFile)
 	if err != nil {
-		return "", fmt.Errorf("%w: fleet.postgres_dsn_file: %v", ErrConfig, err)
+		return "", fmt.Errorf("%w: fleet.postgres_dsn_file: %w", ErrConfig, err)
 	}
 	dsn := strings.TrimSpace(string(b))
 	if dsn == "" {
@@ -127,7 +127,7 @@ func (f Fleet) ResolvedHostID() (string, error) {
 	if id == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return "", fmt.Errorf("%w: fleet.host_id: unset and the hostname cannot be read: %v", ErrConfig, err)
+			return "", fmt.Errorf("%w: fleet.host_id: unset and the hostname cannot be read: %w", ErrConfig, err)
 		}
 		id, key = h, "fleet.host_id (the hostname)"
 	}
@@ -293,8 +293,8 @@ func (c *Config) AdminConnections() int {
 	return c.MaxConcurrent + adminSpareConnections
 }
 
-// DefaultConfig is what an empty file means.
-func DefaultConfig() Config {
+// Default is what an empty file means.
+func Default() Config {
 	return Config{
 		Version:            1,
 		SkillsDir:          "/opt/cyberos/skills",
@@ -318,12 +318,12 @@ func DefaultConfig() Config {
 	}
 }
 
-// LoadConfig reads path strictly over the defaults and validates it.
-func LoadConfig(path string) (Config, error) {
-	c := DefaultConfig()
+// Load reads path strictly over the defaults and validates it.
+func Load(path string) (Config, error) {
+	c := Default()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("%w: %v", ErrConfig, err)
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := yaml.UnmarshalWithOptions(b, &c, yaml.DisallowUnknownField()); err != nil {
 		return c, fmt.Errorf("%w: %s: %s", ErrConfig, path, yaml.FormatError(err, false, true))
@@ -493,7 +493,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := sandbox.CheckIDRanges("userns.host_id_base", "userns.ranges", c.Userns.HostIDBase, c.IDRanges(), sandbox.HostIDFiles); err != nil {
-		return fmt.Errorf("%w: %v", ErrConfig, err)
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := c.MCPHTTP.check(); err != nil {
 		return errors.Join(err, mcpErr)

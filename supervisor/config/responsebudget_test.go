@@ -1,4 +1,4 @@
-package daemon
+package config
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ func TestResponseBudgetConfig(t *testing.T) {
 		if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return LoadConfig(p)
+		return Load(p)
 	}
 	c, err := load("version: 1\n")
 	if err != nil || c.ResponseBudget() != broker.DefaultDaemonBudget {

@@ -1,12 +1,14 @@
-// Package daemon is the host daemon behind `cyberos supervisor serve`: the
-// strict config, the skill registry, the admin API over a Unix socket
-// (invoke, status, tail, replay), /metrics, and graceful shutdown.
+// Package daemon is the host daemon behind `cyberos serve`: the skill
+// registry, the admin API over a Unix socket (invoke, status, tail,
+// replay, /mcp), /metrics, and graceful shutdown. It reads its config
+// file with package config; package client is the API's client.
 package daemon
 
 import (
 	"sync"
 	"time"
 
+	"cyberos.dev/client"
 	"cyberos.dev/supervisor"
 	"cyberos.dev/supervisor/internal/broker"
 )
@@ -21,32 +23,6 @@ const (
 	// that join late.
 	historyCap = 10000
 )
-
-// Status is GET /v1/status (and `cyberos skill broker status`).
-type Status struct {
-	ActiveInvocations int   `json:"active_invocations"`
-	ToolCallsToday    int64 `json:"tool_calls_today"`
-	DeniedToday       int64 `json:"denied_today"`
-	// ProtocolAbuseToday counts skill.protocol_abuse rows: each kind of
-	// broker protocol abuse once per invocation.
-	ProtocolAbuseToday int64        `json:"protocol_abuse_today"`
-	Day                string       `json:"day"` // the UTC day counted, YYYY-MM-DD
-	Invocations        []ActiveView `json:"invocations"`
-	// SandboxCgroups says where this daemon makes its sandboxes' cgroups,
-	// and why (`cyberos doctor` shows it).
-	SandboxCgroups string `json:"sandbox_cgroups,omitempty"`
-}
-
-// ActiveView is one running invocation in Status.
-type ActiveView struct {
-	InvocationID string `json:"invocation_id"`
-	SkillID      string `json:"skill_id"`
-	TenantID     string `json:"tenant_id"`
-	StartedAt    string `json:"started_at"`
-	ToolCalls    int64  `json:"tool_calls"`
-	// ProtocolAbuse lists the kinds of protocol abuse seen so far.
-	ProtocolAbuse []string `json:"protocol_abuse,omitempty"`
-}
 
 type active struct {
 	info      supervisor.Started
@@ -80,10 +56,10 @@ type Event struct {
 
 // Event types.
 const (
-	EventWatching          = "watching"
-	EventInvocationStarted = "invocation_started"
-	EventToolCall          = "tool_call"
-	EventInvocationEnded   = "invocation_ended"
+	EventWatching          = client.EventWatching
+	EventInvocationStarted = client.EventInvocationStarted
+	EventToolCall          = client.EventToolCall
+	EventInvocationEnded   = client.EventInvocationEnded
 )
 
 // watcher is one events stream: every invocation's, or one skill's (skill
