@@ -24,6 +24,7 @@ import (
 	"cyberos.dev/cgroups"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/internal/seccomp"
+	"cyberos.dev/supervisor/internal/seccomp/profiletool"
 )
 
 // TestMain removes the creation helper the tests built: libcontainer
@@ -364,7 +365,7 @@ func BenchmarkColdStartProfiles(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	imp, err := seccomp.ImportDockerProfile(dockerDefaultJSON(b))
+	imp, err := profiletool.ImportDockerProfile(dockerDefaultJSON(b))
 	if err != nil {
 		b.Fatal(err)
 	}

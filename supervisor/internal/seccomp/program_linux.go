@@ -184,7 +184,7 @@ func enosysStub(cfg *configs.Seccomp) ([]bpf.RawInstruction, error) {
 		}
 	}
 	s.label("enosys")
-	s.add(bpf.RetConstant{Val: seccompRetErrno | uint32(unix.ENOSYS)})
+	s.add(bpf.RetConstant{Val: RetErrno | uint32(unix.ENOSYS)})
 	s.label("filter")
 	return s.assemble()
 }
