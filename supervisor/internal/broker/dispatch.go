@@ -678,17 +678,66 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 	if d.capped.Load() {
 		return nil, errAuditCap
 	}
+	ctx, c, err := d.newCall(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer d.finish(c.obs)
+	if err := d.decideCall(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := d.auditStart(ctx, c); err != nil {
+		return nil, err
+	}
+	err = d.runCall(ctx, c, f)
+	return d.auditEnd(ctx, c, err)
+}
+
+// toolCallState is one tool.call as its phases hand it on.
+type toolCallState struct {
+	p        *callParams
+	name     policy.Tool
+	tp       string                 // the call's traceparent: its own, else the invocation's
+	tc       telemetry.TraceContext // tp parsed
+	common   audit.Common           // the invocation's, with the call's trace id
+	argsHash string
+	log      *slog.Logger
+	obs      *callObs
+	// Set by decideCall: the tool, the name it is counted under, and an
+	// MCP tool's row fields.
+	tool       tools.Tool
+	metricTool string
+	mcpRow     audit.MCP
+	// Set by auditStart: the call's id, the context its rows are written
+	// in, and for an effect-free call whose started row is only queued,
+	// how to wait for it and write the completed row after it (nil: the
+	// started row is durable).
+	callID        string
+	actx          context.Context
+	startedWait   func() (audit.Row, error)
+	emitCompleted func(context.Context, audit.Draft) (audit.Row, error)
+	// Set by runCall: what the tool returned, marshalled (raw, nil when
+	// cut for the response cap), and how long it ran.
+	result    any
+	raw       json.RawMessage
+	canonical bool
+	durMS     int64
+}
+
+// newCall decodes the call's params, its traceparent and the hash of its
+// args, and starts its span.
+func (d *dispatcher) newCall(ctx context.Context, req *request) (context.Context, *toolCallState, error) {
 	if req.params == nil {
-		return nil, invalidParams("tool.call needs params")
+		return ctx, nil, invalidParams("tool.call needs params")
 	}
 	p, err := decodeCallParams(req.params)
 	if err != nil {
-		return nil, err
+		return ctx, nil, err
 	}
 	tp := d.traceparent
 	if p.traceparent != "" {
 		if _, err := telemetry.ParseTraceparent(p.traceparent); err != nil {
-			return nil, invalidParams("traceparent is not a valid W3C traceparent")
+			return ctx, nil, invalidParams("traceparent is not a valid W3C traceparent")
 		}
 		tp = p.traceparent
 	}
@@ -697,21 +746,26 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 	common.TraceID = tc.TraceID
 	argsHash, err := audit.HashJSON(p.args)
 	if err != nil {
-		return nil, invalidParams("args cannot be canonicalised (RFC 8785)")
+		return ctx, nil, invalidParams("args cannot be canonicalised (RFC 8785)")
 	}
-	name := policy.Tool(p.tool)
-	log := d.log.With("tool", p.tool, "trace_id", tc.TraceID)
-	obs := &callObs{tool: p.tool, argsHash: argsHash, argsSize: len(p.args), start: time.Now()}
-	ctx, obs.span = tracerOrNoop(d.tracer).Start(d.spanParentFor(ctx, p.traceparent != "", tc), "skill.broker.tool_call",
+	c := &toolCallState{p: p, name: policy.Tool(p.tool), tp: tp, tc: tc, common: common, argsHash: argsHash,
+		log: d.log.With("tool", p.tool, "trace_id", tc.TraceID)}
+	c.obs = &callObs{tool: p.tool, argsHash: argsHash, argsSize: len(p.args), start: time.Now()}
+	ctx, c.obs.span = tracerOrNoop(d.tracer).Start(d.spanParentFor(ctx, p.traceparent != "", tc), "skill.broker.tool_call",
 		trace.WithSpanKind(trace.SpanKindServer))
-	defer d.finish(obs)
+	return ctx, c, nil
+}
 
-	// Decide. A tool outside the native registry is looked up in the
-	// sources only once the enforcer allows its name: a refused call never
-	// starts an MCP server.
+// decideCall finds the tool and asks the enforcer and the rate limit; a
+// refusal is audited as skill.tool_denied and returned. A tool outside the
+// native registry is looked up in the sources only once the enforcer allows
+// its name: a refused call never starts an MCP server.
+func (d *dispatcher) decideCall(ctx context.Context, c *toolCallState) error {
+	name := c.name
 	tool, ok := d.tools[name]
 	metricTool := string(name)
 	var mcpRow audit.MCP
+	var err error
 	if !ok && len(d.sources) > 0 {
 		if err = d.env.Enforcer.CheckTool(name); err == nil {
 			tool, ok, err = d.lookup(ctx, name)
@@ -730,6 +784,7 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 	if !ok {
 		metricTool = metricUnknownTool
 	}
+	c.tool, c.metricTool, c.mcpRow = tool, metricTool, mcpRow
 	switch {
 	case err != nil:
 	case !ok:
@@ -742,73 +797,83 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 			Detail: fmt.Sprintf("over %d calls per minute", d.limiter.limit)}
 	}
 	d.toolCalls.Add(1)
-	if err != nil {
-		var denial *policy.Denial
-		if !errors.As(err, &denial) { // CheckTool returns only denials; fail closed anyway
-			denial = &policy.Denial{Reason: policy.ReasonToolNotAllowed, Tool: name}
-			err = denial
-		}
-		obs.tool, obs.outcome, obs.reason = deniedTool(denial, metricTool), telemetry.ToolCallDenied, string(denial.Reason)
-		if !d.rows.take(1) {
-			obs.unaudited = true
-			d.capReached()
-			return nil, errAuditCap
-		}
-		d.deny(ctx, log, common, metricTool, denial, argsHash, mcpRow)
-		return nil, err
+	if err == nil {
+		return nil
 	}
-
-	// Reserve the call's rows: started, completed and, should the tool
-	// refuse it inside, its tool_denied row.
-	if !d.rows.take(3) {
-		obs.outcome, obs.reason, obs.unaudited = telemetry.ToolCallDenied, ReasonAuditCapReached, true
+	var denial *policy.Denial
+	if !errors.As(err, &denial) { // CheckTool returns only denials; fail closed anyway
+		denial = &policy.Denial{Reason: policy.ReasonToolNotAllowed, Tool: name}
+		err = denial
+	}
+	c.obs.tool, c.obs.outcome, c.obs.reason = deniedTool(denial, metricTool), telemetry.ToolCallDenied, string(denial.Reason)
+	if !d.rows.take(1) {
+		c.obs.unaudited = true
 		d.capReached()
-		return nil, errAuditCap
+		return errAuditCap
 	}
+	d.deny(ctx, c.log, c.common, metricTool, denial, c.argsHash, mcpRow)
+	return err
+}
 
-	// Audit the start; without it the tool must not run. An effect-free
-	// call's started row is only queued: the reply is its one effect, and
-	// it waits below for the completed row, which follows it (see pair).
-	callID := ulid.Make().String()
-	actx := context.WithoutCancel(ctx)
-	startedRow := audit.ToolCallStartedMCP(common, callID, p.tool, argsHash, mcpRow)
-	var startedWait func() (audit.Row, error) // nil: the started row is durable
-	var emitCompleted func(context.Context, audit.Draft) (audit.Row, error)
+// auditStart reserves the call's rows (started, completed and, should the
+// tool refuse it inside, its tool_denied row) and writes its started row;
+// without it the tool must not run. An effect-free call's started row is
+// only queued: the reply is its one effect, and it waits in auditEnd for
+// the completed row, which follows it (see pair).
+func (d *dispatcher) auditStart(ctx context.Context, c *toolCallState) error {
+	if !d.rows.take(3) {
+		c.obs.outcome, c.obs.reason, c.obs.unaudited = telemetry.ToolCallDenied, ReasonAuditCapReached, true
+		d.capReached()
+		return errAuditCap
+	}
+	c.callID = ulid.Make().String()
+	c.actx = context.WithoutCancel(ctx)
+	startedRow := audit.ToolCallStartedMCP(c.common, c.callID, c.p.tool, c.argsHash, c.mcpRow)
 	var aerr error
-	if q, ok := d.audit.(enqueuer); ok && policy.EffectFree(name) {
-		startedWait, emitCompleted, aerr = q.EnqueueFollowed(actx, startedRow)
+	if q, ok := d.audit.(enqueuer); ok && policy.EffectFree(c.name) {
+		c.startedWait, c.emitCompleted, aerr = q.EnqueueFollowed(c.actx, startedRow)
 	} else {
-		_, aerr = d.audit.Emit(actx, startedRow)
+		_, aerr = d.audit.Emit(c.actx, startedRow)
 	}
 	if aerr != nil {
-		return nil, d.startedFailed(log, metricTool, obs, aerr, 3)
+		return d.startedFailed(c.log, c.metricTool, c.obs, aerr, 3)
 	}
+	return nil
+}
 
-	// Run.
+// runCall runs the tool and marshals its result.
+func (d *dispatcher) runCall(ctx context.Context, c *toolCallState, f *frameMem) error {
 	start := time.Now()
-	call := &tools.Call{Env: d.env, Args: p.args, Traceparent: tp, TraceID: tc.TraceID}
+	call := &tools.Call{Env: d.env, Args: c.p.args, Traceparent: c.tp, TraceID: c.tc.TraceID}
 	if f != nil {
-		call.Mem = f.call(name)
+		call.Mem = f.call(c.name)
 	}
-	result, err := d.run(ctx, tool, name, call)
+	result, err := d.run(ctx, c.tool, c.name, call)
 	var raw json.RawMessage
 	var canonical bool
 	if err == nil {
 		raw, canonical, err = marshalResult(result)
 		if errors.Is(err, errResponseTooLarge) {
-			d.truncated(log, len(raw))
+			d.truncated(c.log, len(raw))
 			raw = nil
 		}
 	}
-	dur := time.Since(start).Milliseconds()
-	obs.durMS, obs.resultSize = dur, len(raw)
+	c.result, c.raw, c.canonical = result, raw, canonical
+	c.durMS = time.Since(start).Milliseconds()
+	c.obs.durMS, c.obs.resultSize = c.durMS, len(raw)
+	return err
+}
 
-	// Audit the end, on every path.
+// auditEnd writes the call's completed row, on every path, and answers:
+// the result, or err (a refusal inside the tool audited as every other
+// one, a timeout with what the tool had so far).
+func (d *dispatcher) auditEnd(ctx context.Context, c *toolCallState, err error) (any, error) {
+	log := c.log
 	outcome, metricOutcome, resultHash, msg := audit.OutcomeSuccess, telemetry.ToolCallSuccess, "", ""
 	var denial *policy.Denial
 	switch {
 	case err == nil:
-		if resultHash, err = hashResult(raw, canonical); err != nil {
+		if resultHash, err = hashResult(c.raw, c.canonical); err != nil {
 			err = fmt.Errorf("%w: result cannot be canonicalised: %v", tools.ErrFailed, err)
 			outcome, metricOutcome, msg = audit.OutcomeError, telemetry.ToolCallError, errorObject(err).Message
 		}
@@ -827,31 +892,31 @@ func (d *dispatcher) toolCall(ctx context.Context, req *request, f *frameMem) (a
 			log.Info("broker: tool failed", "err", err) // the host-side detail stays in the log
 		}
 	}
-	completedRow := audit.ToolCallCompletedMCP(common, callID, p.tool, outcome, dur, resultHash, msg, mcpRow)
-	if startedWait == nil {
-		d.completed(actx, log, callID, completedRow)
-	} else if perr := d.pair(actx, log, callID, completedRow, startedWait, emitCompleted, metricTool, obs); perr != nil {
+	completedRow := audit.ToolCallCompletedMCP(c.common, c.callID, c.p.tool, outcome, c.durMS, resultHash, msg, c.mcpRow)
+	if c.startedWait == nil {
+		d.completed(c.actx, log, c.callID, completedRow)
+	} else if perr := d.pair(c.actx, log, c.callID, completedRow, c.startedWait, c.emitCompleted, c.metricTool, c.obs); perr != nil {
 		return nil, perr
 	}
 	if denial != nil {
-		d.deny(ctx, log, common, metricTool, denial, argsHash, mcpRow)
-		obs.outcome, obs.reason = telemetry.ToolCallDenied, string(denial.Reason)
+		d.deny(ctx, log, c.common, c.metricTool, denial, c.argsHash, c.mcpRow)
+		c.obs.outcome, c.obs.reason = telemetry.ToolCallDenied, string(denial.Reason)
 		return nil, err
 	}
 	d.rows.give(1)
-	d.count(metricTool, metricOutcome)
-	obs.outcome = metricOutcome
+	d.count(c.metricTool, metricOutcome)
+	c.obs.outcome = metricOutcome
 	if err != nil {
 		// A tool that timed out may still hand back what it had (Bash's
 		// output so far): the skill gets it beside the error.
-		if errors.Is(err, tools.ErrTimeout) && result != nil {
-			if partial, _, merr := marshalResult(result); merr == nil && len(partial) <= MaxResponse/2 {
+		if errors.Is(err, tools.ErrTimeout) && c.result != nil {
+			if partial, _, merr := marshalResult(c.result); merr == nil && len(partial) <= MaxResponse/2 {
 				return nil, &partialError{err: err, partial: partial}
 			}
 		}
 		return nil, err
 	}
-	return raw, nil
+	return c.raw, nil
 }
 
 // partialError carries a timed-out tool's partial result to errorObject.
