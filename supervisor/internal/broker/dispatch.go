@@ -424,7 +424,9 @@ func marshalResult(v any) (raw json.RawMessage, canonical bool, err error) {
 		raw = r
 	default:
 		if raw, err = encodeJSON(v); err != nil {
-			return nil, false, fmt.Errorf("%w: result does not encode: %v", tools.ErrFailed, err)
+			// Flattened: the call fails as ErrFailed whatever the encoder's
+			// error wraps (errorObject must not classify it by that).
+			return nil, false, fmt.Errorf("%w: result does not encode: %v", tools.ErrFailed, err) //nolint:errorlint // see above
 		}
 	}
 	if len(raw) > MaxResponse {
@@ -874,7 +876,8 @@ func (d *dispatcher) auditEnd(ctx context.Context, c *toolCallState, err error) 
 	switch {
 	case err == nil:
 		if resultHash, err = hashResult(c.raw, c.canonical); err != nil {
-			err = fmt.Errorf("%w: result cannot be canonicalised: %v", tools.ErrFailed, err)
+			// Flattened, as marshalResult's: the call fails as ErrFailed.
+			err = fmt.Errorf("%w: result cannot be canonicalised: %v", tools.ErrFailed, err) //nolint:errorlint // see above
 			outcome, metricOutcome, msg = audit.OutcomeError, telemetry.ToolCallError, errorObject(err).Message
 		}
 	case errors.As(err, &denial):

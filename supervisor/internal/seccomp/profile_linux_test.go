@@ -858,8 +858,10 @@ func seccompChild(mode, dir string) error {
 	defer runtime.KeepAlive(devNull) // its fd number is used by the attempts
 	switch mode {
 	case "exec":
-		if err := json.Unmarshal([]byte(os.Getenv(envArgv)), &argv); err != nil || len(argv) == 0 {
-			return fmt.Errorf("bad %s: %v", envArgv, err)
+		if err := json.Unmarshal([]byte(os.Getenv(envArgv)), &argv); err != nil {
+			return fmt.Errorf("bad %s: %w", envArgv, err)
+		} else if len(argv) == 0 {
+			return fmt.Errorf("bad %s: no argv", envArgv)
 		}
 		if argv[0], err = lookSandboxPath(argv[0]); err != nil {
 			return err

@@ -3,6 +3,7 @@ package seccomp
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -297,7 +298,7 @@ func TestProgramFlags(t *testing.T) {
 	cfg.Flags = nil
 	cfg.Syscalls = slices.Clone(cfg.Syscalls)
 	cfg.Syscalls[0] = &configs.Syscall{Name: "getpid", Action: configs.Notify}
-	if _, err := Compile(cfg); err != ErrUnsupportedProgram {
+	if _, err := Compile(cfg); !errors.Is(err, ErrUnsupportedProgram) {
 		t.Errorf("a notify rule: %v, want ErrUnsupportedProgram", err)
 	}
 }

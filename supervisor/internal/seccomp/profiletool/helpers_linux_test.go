@@ -88,12 +88,3 @@ const retAllow = 0x7fff0000
 
 // fioclex is FIOCLEX, an ioctl every profile allows.
 const fioclex = 0x5451
-
-func loadDefault(t testing.TB) *configs.Seccomp {
-	t.Helper()
-	cfg, err := seccomp.LoadProfile(profilesDir, "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
