@@ -56,7 +56,8 @@ func TestEveryPackageHasADoc(t *testing.T) {
 
 // TestOnlySandboxImportsLibcontainer: the kernel-facing library stays behind
 // the sandbox boundary (the runner, its creation helper, and the seccomp
-// profiles it loads); policy and the broker never import it.
+// compiler it loads profiles with); policy, the broker and the seccomp
+// operator tools (profiletool) never import it.
 func TestOnlySandboxImportsLibcontainer(t *testing.T) {
 	allowed := map[string]bool{filepath.Join("supervisor", "sandbox"): true, filepath.Join("supervisor", "spawn"): true, filepath.Join("supervisor", "internal", "seccomp"): true}
 	for dir, files := range packages(t) {
@@ -75,33 +76,65 @@ func TestOnlySandboxImportsLibcontainer(t *testing.T) {
 	}
 }
 
-// TestSeccompProfilesOwnPackage: loading, checking and compiling seccomp
-// profiles and the operator tools live in supervisor/internal/seccomp, which has its
-// package doc and does not import the sandbox; supervisor/sandbox keeps the
-// runner and the notify listener, and no seccomp_*.go file.
-func TestSeccompProfilesOwnPackage(t *testing.T) {
-	dir := filepath.Join("supervisor", "internal", "seccomp")
-	files := packages(t)[dir]
-	if len(files) == 0 {
-		t.Fatalf("no package %s", dir)
-	}
-	var doc string
+// imports returns the module paths the non-test files of dir import.
+func imports(t *testing.T, files []string) map[string][]string {
+	t.Helper()
+	by := map[string][]string{}
 	for _, f := range files {
-		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly|parser.ParseComments)
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if af.Doc != nil {
-			doc += af.Doc.Text()
-		}
 		for _, imp := range af.Imports {
-			if path, _ := strconv.Unquote(imp.Path.Value); path == "cyberos.dev/supervisor/sandbox" {
-				t.Errorf("%s imports %s; the sandbox imports the profiles, not the reverse", f, path)
-			}
+			path, _ := strconv.Unquote(imp.Path.Value)
+			by[path] = append(by[path], f)
 		}
 	}
-	if !strings.HasPrefix(doc, "Package seccomp ") {
-		t.Errorf("%s package doc %q, want one starting \"Package seccomp \"", dir, doc)
+	return by
+}
+
+// TestSeccompProfilesOwnPackage: loading, checking and compiling seccomp
+// profiles live in supervisor/internal/seccomp, the operator tools (lint,
+// explain, diff, import, record) in its subpackage profiletool. The sandbox
+// and its creation helper import only the compiler; only the CLI imports the
+// tools; neither seccomp package imports the sandbox, and the compiler does
+// not import the tools. supervisor/sandbox keeps no seccomp_*.go file.
+func TestSeccompProfilesOwnPackage(t *testing.T) {
+	const (
+		compiler = "cyberos.dev/supervisor/internal/seccomp"
+		tools    = compiler + "/profiletool"
+	)
+	compilerDir := filepath.Join("supervisor", "internal", "seccomp")
+	toolsDir := filepath.Join(compilerDir, "profiletool")
+	pkgs := packages(t)
+	for dir, name := range map[string]string{compilerDir: "seccomp", toolsDir: "profiletool"} {
+		files := pkgs[dir]
+		if len(files) == 0 {
+			t.Fatalf("no package %s", dir)
+		}
+		if doc, _ := packageDoc(t, files); !strings.HasPrefix(doc, "Package "+name+" ") {
+			t.Errorf("%s package doc %q, want one starting \"Package %s \"", dir, doc, name)
+		}
+		if fs := imports(t, files)["cyberos.dev/supervisor/sandbox"]; len(fs) > 0 {
+			t.Errorf("%v import the sandbox; the sandbox imports the profiles, not the reverse", fs)
+		}
+	}
+	if fs := imports(t, pkgs[compilerDir])[tools]; len(fs) > 0 {
+		t.Errorf("%v import %s; the compiler does not link the operator tools", fs, tools)
+	}
+	for _, dir := range []string{filepath.Join("supervisor", "sandbox"), filepath.Join("supervisor", "spawn")} {
+		by := imports(t, pkgs[dir])
+		if fs := by[tools]; len(fs) > 0 {
+			t.Errorf("%v import %s; the sandbox imports only the compiler", fs, tools)
+		}
+	}
+	if len(imports(t, pkgs[filepath.Join("supervisor", "sandbox")])[compiler]) == 0 {
+		t.Errorf("supervisor/sandbox does not import %s: the rule above checks nothing", compiler)
+	}
+	for dir, files := range pkgs {
+		if fs := imports(t, files)[tools]; len(fs) > 0 && dir != filepath.Join("supervisor", "cli") {
+			t.Errorf("%v import %s; only supervisor/cli (`cyberos seccomp`) may", fs, tools)
+		}
 	}
 	entries, err := os.ReadDir(filepath.Join("..", "..", "supervisor", "sandbox"))
 	if err != nil {
@@ -109,7 +142,7 @@ func TestSeccompProfilesOwnPackage(t *testing.T) {
 	}
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), "seccomp_") {
-			t.Errorf("supervisor/sandbox/%s: seccomp profile code belongs in %s", e.Name(), dir)
+			t.Errorf("supervisor/sandbox/%s: seccomp profile code belongs in %s", e.Name(), compilerDir)
 		}
 	}
 }

@@ -30,11 +30,11 @@ func SpawnBinary(tb testing.TB) string {
 			return
 		}
 		path := filepath.Join(dir, "cyberos-spawn")
-		cmd := exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", path, "cyberos.dev/supervisor/cli-spawn")
+		cmd := exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", path, "cyberos.dev/cmd/cyberos-spawn")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(dir)
-			b.err = fmt.Errorf("build cyberos-spawn: %v\n%s", err, out)
+			b.err = fmt.Errorf("build cyberos-spawn: %w\n%s", err, out)
 			return
 		}
 		b.path = path

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cyberos.dev/policy"
-	"cyberos.dev/supervisor/internal/seccomp"
+	"cyberos.dev/supervisor/internal/seccomp/profiletool"
 	"cyberos.dev/supervisor/sandbox"
 )
 
@@ -45,10 +45,10 @@ file has an error, or a warning with --strict.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
 			out := cmd.OutOrStdout()
-			var reports []seccomp.LintReport
+			var reports []profiletool.LintReport
 			bad := 0
 			for _, f := range files {
-				r := seccomp.LintProfile(f)
+				r := profiletool.LintProfile(f)
 				reports = append(reports, r)
 				if r.Error != "" || (strict && len(r.Warnings) > 0) {
 					bad++
@@ -74,7 +74,7 @@ file has an error, or a warning with --strict.`,
 	return cmd
 }
 
-func printLint(w io.Writer, r seccomp.LintReport) {
+func printLint(w io.Writer, r profiletool.LintReport) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "%s: ERROR: %s\n", r.File, r.Error)
 		return
@@ -106,7 +106,7 @@ the default action, architectures and flags are listed first.
 Exit status: 0 same decisions, 1 different, 2 a profile cannot be loaded.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			d, err := seccomp.DiffProfiles(a[0], a[1])
+			d, err := profiletool.DiffProfiles(a[0], a[1])
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
@@ -165,13 +165,13 @@ argument that does not take it: TIOCSTI is ioctl's argument 1, so
 		RunE: func(cmd *cobra.Command, a []string) error {
 			var args []uint64
 			for i, s := range a[2:] {
-				v, err := seccomp.ArgValue(a[1], i, s)
+				v, err := profiletool.ArgValue(a[1], i, s)
 				if err != nil {
 					return &exitError{exitUsage, err}
 				}
 				args = append(args, v)
 			}
-			ex, err := seccomp.ExplainProfile(a[0], a[1], args)
+			ex, err := profiletool.ExplainProfile(a[0], a[1], args)
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
@@ -190,7 +190,7 @@ argument that does not take it: TIOCSTI is ioctl's argument 1, so
 
 // printExplanation writes ex for an operator. Rules that ex.Summary sums up
 // print as that one line, unless allRules.
-func printExplanation(w io.Writer, ex seccomp.Explanation, allRules bool) {
+func printExplanation(w io.Writer, ex profiletool.Explanation, allRules bool) {
 	num := fmt.Sprintf("number %d", ex.Number)
 	if ex.Number < 0 {
 		num = "not a system call of this architecture"
@@ -264,7 +264,7 @@ The result is checked like any profile; it goes to stdout, or to -o FILE.`,
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
-			res, err := seccomp.ImportDockerProfile(data)
+			res, err := profiletool.ImportDockerProfile(data)
 			if err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "cyberos: %s: %v\n", a[0], err)
 				return &exitError{exitOutcome, nil}
@@ -350,7 +350,7 @@ func recordSkill(cmd *cobra.Command, dir string, f runFlags, output string) erro
 		return &exitError{exitRefused, fmt.Errorf("recording failed, no profile written: %w", err)}
 	}
 	used := f.recorder.Syscalls()
-	prof, err := seccomp.RecordProfile(base, used)
+	prof, err := profiletool.RecordProfile(base, used)
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}

@@ -4,17 +4,17 @@ import (
 	"bytes"
 	"testing"
 
-	"cyberos.dev/supervisor/internal/seccomp"
+	"cyberos.dev/supervisor/internal/seccomp/profiletool"
 )
 
 // TestPrintExplanationSummary: rules a summary line stands for print as
 // that line, rules that repeat the default action still print on their
 // own, and --rules lists every rule with the summary after them.
 func TestPrintExplanationSummary(t *testing.T) {
-	ex := seccomp.Explanation{
+	ex := profiletool.Explanation{
 		File: "p.json", Syscall: "ioctl", Number: 16, Decision: "conditional", Default: "SCMP_ACT_ERRNO(EPERM)",
 		Summary: "ALLOW for every value of arg1's low 32 bits except TIOCSTI (0x5412)",
-		Rules: []seccomp.ExplainRule{
+		Rules: []profiletool.ExplainRule{
 			{Rule: "syscalls[2]", Action: "SCMP_ACT_ALLOW", Conditions: []string{"arg1 & 0x1 == 0x1"}},
 			{Rule: "syscalls[3]", Action: "SCMP_ACT_ERRNO(EPERM)", Conditions: []string{"arg1 == 0x0"}, Ignored: "same as the default action"},
 			{Rule: "syscalls[5]", Action: "SCMP_ACT_ALLOW", Conditions: []string{"arg1 & 0x1 == 0x0"}},

@@ -55,7 +55,7 @@ func CheckIDRanges(baseKey, rangesKey string, base uint32, ranges int, files []s
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrIDRanges, err)
+			return fmt.Errorf("%w: %w", ErrIDRanges, err)
 		}
 		for _, s := range spans {
 			if s.start < end && uint64(base) < s.start+s.count {

@@ -80,7 +80,7 @@ func TestStartLoadsTheCheckedProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.SeccompProfileHash = cont.SeccompProfileHash
-	w.runProfile(t, id, s)
+	w.runProfile(t, s)
 	if cont.SeccompProfileHash != hash(strict) {
 		t.Errorf("containment names %s, want the edited file's %s", cont.SeccompProfileHash, hash(strict))
 	}

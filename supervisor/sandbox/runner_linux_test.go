@@ -24,6 +24,7 @@ import (
 	"cyberos.dev/cgroups"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/internal/seccomp"
+	"cyberos.dev/supervisor/internal/seccomp/profiletool"
 )
 
 // TestMain removes the creation helper the tests built: libcontainer
@@ -97,15 +98,15 @@ func (w *world) spec(id string, stdout io.Writer) Spec {
 }
 
 // runOnce is one cold start: create, start, wait, destroy.
-func (w *world) runOnce(tb testing.TB, id string) (start time.Duration) {
+func (w *world) runOnce(tb testing.TB, id string) {
 	tb.Helper()
-	return w.runProfile(tb, id, w.spec(id, io.Discard))
+	w.runProfile(tb, w.spec(id, io.Discard))
 }
 
 // runProfile is one cold start of spec, with the runner calls the
 // supervisor makes for an invocation: Check (prepare), Reserve (before the
 // started row), Start, Wait, Close, Release.
-func (w *world) runProfile(tb testing.TB, id string, spec Spec) (start time.Duration) {
+func (w *world) runProfile(tb testing.TB, spec Spec) {
 	tb.Helper()
 	defer w.reserve(tb, spec)()
 	p, err := w.runner.Start(spec)
@@ -113,7 +114,6 @@ func (w *world) runProfile(tb testing.TB, id string, spec Spec) (start time.Dura
 		tb.Fatal(err)
 	}
 	waitClose(tb, p)
-	return p.StartLatency()
 }
 
 // reserve makes the runner calls that come before a sandbox's start, as
@@ -364,7 +364,7 @@ func BenchmarkColdStartProfiles(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	imp, err := seccomp.ImportDockerProfile(dockerDefaultJSON(b))
+	imp, err := profiletool.ImportDockerProfile(dockerDefaultJSON(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func BenchmarkColdStartProfiles(b *testing.B) {
 		spec := w.spec(id, io.Discard)
 		spec.ProfilesDir, spec.SeccompProfile = dir, profile
 		t0 := time.Now()
-		w.runProfile(b, id, spec)
+		w.runProfile(b, spec)
 		return time.Since(t0)
 	}
 	for _, p := range profiles {

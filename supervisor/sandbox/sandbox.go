@@ -1,12 +1,20 @@
 // Package sandbox turns one invocation's limits into a running, contained
 // process: a libcontainer container on Linux, an rlimit-only child on macOS.
-// On Linux it builds the container's whole configuration (namespaces, uid
-// mapping, mounts, cgroup limits, rlimits, capabilities, the compiled seccomp
-// program) and has the creation helper, package spawn, make, signal, wait for
-// and destroy the container; cyberos-init, the container's pid 1, loads the
-// seccomp program and Landlock before it starts the skill. Package seccomp
-// reads and compiles the profiles, and package cgroups owns the control files
-// of an existing cgroup (stats, freezing, cgroup.kill, removal).
+//
+// On Linux it decides every control a sandbox gets and turns it into a
+// libcontainer config (namespaces, id maps, mounts over a read-only root,
+// no capabilities, cgroup limits, rlimits), places the cgroups, and owns
+// the container's life from creation to destruction. It does not make the
+// kernel calls itself: package spawn's helper (cyberos-spawn) creates the
+// namespaces and cgroups and starts each container's init through
+// libcontainer (whose init sets the uids, drops the capabilities and loads
+// the filters package seccomp cannot compile, such as a recording one), and
+// cyberos-init (sandbox-init/), the container's pid 1, loads the compiled
+// seccomp program this package hands it, applies Landlock (and, in a user
+// namespace owned by the sandbox's uid, the rlimits) and starts the skill.
+// Package seccomp reads and compiles the profiles, and package
+// cgroups owns the control files of an existing cgroup (stats, freezing,
+// cgroup.kill, removal).
 package sandbox
 
 import (

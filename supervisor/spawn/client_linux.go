@@ -103,7 +103,7 @@ func (c *Client) read() {
 	if c.killed != "" {
 		err = errors.New(c.killed)
 	}
-	c.err = fmt.Errorf("%w (%v)", ErrHelperGone, err)
+	c.err = fmt.Errorf("%w (%w)", ErrHelperGone, err)
 	for id, ch := range c.pending {
 		ch <- reply{ID: id, gone: c.err}
 		delete(c.pending, id)

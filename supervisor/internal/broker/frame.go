@@ -64,7 +64,7 @@ func ReadFrame(r io.Reader, max int) ([]byte, error) {
 	if uint64(n) > uint64(max) {
 		tl := &FrameTooLargeError{Length: n, Max: max}
 		if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
 			tl.Err = err

@@ -29,7 +29,7 @@ func TestReadFrame(t *testing.T) {
 	if err != nil || string(body) != `{"ok":1}` {
 		t.Fatalf("next frame: %q %v", body, err)
 	}
-	if _, err := ReadFrame(r, 10); err != io.EOF {
+	if _, err := ReadFrame(r, 10); !errors.Is(err, io.EOF) {
 		t.Fatalf("clean end: %v, want io.EOF", err)
 	}
 
@@ -39,7 +39,7 @@ func TestReadFrame(t *testing.T) {
 	}
 	// Cut inside the header or the body: ErrUnexpectedEOF.
 	for _, s := range [][]byte{{0, 0}, frame([]byte("abcdef"))[:7]} {
-		if _, err := ReadFrame(bytes.NewReader(s), 10); err != io.ErrUnexpectedEOF {
+		if _, err := ReadFrame(bytes.NewReader(s), 10); !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("%q: %v, want ErrUnexpectedEOF", s, err)
 		}
 	}
@@ -61,7 +61,7 @@ func TestReadFrame(t *testing.T) {
 func TestReadFrameDoesNotTrustTheLength(t *testing.T) {
 	stream := append(binary.BigEndian.AppendUint32(nil, MaxRequest), "tiny"...)
 	r := &countingReader{r: bytes.NewReader(stream)}
-	if _, err := ReadFrame(r, MaxRequest); err != io.ErrUnexpectedEOF {
+	if _, err := ReadFrame(r, MaxRequest); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("%v", err)
 	}
 	if got := r.maxBuf; got > readChunk {
@@ -126,12 +126,12 @@ func FuzzReadFrame(f *testing.F) {
 				if tl.Err != nil {
 					return // stream lost, all of it consumed
 				}
-			case err == io.EOF:
+			case errors.Is(err, io.EOF):
 				if consumed != 0 || before != 0 {
 					t.Fatalf("EOF with %d bytes left", before)
 				}
 				return
-			case err == io.ErrUnexpectedEOF:
+			case errors.Is(err, io.ErrUnexpectedEOF):
 				return
 			default:
 				t.Fatalf("unexpected error %v", err)

@@ -111,7 +111,7 @@ func newFakeTools() *fakeTools {
 		case <-ft.release:
 			return struct{}{}, nil
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %v", tools.ErrFailed, ctx.Err())
+			return nil, fmt.Errorf("%w: %w", tools.ErrFailed, ctx.Err())
 		}
 	})
 	return ft

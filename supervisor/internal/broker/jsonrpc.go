@@ -378,7 +378,9 @@ func jsonKind(raw []byte) byte {
 func decodeRequest(raw json.RawMessage) (*request, error) {
 	members, err := objectMembers(raw)
 	if err != nil {
-		return &request{id: nullID}, fmt.Errorf("%w: %v", errInvalidRequest, err)
+		// Flattened: an unreadable request is invalid_request whatever
+		// objectMembers saw (errorObject would answer errParse or errTooDeep first).
+		return &request{id: nullID}, fmt.Errorf("%w: %v", errInvalidRequest, err) //nolint:errorlint // see above
 	}
 	req := &request{}
 	var version, method json.RawMessage

@@ -55,7 +55,7 @@ func hostileServer(t *testing.T, name string, starts *atomic.Int64) *mcpclient.S
 	return s
 }
 
-func mcpEnv(t *testing.T, starts *atomic.Int64, servers ...*mcpclient.Server) *testEnv {
+func mcpEnv(t *testing.T, servers ...*mcpclient.Server) *testEnv {
 	return startEnv(t, func(c *Config) {
 		c.Env.Enforcer = testEnforcer(t, mcpSkill)
 		c.Sources = []tools.Source{mcpclient.NewSource(servers...)}
@@ -68,7 +68,7 @@ func mcpEnv(t *testing.T, starts *atomic.Int64, servers ...*mcpclient.Server) *t
 func TestMCPCallAudited(t *testing.T) {
 	var starts atomic.Int64
 	srv := hostileServer(t, "hostile", &starts)
-	e := mcpEnv(t, &starts, srv)
+	e := mcpEnv(t, srv)
 	c := e.dial()
 	args := `{"text":"hello"}`
 	r := c.rpc(callBody(1, "mcp__hostile__echo", args, ""))
@@ -108,7 +108,7 @@ func TestMCPCallAudited(t *testing.T) {
 // neither the denied ones nor a changed or refused definition.
 func TestMCPToolList(t *testing.T) {
 	var starts atomic.Int64
-	e := mcpEnv(t, &starts, hostileServer(t, "hostile", &starts))
+	e := mcpEnv(t, hostileServer(t, "hostile", &starts))
 	r := e.dial().rpc(`{"jsonrpc":"2.0","id":1,"method":"tool.list"}`)
 	var res struct{ Tools []ToolInfo }
 	if err := json.Unmarshal(r.Result, &res); err != nil {
@@ -136,7 +136,7 @@ func TestMCPToolList(t *testing.T) {
 func TestMCPDeniedStartsNothing(t *testing.T) {
 	var starts atomic.Int64
 	other := hostileServer(t, "other", &starts)
-	e := mcpEnv(t, &starts, other)
+	e := mcpEnv(t, other)
 	c := e.dial()
 	for i, tc := range []struct{ tool, reason string }{
 		{"mcp__other__echo", string(policy.ReasonToolNotAllowed)},
@@ -169,7 +169,7 @@ func TestMCPFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := mcpEnv(t, &starts, hostileServer(t, "hostile", &starts), down)
+	e := mcpEnv(t, hostileServer(t, "hostile", &starts), down)
 	c := e.dial()
 	if r := c.rpc(callBody(1, "mcp__hostile__echo", `{"text":5}`, "")); r.Error == nil || r.Error.Code != CodeInvalidParams || !strings.Contains(r.Error.Message, "inputSchema") {
 		t.Errorf("bad args: %+v", r.Error)
@@ -196,7 +196,7 @@ func TestMCPFailures(t *testing.T) {
 func TestMCPRugPullDenied(t *testing.T) {
 	var starts atomic.Int64
 	srv := hostileServer(t, "hostile", &starts)
-	e := mcpEnv(t, &starts, srv)
+	e := mcpEnv(t, srv)
 	c := e.dial()
 	if r := c.rpc(callBody(1, "mcp__hostile__mutable", `{}`, "")); r.Error != nil {
 		t.Fatalf("before: %+v", r.Error)

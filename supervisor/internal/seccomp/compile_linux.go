@@ -156,20 +156,23 @@ func scmpOp(op configs.Operator) libseccomp.ScmpCompareOp {
 	}[op]
 }
 
-// Seccomp return values (linux/seccomp.h).
+// RetErrno is SECCOMP_RET_ERRNO, the return of a refused call; its low 16
+// bits are the errno.
+const RetErrno = 0x00050000
+
+// Other seccomp return values (linux/seccomp.h).
 const (
 	seccompRetKillProcess = 0x80000000
 	seccompRetKillThread  = 0x00000000
 	seccompRetTrap        = 0x00030000
-	seccompRetErrno       = 0x00050000
 	seccompRetTrace       = 0x7ff00000
 	seccompRetLog         = 0x7ffc0000
 	seccompRetAllow       = 0x7fff0000
 	seccompRetActionMask  = 0xffff0000
 )
 
-// nativeAuditArch is the AUDIT_ARCH_ value of this build's architecture.
-func nativeAuditArch() (uint32, error) {
+// NativeAuditArch is the AUDIT_ARCH_ value of this build's architecture.
+func NativeAuditArch() (uint32, error) {
 	switch runtime.GOARCH {
 	case "amd64":
 		return unix.AUDIT_ARCH_X86_64, nil
@@ -179,13 +182,13 @@ func nativeAuditArch() (uint32, error) {
 	return 0, fmt.Errorf("seccomp: no audit architecture known for %s", runtime.GOARCH)
 }
 
-// runFilter runs a compiled filter on a struct seccomp_data in x/net/bpf's
+// RunFilter runs a compiled filter on a struct seccomp_data in x/net/bpf's
 // interpreter and returns the SECCOMP_RET_ value.
 // The interpreter loads 32-bit words big-endian; the kernel loads them in
 // host order, so each word is stored big-endian at the offset where the
 // kernel would find it (the low half of a 64-bit argument first on a
 // little-endian host).
-func runFilter(vm *bpf.VM, arch uint32, nr int32, args ...uint64) (uint32, error) {
+func RunFilter(vm *bpf.VM, arch uint32, nr int32, args ...uint64) (uint32, error) {
 	var data [64]byte
 	binary.BigEndian.PutUint32(data[0:], uint32(nr))
 	binary.BigEndian.PutUint32(data[4:], arch)
@@ -202,8 +205,8 @@ func runFilter(vm *bpf.VM, arch uint32, nr int32, args ...uint64) (uint32, error
 	return uint32(ret), err
 }
 
-// retPermits: the call goes through (allowed, or only logged).
-func retPermits(ret uint32) bool {
+// RetPermits: the call goes through (allowed, or only logged).
+func RetPermits(ret uint32) bool {
 	switch ret & seccompRetActionMask {
 	case seccompRetAllow, seccompRetLog, seccompRetTrace:
 		return true
@@ -211,15 +214,15 @@ func retPermits(ret uint32) bool {
 	return false
 }
 
-// retString names a SECCOMP_RET_ value: ALLOW, ERRNO(EPERM), KILL_THREAD…
-func retString(ret uint32) string {
+// RetString names a SECCOMP_RET_ value: ALLOW, ERRNO(EPERM), KILL_THREAD…
+func RetString(ret uint32) string {
 	switch ret & seccompRetActionMask {
 	case seccompRetAllow:
 		return "ALLOW"
 	case seccompRetLog:
 		return "LOG"
-	case seccompRetErrno:
-		return "ERRNO(" + errnoString(ret&0xffff) + ")"
+	case RetErrno:
+		return "ERRNO(" + ErrnoString(ret&0xffff) + ")"
 	case seccompRetTrace:
 		return "TRACE"
 	case seccompRetTrap:
@@ -232,7 +235,8 @@ func retString(ret uint32) string {
 	return fmt.Sprintf("%#x", ret)
 }
 
-func errnoString(n uint32) string {
+// ErrnoString names errno n (EPERM), or gives its number when it has no name.
+func ErrnoString(n uint32) string {
 	if name := unix.ErrnoName(unix.Errno(n)); name != "" {
 		return name
 	}

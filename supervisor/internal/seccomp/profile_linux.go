@@ -113,7 +113,7 @@ func LoadProfileShared(dir, name string) (*configs.Seccomp, string, error) {
 	if cfg := profiles.get(path, sum); cfg != nil {
 		return cfg, hex.EncodeToString(sum[:]), nil
 	}
-	_, cfg, err := checkProfileBytes(path, data)
+	_, cfg, err := CheckProfileBytes(path, data)
 	if err != nil {
 		profiles.forget(path)
 		return nil, "", err
@@ -130,12 +130,12 @@ func LoadProfileFile(path string) (*specs.LinuxSeccomp, *configs.Seccomp, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	return checkProfileBytes(path, data)
+	return CheckProfileBytes(path, data)
 }
 
-// checkProfileBytes decodes and checks one profile's bytes; path only
+// CheckProfileBytes decodes and checks one profile's bytes; path only
 // names it in errors.
-func checkProfileBytes(path string, data []byte) (*specs.LinuxSeccomp, *configs.Seccomp, error) {
+func CheckProfileBytes(path string, data []byte) (*specs.LinuxSeccomp, *configs.Seccomp, error) {
 	spec, err := decodeProfile(path, data)
 	if err != nil {
 		return nil, nil, err
@@ -409,7 +409,7 @@ func checkRules(path string, p *specs.LinuxSeccomp) error {
 			return profileErr(path, at+".names", "empty")
 		}
 		for j, n := range r.Names {
-			if !syscallKnown(n) {
+			if !SyscallKnown(n) {
 				return profileErr(path, fmt.Sprintf("%s.names[%d]", at, j), "unknown syscall %q", n)
 			}
 		}
@@ -498,29 +498,29 @@ func errnoOf(act specs.LinuxSeccompAction, ret *uint) uint {
 	return 0
 }
 
-// syscallKnown reports whether libseccomp can resolve name for the native
+// SyscallKnown reports whether libseccomp can resolve name for the native
 // architecture. Its table is shared by all architectures: a call the native
 // one lacks (arch_prctl on arm64) resolves to a negative pseudo-number that
 // no real call matches, so one profile serves x86_64 and arm64 hosts.
 // A name it cannot resolve is a typo, or newer than this libseccomp.
-func syscallKnown(name string) bool {
+func SyscallKnown(name string) bool {
 	_, err := libseccomp.GetSyscallFromName(name)
 	return err == nil
 }
 
-// syscallNative reports whether name is a syscall of this machine's
+// SyscallNative reports whether name is a syscall of this machine's
 // architecture. libseccomp knows every architecture's names (a profile
 // may list _llseek or fadvise64_64, which are i386's); on another one it
 // resolves them to a negative pseudo number, and a rule for one decides
 // nothing here.
-func syscallNative(name string) bool {
+func SyscallNative(name string) bool {
 	nr, err := libseccomp.GetSyscallFromNameByArch(name, libseccomp.ArchNative)
 	return err == nil && nr >= 0
 }
 
-// nativeArchName is this machine's architecture as libseccomp names it
+// NativeArchName is this machine's architecture as libseccomp names it
 // (e.g. amd64).
-func nativeArchName() string {
+func NativeArchName() string {
 	a, err := libseccomp.GetNativeArch()
 	if err != nil {
 		return "this architecture"

@@ -24,7 +24,7 @@ import (
 )
 
 // profilesDir is the repository's seccomp-profiles/ directory.
-const profilesDir = "../../seccomp-profiles"
+const profilesDir = "../../../seccomp-profiles"
 
 // Environment of the re-executed test binary (TestSeccompHelperProcess).
 const (
@@ -298,7 +298,7 @@ func TestProfileInvariants(t *testing.T) {
 				}
 				for _, arg := range []uint64{0, ^uint64(0)} {
 					if ret := evalFilter(t, prog, testAuditArch(t), int32(nr), arg, arg, arg, arg, arg, arg); !denies(ret) {
-						t.Errorf("%s(%#x, …) → %s", name, arg, retString(ret))
+						t.Errorf("%s(%#x, …) → %s", name, arg, RetString(ret))
 					}
 				}
 			}
@@ -347,12 +347,12 @@ func TestSeccompDefaultProfileIoctl(t *testing.T) {
 	}
 	for _, cmd := range []uint64{0xC0045401, 0xFFFFFFFFC0045401, 0x80045430, 0x40045431} {
 		if ret := evalFilter(t, prog, arch, ioctl, 0, cmd); ret != retAllow {
-			t.Errorf("ioctl(0, %#x) → %s, want allowed", cmd, retString(ret))
+			t.Errorf("ioctl(0, %#x) → %s, want allowed", cmd, RetString(ret))
 		}
 	}
 	for _, cmd := range []uint64{unix.TIOCSTI, unix.TIOCLINUX, 1<<32 | unix.TIOCSTI, 0xFFFFFFFF<<32 | unix.TIOCLINUX} {
 		if ret := evalFilter(t, prog, arch, ioctl, 0, cmd); ret != retErrno|uint32(unix.EPERM) {
-			t.Errorf("ioctl(0, %#x) → %s, want EPERM", cmd, retString(ret))
+			t.Errorf("ioctl(0, %#x) → %s, want EPERM", cmd, RetString(ret))
 		}
 	}
 }
@@ -371,26 +371,26 @@ func TestSeccompDefaultProfileArgFilters(t *testing.T) {
 		unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_PIDFD | uint64(unix.SIGCHLD), // Go's os/exec
 	} {
 		if ret := evalFilter(t, prog, arch, clone, flags); ret != retAllow {
-			t.Errorf("clone(%#x) → %s, want allowed", flags, retString(ret))
+			t.Errorf("clone(%#x) → %s, want allowed", flags, RetString(ret))
 		}
 	}
 	for _, ns := range []uint64{unix.CLONE_NEWNS, unix.CLONE_NEWUTS, unix.CLONE_NEWIPC, unix.CLONE_NEWUSER,
 		unix.CLONE_NEWPID, unix.CLONE_NEWNET, unix.CLONE_NEWCGROUP} {
 		for _, flags := range []uint64{ns | uint64(unix.SIGCHLD), ns | threadFlags} {
 			if ret := evalFilter(t, prog, arch, clone, flags); ret != eperm {
-				t.Errorf("clone(%#x) → %s, want EPERM", flags, retString(ret))
+				t.Errorf("clone(%#x) → %s, want EPERM", flags, RetString(ret))
 			}
 		}
 	}
 	if ret := evalFilter(t, prog, arch, clone3); ret != retErrno|uint32(unix.ENOSYS) {
-		t.Errorf("clone3 → %s, want ENOSYS so libc falls back to clone", retString(ret))
+		t.Errorf("clone3 → %s, want ENOSYS so libc falls back to clone", RetString(ret))
 	}
 
 	personality := sysno(t, "personality")
 	for arg, want := range map[uint64]uint32{0: retAllow, 0xFFFFFFFF: retAllow, addrNoRandomize: eperm,
 		0x0008 /* UNAME26 */ : eperm, 0x0800000 /* PER_LINUX32 */ : eperm, 1 << 32: eperm} {
 		if ret := evalFilter(t, prog, arch, personality, arg); ret != want {
-			t.Errorf("personality(%#x) → %s, want %s", arg, retString(ret), retString(want))
+			t.Errorf("personality(%#x) → %s, want %s", arg, RetString(ret), RetString(want))
 		}
 	}
 
@@ -399,7 +399,7 @@ func TestSeccompDefaultProfileArgFilters(t *testing.T) {
 		unix.AF_NETLINK: retAllow, unix.AF_VSOCK: eperm, 1<<32 | unix.AF_VSOCK: eperm, 1<<32 | unix.AF_INET: eperm,
 		unix.AF_PACKET: eperm, unix.AF_ALG: eperm, unix.AF_BLUETOOTH: eperm} {
 		if ret := evalFilter(t, prog, arch, socket, family, unix.SOCK_STREAM); ret != want {
-			t.Errorf("socket(%#x) → %s, want %s", family, retString(ret), retString(want))
+			t.Errorf("socket(%#x) → %s, want %s", family, RetString(ret), RetString(want))
 		}
 	}
 }
@@ -417,7 +417,7 @@ func TestSeccompForeignArch(t *testing.T) {
 	native := testAuditArch(t)
 	getpid := sysno(t, "getpid")
 	if ret := evalFilter(t, prog, native, getpid); ret != retAllow {
-		t.Fatalf("native getpid → %s", retString(ret))
+		t.Fatalf("native getpid → %s", RetString(ret))
 	}
 	for _, arch := range []uint32{unix.AUDIT_ARCH_X86_64, unix.AUDIT_ARCH_I386, unix.AUDIT_ARCH_AARCH64, unix.AUDIT_ARCH_ARM} {
 		if arch == native {
@@ -425,7 +425,7 @@ func TestSeccompForeignArch(t *testing.T) {
 		}
 		for _, nr := range []int32{0, 1, 20, 39, 172} { // getpid on i386 (20), arm (20), arm64 (172)
 			if ret := evalFilter(t, prog, arch, nr); ret != retKillThread {
-				t.Errorf("arch %#x syscall %d → %s, want kill", arch, nr, retString(ret))
+				t.Errorf("arch %#x syscall %d → %s, want kill", arch, nr, RetString(ret))
 			}
 		}
 	}
@@ -434,7 +434,7 @@ func TestSeccompForeignArch(t *testing.T) {
 	}
 	const x32Getpid = 0x40000000 | 39
 	if ret := evalFilter(t, prog, native, x32Getpid); ret != retKillThread {
-		t.Errorf("x32 getpid → %s, want kill", retString(ret))
+		t.Errorf("x32 getpid → %s, want kill", RetString(ret))
 	}
 	script := fmt.Sprintf("import ctypes; ctypes.CDLL(None).syscall(%d); print('survived')", x32Getpid)
 	argv := []string{"/usr/bin/python3", "-c", script}
@@ -858,8 +858,10 @@ func seccompChild(mode, dir string) error {
 	defer runtime.KeepAlive(devNull) // its fd number is used by the attempts
 	switch mode {
 	case "exec":
-		if err := json.Unmarshal([]byte(os.Getenv(envArgv)), &argv); err != nil || len(argv) == 0 {
-			return fmt.Errorf("bad %s: %v", envArgv, err)
+		if err := json.Unmarshal([]byte(os.Getenv(envArgv)), &argv); err != nil {
+			return fmt.Errorf("bad %s: %w", envArgv, err)
+		} else if len(argv) == 0 {
+			return fmt.Errorf("bad %s: no argv", envArgv)
 		}
 		if argv[0], err = lookSandboxPath(argv[0]); err != nil {
 			return err
@@ -1006,7 +1008,7 @@ func sysno(t testing.TB, name string) int32 {
 
 func testAuditArch(t testing.TB) uint32 {
 	t.Helper()
-	arch, err := nativeAuditArch()
+	arch, err := NativeAuditArch()
 	if err != nil {
 		t.Skip(err)
 	}
@@ -1032,10 +1034,10 @@ func compileFilter(t testing.TB, cfg *configs.Seccomp) *bpf.VM {
 	return vm
 }
 
-// evalFilter runs the filter in x/net/bpf's interpreter (runFilter).
+// evalFilter runs the filter in x/net/bpf's interpreter (RunFilter).
 func evalFilter(t testing.TB, vm *bpf.VM, arch uint32, nr int32, args ...uint64) uint32 {
 	t.Helper()
-	ret, err := runFilter(vm, arch, nr, args...)
+	ret, err := RunFilter(vm, arch, nr, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,29 +162,29 @@ func enosysStub(cfg *configs.Seccomp) ([]bpf.RawInstruction, error) {
 	var s stubAsm
 	s.add(bpf.LoadAbsolute{Off: 4, Size: 4}) // seccomp_data.arch
 	for i, g := range groups {
-		s.jumpIf(bpf.JumpEqual, g.audit, fmt.Sprint("arch", i), "")
+		s.jumpIf(bpf.JumpEqual, g.audit, fmt.Sprint("arch", i))
 	}
 	s.jump("filter")
 	for i, g := range groups {
 		s.label(fmt.Sprint("arch", i))
 		s.add(bpf.LoadAbsolute{Off: 0, Size: 4}) // seccomp_data.nr
 		if g.audit == unix.AUDIT_ARCH_X86_64 {
-			s.jumpIf(bpf.JumpBitsSet, x32Bit, fmt.Sprint("x32-", i), "")
+			s.jumpIf(bpf.JumpBitsSet, x32Bit, fmt.Sprint("x32-", i))
 		}
 		if g.hasMain {
-			s.jumpIf(bpf.JumpGreaterThan, g.main, "enosys", "")
+			s.jumpIf(bpf.JumpGreaterThan, g.main, "enosys")
 		}
 		s.jump("filter")
 		if g.audit == unix.AUDIT_ARCH_X86_64 {
 			s.label(fmt.Sprint("x32-", i))
 			if g.hasX32 {
-				s.jumpIf(bpf.JumpGreaterThan, g.x32, "enosys", "")
+				s.jumpIf(bpf.JumpGreaterThan, g.x32, "enosys")
 			}
 			s.jump("filter")
 		}
 	}
 	s.label("enosys")
-	s.add(bpf.RetConstant{Val: seccompRetErrno | uint32(unix.ENOSYS)})
+	s.add(bpf.RetConstant{Val: RetErrno | uint32(unix.ENOSYS)})
 	s.label("filter")
 	return s.assemble()
 }
@@ -197,9 +197,11 @@ type stubAsm struct {
 	fixups []stubFixup
 }
 
+// stubFixup is a jump at insns[at] to the label to; a conditional jump
+// falls through when its test fails.
 type stubFixup struct {
-	at          int
-	true, false string // "" falls through
+	at int
+	to string
 }
 
 func (s *stubAsm) add(in bpf.Instruction) { s.insns = append(s.insns, in) }
@@ -211,21 +213,18 @@ func (s *stubAsm) label(name string) {
 	s.labels[name] = len(s.insns)
 }
 
-func (s *stubAsm) jumpIf(cond bpf.JumpTest, val uint32, ifTrue, ifFalse string) {
-	s.fixups = append(s.fixups, stubFixup{at: len(s.insns), true: ifTrue, false: ifFalse})
+func (s *stubAsm) jumpIf(cond bpf.JumpTest, val uint32, ifTrue string) {
+	s.fixups = append(s.fixups, stubFixup{at: len(s.insns), to: ifTrue})
 	s.add(bpf.JumpIf{Cond: cond, Val: val})
 }
 
 func (s *stubAsm) jump(to string) {
-	s.fixups = append(s.fixups, stubFixup{at: len(s.insns), true: to})
+	s.fixups = append(s.fixups, stubFixup{at: len(s.insns), to: to})
 	s.add(bpf.Jump{})
 }
 
 func (s *stubAsm) assemble() ([]bpf.RawInstruction, error) {
 	skip := func(at int, to string) (uint32, error) {
-		if to == "" {
-			return 0, nil
-		}
 		target, ok := s.labels[to]
 		if !ok || target <= at {
 			return 0, fmt.Errorf("seccomp stub: bad jump to %q", to)
@@ -233,7 +232,7 @@ func (s *stubAsm) assemble() ([]bpf.RawInstruction, error) {
 		return uint32(target - at - 1), nil
 	}
 	for _, f := range s.fixups {
-		t, err := skip(f.at, f.true)
+		t, err := skip(f.at, f.to)
 		if err != nil {
 			return nil, err
 		}
@@ -242,14 +241,10 @@ func (s *stubAsm) assemble() ([]bpf.RawInstruction, error) {
 			in.Skip = t
 			s.insns[f.at] = in
 		case bpf.JumpIf:
-			fl, err := skip(f.at, f.false)
-			if err != nil {
-				return nil, err
+			if t > 255 {
+				return nil, fmt.Errorf("seccomp stub: a conditional jump of %d instructions", t)
 			}
-			if t > 255 || fl > 255 {
-				return nil, fmt.Errorf("seccomp stub: a conditional jump of %d/%d instructions", t, fl)
-			}
-			in.SkipTrue, in.SkipFalse = uint8(t), uint8(fl)
+			in.SkipTrue = uint8(t)
 			s.insns[f.at] = in
 		}
 	}

@@ -1,6 +1,10 @@
-// Package seccomp reads, checks and compiles the seccomp profiles a sandbox
-// loads, and holds the operator tools that lint, explain, diff, import and
-// record them.
+// Package seccomp reads and checks the seccomp profiles a sandbox loads
+// (strict OCI JSON, cached by content hash) and compiles them: to the
+// libcontainer config its init loads, and to the BPF Program cyberos-init
+// loads before the skill runs. It also turns a profile into the filter a
+// recording run uses. It installs nothing: cyberos-init and libcontainer's
+// init do. The operator tools (lint, explain, diff, import, record) are
+// package profiletool, which the sandbox does not link.
 package seccomp
 
 import "errors"
@@ -12,6 +16,4 @@ var (
 	ErrProfile = errors.New("sandbox: bad seccomp profile")
 	// ErrNotCompiled: the binary was built without the seccomp tag.
 	ErrNotCompiled = errors.New("sandbox: seccomp support is not compiled in (build with CGO_ENABLED=1 -tags seccomp)")
-	// ErrUnsupported: the operator tools need libseccomp, which only Linux has.
-	ErrUnsupported = errors.New("seccomp: profile tools need libseccomp (Linux)")
 )

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package seccomp
+package profiletool
 
 import (
 	"fmt"

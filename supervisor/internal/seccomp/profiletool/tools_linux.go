@@ -1,4 +1,4 @@
-package seccomp
+package profiletool
 
 import (
 	"bytes"
@@ -11,11 +11,13 @@ import (
 	"strings"
 
 	mobyseccomp "github.com/moby/profiles/seccomp"
-	"github.com/opencontainers/runc/libcontainer/configs"
+
 	"github.com/opencontainers/runtime-spec/specs-go"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"cyberos.dev/supervisor/internal/seccomp"
 )
 
 // dangerous are system calls whose allowance weakens the sandbox enough
@@ -217,12 +219,12 @@ const (
 // native architecture, and lists dangerous allowances as warnings.
 func LintProfile(path string) LintReport {
 	rep := LintReport{File: path, Warnings: []LintWarning{}}
-	spec, cfg, err := LoadProfileFile(path)
+	spec, cfg, err := seccomp.LoadProfileFile(path)
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
 	}
-	prog, err := CompileFilter(cfg)
+	prog, err := seccomp.CompileFilter(cfg)
 	if err != nil {
 		rep.Error = fmt.Sprintf("%s: libseccomp cannot compile it: %v", path, err)
 		return rep
@@ -233,7 +235,7 @@ func LintProfile(path string) LintReport {
 		rep.Error = fmt.Sprintf("%s: compiled filter: %v", path, err)
 		return rep
 	}
-	arch, err := nativeAuditArch()
+	arch, err := seccomp.NativeAuditArch()
 	if err != nil {
 		rep.Error = err.Error()
 		return rep
@@ -242,7 +244,7 @@ func LintProfile(path string) LintReport {
 	for _, r := range spec.Syscalls {
 		for _, n := range r.Names {
 			switch {
-			case !syscallNative(n):
+			case !seccomp.SyscallNative(n):
 				if !slices.Contains(rep.NotNative, n) {
 					rep.NotNative = append(rep.NotNative, n)
 				}
@@ -280,8 +282,8 @@ func LintProfile(path string) LintReport {
 		if err != nil || nr < 0 {
 			return false, nil // not a call of this architecture
 		}
-		ret, err := runFilter(vm, arch, int32(nr), args...)
-		return retPermits(ret), err
+		ret, err := seccomp.RunFilter(vm, arch, int32(nr), args...)
+		return seccomp.RetPermits(ret), err
 	}
 	var firstErr error
 	must := func(ok bool, err error) bool {
@@ -308,8 +310,8 @@ func LintProfile(path string) LintReport {
 		warn("clone3", rulesFor(spec, "clone3"), "clone3 allowed: its flags are in memory where seccomp cannot see them, so namespace flags cannot be refused; answer it with SCMP_ACT_ERRNO and errnoRet 38 (ENOSYS) so libc falls back to clone")
 	} else if must(probe("clone", uint64(unix.SIGCHLD))) {
 		nr, _ := libseccomp.GetSyscallFromName("clone3")
-		if ret, err := runFilter(vm, arch, int32(nr)); err == nil && ret != seccompRetErrno|uint32(unix.ENOSYS) {
-			warn("clone3", rulesFor(spec, "clone3"), "clone3 refused with %s, not ERRNO(ENOSYS): glibc 2.34+ does not fall back to clone then, so creating threads and processes fails", retString(ret))
+		if ret, err := seccomp.RunFilter(vm, arch, int32(nr)); err == nil && ret != seccomp.RetErrno|uint32(unix.ENOSYS) {
+			warn("clone3", rulesFor(spec, "clone3"), "clone3 refused with %s, not ERRNO(ENOSYS): glibc 2.34+ does not fall back to clone then, so creating threads and processes fails", seccomp.RetString(ret))
 		}
 	}
 	if unconditionalPermit(spec, "ioctl") {
@@ -408,7 +410,7 @@ func conditionStrings(args []specs.LinuxSeccompArg) []string {
 func actionString(a specs.LinuxSeccompAction, ret *uint) string {
 	switch {
 	case ret != nil:
-		return fmt.Sprintf("%s(%s)", a, errnoString(uint32(*ret)))
+		return fmt.Sprintf("%s(%s)", a, seccomp.ErrnoString(uint32(*ret)))
 	case a == specs.ActErrno:
 		return fmt.Sprintf("%s(EPERM)", a)
 	}
@@ -418,7 +420,7 @@ func actionString(a specs.LinuxSeccompAction, ret *uint) string {
 // ExplainProfile says which rule of the profile at path decides syscall,
 // and how. With args, it also runs the compiled filter on that call.
 func ExplainProfile(path, syscall string, args []uint64) (Explanation, error) {
-	spec, cfg, err := LoadProfileFile(path)
+	spec, cfg, err := seccomp.LoadProfileFile(path)
 	if err != nil {
 		return Explanation{}, err
 	}
@@ -469,7 +471,7 @@ func ExplainProfile(path, syscall string, args []uint64) (Explanation, error) {
 		case ex.Decision == "enosys":
 			ex.Verdict = "ERRNO(ENOSYS)"
 		default:
-			prog, err := CompileFilter(cfg)
+			prog, err := seccomp.CompileFilter(cfg)
 			if err != nil {
 				return Explanation{}, fmt.Errorf("%s: compile: %w", path, err)
 			}
@@ -477,15 +479,15 @@ func ExplainProfile(path, syscall string, args []uint64) (Explanation, error) {
 			if err != nil {
 				return Explanation{}, err
 			}
-			arch, err := nativeAuditArch()
+			arch, err := seccomp.NativeAuditArch()
 			if err != nil {
 				return Explanation{}, err
 			}
-			ret, err := runFilter(vm, arch, int32(nr), args...)
+			ret, err := seccomp.RunFilter(vm, arch, int32(nr), args...)
 			if err != nil {
 				return Explanation{}, err
 			}
-			ex.Verdict = retString(ret)
+			ex.Verdict = seccomp.RetString(ret)
 		}
 	}
 	return ex, nil
@@ -578,11 +580,11 @@ func summarizeRules(rules []specs.LinuxSyscall, syscall, def string) string {
 // (a rule in B, none in A), removed, or treated differently, and changes to
 // the default action, architectures and flags.
 func DiffProfiles(a, b string) (ProfileDiff, error) {
-	pa, _, err := LoadProfileFile(a)
+	pa, _, err := seccomp.LoadProfileFile(a)
 	if err != nil {
 		return ProfileDiff{}, err
 	}
-	pb, _, err := LoadProfileFile(b)
+	pb, _, err := seccomp.LoadProfileFile(b)
 	if err != nil {
 		return ProfileDiff{}, err
 	}
@@ -611,7 +613,7 @@ func DiffProfiles(a, b string) (ProfileDiff, error) {
 	}
 	sort.Strings(sorted)
 	for _, n := range sorted {
-		if !syscallNative(n) {
+		if !seccomp.SyscallNative(n) {
 			d.Ignored = append(d.Ignored, n)
 			continue
 		}
@@ -647,7 +649,7 @@ const maxDockerProfile = 4 << 20
 // LoadProfile's checks or an error says why not.
 func ImportDockerProfile(data []byte) (ImportResult, error) {
 	if len(data) > maxDockerProfile {
-		return ImportResult{}, fmt.Errorf("%w: %d bytes, more than the %d allowed", ErrProfile, len(data), maxDockerProfile)
+		return ImportResult{}, fmt.Errorf("%w: %d bytes, more than the %d allowed", seccomp.ErrProfile, len(data), maxDockerProfile)
 	}
 	// moby's LoadProfile panics on nil capabilities (DESIGN.md).
 	rs := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{
@@ -655,10 +657,10 @@ func ImportDockerProfile(data []byte) (ImportResult, error) {
 	}}}
 	p, err := mobyseccomp.LoadProfile(string(data), rs)
 	if err != nil {
-		return ImportResult{}, fmt.Errorf("%w: %w", ErrProfile, err)
+		return ImportResult{}, fmt.Errorf("%w: %w", seccomp.ErrProfile, err)
 	}
 	if p == nil {
-		return ImportResult{}, fmt.Errorf("%w: no defaultAction and no syscalls: the profile turns seccomp off", ErrProfile)
+		return ImportResult{}, fmt.Errorf("%w: no defaultAction and no syscalls: the profile turns seccomp off", seccomp.ErrProfile)
 	}
 	res := ImportResult{Dropped: []string{}, Notes: []string{}}
 	if len(p.Architectures) > 0 {
@@ -675,9 +677,9 @@ func ImportDockerProfile(data []byte) (ImportResult, error) {
 		var keep []string
 		for _, n := range r.Names {
 			switch {
-			case syscallNative(n):
+			case seccomp.SyscallNative(n):
 				keep = append(keep, n)
-			case syscallKnown(n):
+			case seccomp.SyscallKnown(n):
 				if !slices.Contains(foreign, n) {
 					foreign = append(foreign, n)
 				}
@@ -696,14 +698,14 @@ func ImportDockerProfile(data []byte) (ImportResult, error) {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d names unknown to libseccomp %s dropped: %s", len(res.Dropped), libseccompVersion(), strings.Join(res.Dropped, ", ")))
 	}
 	if len(foreign) > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("%d names that are not %s syscalls (another architecture's) dropped: %s", len(foreign), nativeArchName(), strings.Join(foreign, ", ")))
+		res.Notes = append(res.Notes, fmt.Sprintf("%d names that are not %s syscalls (another architecture's) dropped: %s", len(foreign), seccomp.NativeArchName(), strings.Join(foreign, ", ")))
 		res.Dropped = append(res.Dropped, foreign...)
 	}
 	out, err := FormatProfile(p)
 	if err != nil {
 		return ImportResult{}, err
 	}
-	if _, _, err := checkProfileBytes("imported profile", out); err != nil {
+	if _, _, err := seccomp.CheckProfileBytes("imported profile", out); err != nil {
 		return ImportResult{}, err
 	}
 	res.Profile = out
@@ -779,60 +781,6 @@ func FormatProfile(p *specs.LinuxSeccomp) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// recordBaseline are allowed, not notified, while recording, and always
-// part of a recorded profile. runc's init installs the filter and then
-// writes the notify fd's number to its parent: until the parent has handed
-// the fd to our listener, any notified call on that thread would hang the
-// start. write is refused by runc itself for that reason; the rest are
-// what the Go runtime may do on that thread in between (memory, locks,
-// signals, scheduling). Every Go or libc program needs them anyway.
-var recordBaseline = []string{
-	"write", "futex", "mmap", "munmap", "madvise", "mprotect", "rt_sigreturn", "rt_sigprocmask",
-	"sigaltstack", "sched_yield", "nanosleep", "tgkill", "gettid", "getpid", "exit", "exit_group",
-	"clock_gettime",
-}
-
-// recordUnnotified are allowed, not notified, while recording, and kept in
-// a recorded profile as the base allows them (clone with its conditions).
-// A notified call waits for the listener's answer interruptibly: a signal
-// arriving meanwhile ends it with EINTR where the base profile would have
-// let it run (seccomp_do_user_notification; the filter flag
-// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV narrows that window only from
-// libseccomp 2.6, and only once the listener has read the notification;
-// Debian 12 has 2.5). Programs expect EINTR where a
-// call may return it, but fork never does: in a shell catching SIGCHLD, an
-// earlier child's exit during a notified clone made dash print "Cannot fork"
-// and the recorded skill fail (seen in the cgroup v2 VM, where the listener
-// answers slowly). So the calls that make processes and threads are not
-// notified, and a recorded profile always allows them: pids.max, not the
-// profile, bounds what a skill may spawn.
-var recordUnnotified = []string{"clone", "fork", "vfork"}
-
-// NotNotified lists the calls a recording filter allows without notifying
-// the listener (recordBaseline, recordUnnotified): a recorder never sees them.
-func NotNotified() []string { return append(slices.Clone(recordBaseline), recordUnnotified...) }
-
-// RecordingConfig turns a loaded profile into the filter `seccomp record`
-// runs under: every call the profile allows (conditions included) is
-// notified to the listener at listenerPath instead, which records it and
-// lets it continue; every refusal and the default action stay as they are.
-// So the skill runs exactly as permitted under the base profile, and what it
-// used is seen call by call, including what runc's init and cyberos-init do
-// after the filter is installed.
-func RecordingConfig(base *configs.Seccomp, listenerPath string) *configs.Seccomp {
-	c := *base
-	c.ListenerPath = listenerPath
-	c.Syscalls = make([]*configs.Syscall, 0, len(base.Syscalls))
-	for _, s := range base.Syscalls {
-		s2 := *s
-		if s2.Action == configs.Allow && !slices.Contains(recordBaseline, s2.Name) && !slices.Contains(recordUnnotified, s2.Name) {
-			s2.Action = configs.Notify
-		}
-		c.Syscalls = append(c.Syscalls, &s2)
-	}
-	return &c
-}
-
 // RecordProfile writes the minimal profile for a skill that used the
 // syscalls in used under the base profile at basePath: the base's allow
 // rules cut down to the names used (conditional rules kept whole, so clone
@@ -841,7 +789,7 @@ func RecordingConfig(base *configs.Seccomp, listenerPath string) *configs.Seccom
 // action, architectures and flags, plus recordBaseline and
 // recordUnnotified (as far as the base allows them).
 func RecordProfile(basePath string, used []string) ([]byte, error) {
-	base, _, err := LoadProfileFile(basePath)
+	base, _, err := seccomp.LoadProfileFile(basePath)
 	if err != nil {
 		return nil, err
 	}
@@ -849,7 +797,7 @@ func RecordProfile(basePath string, used []string) ([]byte, error) {
 	for _, n := range used {
 		want[n] = true
 	}
-	for _, n := range append(slices.Clone(recordBaseline), recordUnnotified...) {
+	for _, n := range seccomp.NotNotified() {
 		want[n] = true
 	}
 	out := &specs.LinuxSeccomp{DefaultAction: base.DefaultAction, DefaultErrnoRet: base.DefaultErrnoRet,
@@ -890,7 +838,7 @@ func RecordProfile(basePath string, used []string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := checkProfileBytes("recorded profile", b); err != nil {
+	if _, _, err := seccomp.CheckProfileBytes("recorded profile", b); err != nil {
 		return nil, err
 	}
 	return b, nil

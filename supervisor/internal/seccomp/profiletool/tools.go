@@ -1,8 +1,15 @@
-package seccomp
+// Package profiletool holds the operator tools for seccomp profiles, the
+// work behind `cyberos seccomp lint`, `explain`, `diff`, `import` and
+// `record`: it reads profiles with package seccomp's loader, runs their
+// compiled filters in a BPF interpreter, and writes profiles back. The
+// sandbox never links it; it needs libseccomp, so on platforms other than
+// Linux every tool returns ErrUnsupported.
+package profiletool
 
-// Types of the operator tools for seccomp profiles (`cyberos seccomp lint`,
-// `explain`, `diff`, `import`, `record`). The work is Linux-only
-// (libseccomp); other platforms return ErrUnsupported.
+import "errors"
+
+// ErrUnsupported: the operator tools need libseccomp, which only Linux has.
+var ErrUnsupported = errors.New("seccomp: profile tools need libseccomp (Linux)")
 
 // LintWarning is one dangerous allowance a profile makes.
 type LintWarning struct {

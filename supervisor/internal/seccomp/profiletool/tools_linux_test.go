@@ -1,4 +1,4 @@
-package seccomp
+package profiletool
 
 import (
 	"bytes"
@@ -11,9 +11,10 @@ import (
 	"testing"
 
 	mobyseccomp "github.com/moby/profiles/seccomp"
-	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"cyberos.dev/supervisor/internal/seccomp"
 )
 
 // ---- lint ----
@@ -152,7 +153,7 @@ func TestShippedProfilesLint(t *testing.T) {
 					t.Errorf("undocumented dangerous allowance: %s (%s)", w.Message, w.Rule)
 				}
 			}
-			_, cfg, err := LoadProfileFile(f)
+			_, cfg, err := seccomp.LoadProfileFile(f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,16 +161,16 @@ func TestShippedProfilesLint(t *testing.T) {
 				t.Errorf("default action %s", actionName(cfg.DefaultAction))
 			}
 			prog := compileFilter(t, cfg)
-			if ret := evalFilter(t, prog, arch, sysno(t, "clone3")); ret != retErrno|uint32(unix.ENOSYS) {
-				t.Errorf("clone3 → %s, want ERRNO(ENOSYS)", retString(ret))
+			if ret := evalFilter(t, prog, arch, sysno(t, "clone3")); ret != seccomp.RetErrno|uint32(unix.ENOSYS) {
+				t.Errorf("clone3 → %s, want ERRNO(ENOSYS)", seccomp.RetString(ret))
 			}
 			for _, cmd := range []uint64{unix.TIOCSTI, unix.TIOCLINUX, 1<<32 | unix.TIOCSTI} {
 				if ret := evalFilter(t, prog, arch, sysno(t, "ioctl"), 0, cmd); !denies(ret) {
-					t.Errorf("ioctl(0, %#x) → %s, want refused", cmd, retString(ret))
+					t.Errorf("ioctl(0, %#x) → %s, want refused", cmd, seccomp.RetString(ret))
 				}
 			}
 			if ret := evalFilter(t, prog, arch, sysno(t, "getpid")); ret != retAllow {
-				t.Errorf("getpid → %s: the profile cannot run anything", retString(ret))
+				t.Errorf("getpid → %s: the profile cannot run anything", seccomp.RetString(ret))
 			}
 		})
 	}
@@ -190,13 +191,13 @@ func TestStrictIsStricter(t *testing.T) {
 	if len(d.Settings) != 0 {
 		t.Errorf("settings differ: %v", d.Settings)
 	}
-	cfg, err := LoadProfile(profilesDir, "strict")
+	cfg, err := seccomp.LoadProfile(profilesDir, "strict")
 	if err != nil {
 		t.Fatal(err)
 	}
 	prog := compileFilter(t, cfg)
 	arch := testAuditArch(t)
-	eperm := retErrno | uint32(unix.EPERM)
+	eperm := seccomp.RetErrno | uint32(unix.EPERM)
 	for _, c := range []struct {
 		name string
 		args []uint64
@@ -230,7 +231,7 @@ func TestStrictIsStricter(t *testing.T) {
 		{"landlock_create_ruleset", nil, retAllow},
 	} {
 		if ret := evalFilter(t, prog, arch, sysno(t, c.name), c.args...); ret != c.want {
-			t.Errorf("strict: %s(%#x) → %s, want %s", c.name, c.args, retString(ret), retString(c.want))
+			t.Errorf("strict: %s(%#x) → %s, want %s", c.name, c.args, seccomp.RetString(ret), seccomp.RetString(c.want))
 		}
 	}
 }
@@ -335,7 +336,7 @@ func TestDiff(t *testing.T) {
 // back with the same decisions.
 func TestFormatProfileRoundTrip(t *testing.T) {
 	for _, name := range []string{"default", "strict"} {
-		spec, _, err := LoadProfileFile(filepath.Join(profilesDir, name+".json"))
+		spec, _, err := seccomp.LoadProfileFile(filepath.Join(profilesDir, name+".json"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,7 +383,7 @@ func TestImportDockerDefault(t *testing.T) {
 	if r.Error != "" {
 		t.Fatalf("imported profile does not lint: %s\n%s", r.Error, res.Profile)
 	}
-	spec, cfg, err := LoadProfileFile(path)
+	spec, cfg, err := seccomp.LoadProfileFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,11 +410,11 @@ func TestImportDockerDefault(t *testing.T) {
 	}{{"mount", nil}, {"umount2", nil}, {"unshare", []uint64{unix.CLONE_NEWUSER}}, {"setns", nil}, {"bpf", nil},
 		{"clone", []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}}, {"keyctl", nil}, {"kexec_load", nil}} {
 		if ret := evalFilter(t, prog, arch, sysno(t, c.name), c.args...); !denies(ret) {
-			t.Errorf("imported Docker profile: %s → %s, want refused", c.name, retString(ret))
+			t.Errorf("imported Docker profile: %s → %s, want refused", c.name, seccomp.RetString(ret))
 		}
 	}
-	if ret := evalFilter(t, prog, arch, sysno(t, "clone3")); ret != retErrno|uint32(unix.ENOSYS) {
-		t.Errorf("clone3 → %s, want ENOSYS", retString(ret))
+	if ret := evalFilter(t, prog, arch, sysno(t, "clone3")); ret != seccomp.RetErrno|uint32(unix.ENOSYS) {
+		t.Errorf("clone3 → %s, want ENOSYS", seccomp.RetString(ret))
 	}
 }
 
@@ -433,39 +434,6 @@ func TestImportRefuses(t *testing.T) {
 
 // ---- record ----
 
-func TestRecordingConfig(t *testing.T) {
-	base := loadDefault(t)
-	rc := RecordingConfig(base, "/run/x.sock")
-	if rc.ListenerPath != "/run/x.sock" || base.ListenerPath != "" {
-		t.Errorf("listener path %q (base %q)", rc.ListenerPath, base.ListenerPath)
-	}
-	for i, s := range rc.Syscalls {
-		b := base.Syscalls[i]
-		switch {
-		case b.Action != configs.Allow:
-			if s.Action != b.Action {
-				t.Errorf("%s: refusal %v changed to %v", s.Name, b.Action, s.Action)
-			}
-		case slices.Contains(recordBaseline, s.Name):
-			if s.Action != configs.Allow {
-				t.Errorf("%s: baseline call is %v, want allowed (a notified write would hang runc's init)", s.Name, s.Action)
-			}
-		case slices.Contains(recordUnnotified, s.Name):
-			if s.Action != configs.Allow {
-				t.Errorf("%s: %v, want allowed (a notified fork can fail with EINTR)", s.Name, s.Action)
-			}
-		case s.Action != configs.Notify:
-			t.Errorf("%s: %v, want notify", s.Name, s.Action)
-		}
-		if !slices.Equal(s.Args, b.Args) {
-			t.Errorf("%s: conditions changed", s.Name)
-		}
-	}
-	if base.Syscalls[0].Action != configs.Allow {
-		t.Error("RecordingConfig modified the base profile")
-	}
-}
-
 func TestRecordProfile(t *testing.T) {
 	base := filepath.Join(profilesDir, "default.json")
 	b, err := RecordProfile(base, []string{"read", "openat", "ioctl", "execve"})
@@ -477,7 +445,7 @@ func TestRecordProfile(t *testing.T) {
 	if r.Error != "" || len(r.Warnings) != 0 {
 		t.Fatalf("recorded profile lint: %+v\n%s", r, b)
 	}
-	spec, cfg, err := LoadProfileFile(path)
+	spec, cfg, err := seccomp.LoadProfileFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,16 +455,16 @@ func TestRecordProfile(t *testing.T) {
 			uncond = append(uncond, s.Names...)
 		}
 	}
-	// fork and vfork: recordUnnotified, which the base allows without
-	// conditions (clone, the third, keeps its conditions: below).
-	want := append([]string{"read", "openat", "execve", "fork", "vfork"}, recordBaseline...)
+	// Every call a recording filter does not notify, which the base allows
+	// without conditions (clone keeps its conditions: below).
+	want := slices.DeleteFunc(append([]string{"read", "openat", "execve"}, seccomp.NotNotified()...), func(n string) bool { return n == "clone" })
 	slices.Sort(want)
 	if !slices.Equal(uncond, want) {
 		t.Errorf("unconditional allows %v, want %v", uncond, want)
 	}
 	prog := compileFilter(t, cfg)
 	arch := testAuditArch(t)
-	eperm := retErrno | uint32(unix.EPERM)
+	eperm := seccomp.RetErrno | uint32(unix.EPERM)
 	for _, c := range []struct {
 		name string
 		args []uint64
@@ -509,11 +477,11 @@ func TestRecordProfile(t *testing.T) {
 		{"ioctl", []uint64{0, unix.TIOCSTI}, eperm},
 		{"clone", []uint64{uint64(unix.SIGCHLD)}, retAllow},
 		{"clone", []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, eperm},
-		{"clone3", nil, retErrno | uint32(unix.ENOSYS)}, // the base's refusal, kept
+		{"clone3", nil, seccomp.RetErrno | uint32(unix.ENOSYS)}, // the base's refusal, kept
 		{"mount", nil, eperm},
 	} {
 		if ret := evalFilter(t, prog, arch, sysno(t, c.name), c.args...); ret != c.want {
-			t.Errorf("recorded: %s(%#x) → %s, want %s", c.name, c.args, retString(ret), retString(c.want))
+			t.Errorf("recorded: %s(%#x) → %s, want %s", c.name, c.args, seccomp.RetString(ret), seccomp.RetString(c.want))
 		}
 	}
 	// A name the base refuses never becomes allowed, even if reported.
@@ -543,11 +511,11 @@ func BenchmarkCompileProfiles(b *testing.B) {
 		b.Run(strings.TrimSuffix(filepath.Base(p), ".json"), func(b *testing.B) {
 			var n int
 			for b.Loop() {
-				_, cfg, err := LoadProfileFile(p)
+				_, cfg, err := seccomp.LoadProfileFile(p)
 				if err != nil {
 					b.Fatal(err)
 				}
-				prog, err := CompileFilter(cfg)
+				prog, err := seccomp.CompileFilter(cfg)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -563,8 +531,8 @@ func BenchmarkCompileProfiles(b *testing.B) {
 // them and says so, lint does not count them as allowed, diff ignores
 // them.
 func TestOtherArchitecturesNames(t *testing.T) {
-	if syscallNative("_llseek") || !syscallKnown("_llseek") || !syscallNative("read") {
-		t.Fatalf("this test assumes an architecture without _llseek (amd64): native %v", syscallNative("_llseek"))
+	if seccomp.SyscallNative("_llseek") || !seccomp.SyscallKnown("_llseek") || !seccomp.SyscallNative("read") {
+		t.Fatalf("this test assumes an architecture without _llseek (amd64): native %v", seccomp.SyscallNative("_llseek"))
 	}
 	res, err := ImportDockerProfile(dockerDefaultJSON(t))
 	if err != nil {
@@ -573,7 +541,7 @@ func TestOtherArchitecturesNames(t *testing.T) {
 	if !slices.Contains(res.Dropped, "_llseek") || bytes.Contains(res.Profile, []byte(`"_llseek"`)) {
 		t.Errorf("import kept i386's _llseek: dropped %v", res.Dropped)
 	}
-	if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "not "+nativeArchName()+" syscalls") }) {
+	if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "not "+seccomp.NativeArchName()+" syscalls") }) {
 		t.Errorf("import notes %q do not name the names of another architecture", res.Notes)
 	}
 	const prof = `{"defaultAction":"SCMP_ACT_ERRNO","flags":[],"syscalls":[{"names":[%s],"action":"SCMP_ACT_ALLOW"}]}`
@@ -644,12 +612,12 @@ func TestArgValueWrongPlace(t *testing.T) {
 // refuse; shapes it cannot summarize get none.
 func TestMaskedIoctlSummary(t *testing.T) {
 	const want = "ALLOW for every value of arg1's low 32 bits except TIOCSTI (0x5412), TIOCLINUX (0x541c)"
-	def := filepath.Join("..", "..", "seccomp-profiles", "default.json")
+	def := filepath.Join(profilesDir, "default.json")
 	ex, err := ExplainProfile(def, "ioctl", nil)
 	if err != nil || ex.Summary != want {
 		t.Fatalf("explain ioctl: summary %q, %v; want %q", ex.Summary, err, want)
 	}
-	spec, _, err := LoadProfileFile(def)
+	spec, _, err := seccomp.LoadProfileFile(def)
 	if err != nil {
 		t.Fatal(err)
 	}

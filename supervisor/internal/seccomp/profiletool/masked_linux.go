@@ -1,4 +1,4 @@
-package seccomp
+package profiletool
 
 import (
 	"fmt"
