@@ -2,10 +2,14 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -14,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"cyberos.dev/audit"
 	"cyberos.dev/internal/testutil"
 )
 
@@ -24,12 +31,19 @@ import (
 // 0, every sandbox cold): metrics c<N>-warm-* and c<N>-cold-*, and cpus, the
 // machine's CPU count. First the cold daemon's RSS idle (after 3 warm-up
 // invocations) and per active invocation (32 sleeping skills, ended early
-// by their deadline). One round (-benchtime 1x) is the whole measurement:
+// by their deadline). In the warm daemon, the invocations that find a warm
+// sandbox ready (warmReady) are also split by the daemon's own histograms
+// into the two audit emits, the dispatch and the rest (the daemon's own
+// time), beside the floors of the same work measured here: one fork+exec
+// of the skill in a held set of namespaces (execFloor), one admin-socket
+// round trip (adminRoundTrip) and one fdatasync of an invocation row's
+// bytes appended to the daemon's own journal once it has stopped
+// (rowSyncFloor). One round (-benchtime 1x) is the whole measurement:
 //
 //	go test -tags seccomp -run '^$' -bench BenchmarkDaemon -benchtime 1x ./integration/
 func BenchmarkDaemon(b *testing.B) {
 	e := newEnv(b)
-	e.skill("trivial", "", "#!/bin/sh\necho '{}'\n")
+	trivial := e.skill("trivial", "", "#!/bin/sh\necho '{}'\n")
 	e.skill("sleeper", "effort_minutes: 1\n", "#!/bin/sh\nsleep 30\n")
 	b.ReportMetric(float64(runtime.NumCPU()), "cpus")
 	for i := 0; i < b.N; i++ {
@@ -52,12 +66,165 @@ func BenchmarkDaemon(b *testing.B) {
 			} else {
 				warmReady(b, d)
 			}
+			if mode == "warm" {
+				adminRoundTrip(b, d)
+			}
 			for _, conc := range []int{1, 8, 32} {
 				daemonRate(b, d, mode, conc)
 			}
 			d.stop(60 * time.Second) // ends the sleepers through the timeout path
 		}
+		rowSyncFloor(b, e.stateDir)
+		execFloor(b, filepath.Join(trivial, "main"))
 	}
+}
+
+// Histograms of the daemon's that split one invocation (the _sum series).
+const (
+	emitStartSum     = `cyberos_audit_emit_duration_seconds_sum{stage="start"}`
+	emitCompletedSum = `cyberos_audit_emit_duration_seconds_sum{stage="completed"}`
+	dispatchSum      = `cyberos_skill_invocation_duration_seconds_sum{skill_id="trivial"}`
+)
+
+// sums reads the named series from one scrape of the daemon's /metrics.
+func (d *daemonProc) sums(b *testing.B, series ...string) []float64 {
+	resp, err := http.Get("http://" + d.metricsAddr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := make([]float64, len(series))
+	found := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if i := slices.Index(series, name); ok && i >= 0 {
+			if out[i], err = strconv.ParseFloat(v, 64); err != nil {
+				b.Fatal(err)
+			}
+			found++
+		}
+	}
+	if found != len(series) {
+		b.Fatalf("/metrics lacks one of %v", series)
+	}
+	return out
+}
+
+// p50ms is the median of ds in ms.
+func p50ms(ds []time.Duration) float64 {
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	return float64(ds[len(ds)/2].Microseconds()) / 1000
+}
+
+// adminRoundTrip reports the p50 of GET /healthz over d's admin socket,
+// the same client and connection reuse as the invocations: the least any
+// request to the daemon costs.
+func adminRoundTrip(b *testing.B, d *daemonProc) {
+	lat := make([]time.Duration, 0, 50)
+	for range 50 {
+		t0 := time.Now()
+		resp, err := d.client.Get("http://cyberos/healthz")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		lat = append(lat, time.Since(t0))
+	}
+	b.ReportMetric(p50ms(lat), "admin-rtt-p50-ms")
+}
+
+// rowSyncFloor reports one write and fdatasync of an invocation's started
+// row (its bytes as the journal holds them) at the end of the stopped
+// daemon's own journal in stateDir, as the store appends it, 50 times one
+// after the other; the zeros are written back after. The p50 is the disk's
+// share of one emit (row-fdatasync-p50-ms) and the row's size (row-bytes).
+func rowSyncFloor(b *testing.B, stateDir string) {
+	f, err := os.OpenFile(filepath.Join(stateDir, audit.JournalName), os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	body, err := io.ReadAll(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	end := bytes.IndexByte(body, 0)
+	if end < 0 {
+		b.Fatal("journal has no preallocated zeros after its end")
+	}
+	var row []byte
+	for line := range bytes.Lines(body[:end]) {
+		if bytes.Contains(line, []byte(`"skill.invoked_started"`)) {
+			row = line
+		}
+	}
+	if row == nil {
+		b.Fatal("no skill.invoked_started row in the journal")
+	}
+	const n = 50
+	if len(body)-end < n*len(row) {
+		b.Fatalf("journal has %d bytes of zeros, want %d", len(body)-end, n*len(row))
+	}
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		t0 := time.Now()
+		if _, err := f.WriteAt(row, int64(end+i*len(row))); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	if _, err := f.WriteAt(make([]byte, n*len(row)), int64(end)); err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(p50ms(lat), "row-fdatasync-p50-ms")
+	b.ReportMetric(float64(len(row)), "row-bytes")
+}
+
+// execFloor reports the p50 of one run of the skill main (its output read)
+// in a set of namespaces made once and held (user, pid, mount, network,
+// ipc, uts, cgroup: unshare running sleep), entered by nsenter: the
+// fork+exec a warm start cannot avoid, with nothing made per run
+// (exec-in-held-ns-p50-ms). nsenter's own exec is in the figure.
+func execFloor(b *testing.B, main string) {
+	holder := exec.Command("unshare", "--user", "--map-root-user", "--pid", "--net", "--mount", "--ipc", "--uts", "--cgroup", "--fork", "--mount-proc", "sleep", "120")
+	if err := holder.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = holder.Process.Kill(); _ = holder.Wait() }()
+	var target string
+	waitFor(b, 10*time.Second, func() bool {
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", holder.Process.Pid, holder.Process.Pid))
+		target = strings.TrimSpace(string(kids))
+		if target == "" {
+			return false
+		}
+		comm, _ := os.ReadFile("/proc/" + target + "/comm")
+		return strings.TrimSpace(string(comm)) == "sleep"
+	})
+	defer func() {
+		if pid, err := strconv.Atoi(target); err == nil {
+			_ = killPid(pid)
+		}
+	}()
+	lat := make([]time.Duration, 0, 50)
+	for range 50 {
+		t0 := time.Now()
+		out, err := exec.Command("nsenter", "-t", target, "-a", main).Output()
+		lat = append(lat, time.Since(t0))
+		if err != nil || strings.TrimSpace(string(out)) != "{}" {
+			b.Fatalf("nsenter %s: %v %q", main, err, out)
+		}
+	}
+	b.ReportMetric(p50ms(lat), "exec-in-held-ns-p50-ms")
 }
 
 // daemonRSS reports d's RSS idle and per active invocation.
@@ -79,15 +246,29 @@ func daemonRSS(b *testing.B, d *daemonProc) {
 // sandbox ready (an agent calling a skill in a loop with think time between
 // calls): before each, the pool is back to the size it settled at after
 // the warm-up, so no refill of the previous call's sandbox runs beside it.
+//
+// Around each, one scrape of the daemon's histograms splits it: the
+// started and the completed row's emits (ready-emit-start-p50-ms,
+// ready-emit-completed-p50-ms, as the daemon measures them), the dispatch
+// (cyberos_skill_invocation_duration_seconds: broker, activation, the
+// skill's run; ready-dispatch-p50-ms), and what is left of the client's
+// latency: the daemon's own time (request, policy, claim, envelope,
+// response; ready-own-p50-ms).
 func warmReady(b *testing.B, d *daemonProc) {
-	var lat []time.Duration
+	var lat, own, emitS, emitC, disp []time.Duration
 	const ready = `cyberos_warm_sandboxes{skill_id="trivial"}`
 	full := stableGauge(b, d, ready)
+	sec := func(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
 	for range 24 {
 		waitFor(b, 10*time.Second, func() bool { return d.gauge(ready) >= full })
+		before := d.sums(b, emitStartSum, emitCompletedSum, dispatchSum)
 		s := time.Now()
 		code, _, raw := d.invoke(map[string]any{"skill_id": "trivial"})
 		el := time.Since(s)
+		after := d.sums(b, emitStartSum, emitCompletedSum, dispatchSum)
+		es, ec, dp := sec(after[0]-before[0]), sec(after[1]-before[1]), sec(after[2]-before[2])
+		emitS, emitC, disp = append(emitS, es), append(emitC, ec), append(disp, dp)
+		own = append(own, el-es-ec-dp)
 		var env warmEnvelope
 		if code != 200 || json.Unmarshal([]byte(raw), &env) != nil || env.Outcome != "success" || env.Containment["start"] != "warm" {
 			b.Fatalf("warm-ready invocation: %d %s", code, raw)
@@ -97,6 +278,10 @@ func warmReady(b *testing.B, d *daemonProc) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "c1-warm-ready-p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, "c1-warm-ready-p95-ms")
+	b.ReportMetric(p50ms(own), "ready-own-p50-ms")
+	b.ReportMetric(p50ms(emitS), "ready-emit-start-p50-ms")
+	b.ReportMetric(p50ms(emitC), "ready-emit-completed-p50-ms")
+	b.ReportMetric(p50ms(disp), "ready-dispatch-p50-ms")
 }
 
 // stableGauge waits until series has kept one value for a second and

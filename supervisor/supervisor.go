@@ -701,7 +701,8 @@ func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error
 	if brk, err := inv.brokerUp(); err == nil {
 		_ = brk.Close() // closed by dispatch unless it panicked first
 	}
-	env.DurationMS = s.now().Sub(t0).Milliseconds()
+	dispatched := s.now().Sub(t0)
+	env.DurationMS = dispatched.Milliseconds()
 	if inv.exit != nil {
 		inv.ended = []any{"outcome", env.Outcome, "exit_code", inv.exit.Code, "signal", signalName(inv.exit.Signal),
 			"duration", time.Duration(env.DurationMS) * time.Millisecond}
@@ -739,7 +740,7 @@ func (s *Supervisor) invoke(inv *invocation, h *holds) (envOut Envelope, _ error
 		incomplete = fmt.Errorf("%w: invocation %s: %v", ErrAuditIncomplete, inv.common.InvocationID, err)
 	}
 	s.metrics().InvokedTotal.WithLabelValues(inv.common.SkillID, string(env.Outcome)).Inc()
-	s.metrics().InvokedDuration.WithLabelValues(inv.common.SkillID).Observe(time.Duration(env.DurationMS * int64(time.Millisecond)).Seconds())
+	s.metrics().InvokedDuration.WithLabelValues(inv.common.SkillID).Observe(dispatched.Seconds())
 	envOut = env
 	return env, incomplete
 }
