@@ -22,6 +22,7 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/internal/testutil"
+	"cyberos.dev/supervisor/sandbox"
 )
 
 // BenchmarkDaemon: invocations/s of a trivial skill (prints {}) through
@@ -138,9 +139,14 @@ func adminRoundTrip(b *testing.B, d *daemonProc) {
 
 // rowSyncFloor reports one write and fdatasync of an invocation's started
 // row (its bytes as the journal holds them) at the end of the stopped
-// daemon's own journal in stateDir, as the store appends it, 50 times one
-// after the other; the zeros are written back after. The p50 is the disk's
-// share of one emit (row-fdatasync-p50-ms) and the row's size (row-bytes).
+// daemon's own journal in stateDir, as the store appends it; the zeros are
+// written back after. Each comes 10 ms after the one before, as a
+// daemon's emits come apart: then the write also changes the file's
+// mtime, which on some filesystems (ext4 without a journal) makes each
+// fdatasync write the inode too. The p50 of those is the disk's share of
+// one emit (row-fdatasync-p50-ms); back to back, within one mtime tick,
+// the same writes give row-fdatasync-b2b-p50-ms. Also the row's size
+// (row-bytes).
 func rowSyncFloor(b *testing.B, stateDir string) {
 	f, err := os.OpenFile(filepath.Join(stateDir, audit.JournalName), os.O_RDWR, 0)
 	if err != nil {
@@ -164,28 +170,38 @@ func rowSyncFloor(b *testing.B, stateDir string) {
 	if row == nil {
 		b.Fatal("no skill.invoked_started row in the journal")
 	}
-	const n = 50
-	if len(body)-end < n*len(row) {
-		b.Fatalf("journal has %d bytes of zeros, want %d", len(body)-end, n*len(row))
+	const n = 40 // of each: spaced, back to back
+	if len(body)-end < 2*n*len(row) {
+		b.Fatalf("journal has %d bytes of zeros, want %d", len(body)-end, 2*n*len(row))
 	}
-	lat := make([]time.Duration, 0, n)
-	for i := range n {
+	var spaced, b2b []time.Duration
+	at := int64(end)
+	for i := range 2 * n {
+		if i%2 == 0 {
+			time.Sleep(10 * time.Millisecond) // the pause between two emits, not a wait for anything
+		}
 		t0 := time.Now()
-		if _, err := f.WriteAt(row, int64(end+i*len(row))); err != nil {
+		if _, err := f.WriteAt(row, at); err != nil {
 			b.Fatal(err)
 		}
 		if err := unix.Fdatasync(int(f.Fd())); err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, time.Since(t0))
+		if d := time.Since(t0); i%2 == 0 {
+			spaced = append(spaced, d)
+		} else {
+			b2b = append(b2b, d)
+		}
+		at += int64(len(row))
 	}
-	if _, err := f.WriteAt(make([]byte, n*len(row)), int64(end)); err != nil {
+	if _, err := f.WriteAt(make([]byte, at-int64(end)), int64(end)); err != nil {
 		b.Fatal(err)
 	}
 	if err := unix.Fdatasync(int(f.Fd())); err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(p50ms(lat), "row-fdatasync-p50-ms")
+	b.ReportMetric(p50ms(spaced), "row-fdatasync-p50-ms")
+	b.ReportMetric(p50ms(b2b), "row-fdatasync-b2b-p50-ms")
 	b.ReportMetric(float64(len(row)), "row-bytes")
 }
 
@@ -319,17 +335,74 @@ func (d *daemonProc) gauge(series string) float64 {
 // daemonRate runs max(24, 3*conc) trivial invocations from conc callers
 // and reports their rate, their latency and the machine's busy CPU time
 // (every process, the kernel and these callers included) per invocation:
-// what bounds the rate once the CPUs are saturated.
+// what bounds the rate once the CPUs are saturated. The CPU is that of a
+// steady state: the warm pool has first grown to what conc callers keep
+// it at (an untimed round at conc), and the window ends once every
+// sandbox of the round is torn down and the pool is back to that size, so
+// each invocation is charged one sandbox made and destroyed, no more (the
+// pool's growth) and no less (a teardown or refill after the answer).
 func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
+	const ready = `cyberos_warm_sandboxes{skill_id="trivial"}`
+	full := 0.0
+	if mode == "warm" {
+		callers(b, d, mode, conc, 2*conc, nil)
+		full = stableGauge(b, d, ready)
+	}
+	settled := func() bool {
+		n := d.sandboxes()
+		if mode == "warm" {
+			g := d.gauge(ready)
+			return g >= full && float64(n) == g
+		}
+		return n == 0
+	}
+	waitFor(b, 60*time.Second, settled)
 	total := max(24, 3*conc)
 	lat := make([]time.Duration, 0, total)
+	cpu0, t0 := testutil.BusyCPU(b), time.Now()
+	callers(b, d, mode, conc, total, &lat)
+	el := time.Since(t0)
+	waitFor(b, 60*time.Second, settled)
+	cpu := testutil.BusyCPU(b) - cpu0
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(len(lat))/el.Seconds(), fmt.Sprintf("c%d-%s-inv/s", conc, mode))
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, fmt.Sprintf("c%d-%s-p50-ms", conc, mode))
+	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, fmt.Sprintf("c%d-%s-p95-ms", conc, mode))
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(lat)), fmt.Sprintf("c%d-%s-cpu-ms", conc, mode))
+}
+
+// sandboxes counts the daemon's sandboxes: the cgroups under its parent
+// (warm ones ready, running ones, and those not yet torn down).
+func (d *daemonProc) sandboxes() int {
+	parent := sandbox.CgroupParentFor(d.e.runDir)
+	for _, dir := range []string{"/sys/fs/cgroup/pids" + parent, "/sys/fs/cgroup" + parent} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		n := 0
+		for _, e := range ents {
+			if e.IsDir() {
+				n++
+			}
+		}
+		return n
+	}
+	return 0
+}
+
+// callers runs total trivial invocations from conc callers, appending
+// each latency to lat when it is not nil.
+func callers(b *testing.B, d *daemonProc, mode string, conc, total int, lat *[]time.Duration) {
 	var mu sync.Mutex
 	next := make(chan struct{}, total)
 	for j := 0; j < total; j++ {
 		next <- struct{}{}
 	}
 	close(next)
-	cpu0, t0 := testutil.BusyCPU(b), time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < conc; w++ {
 		wg.Add(1)
@@ -342,22 +415,15 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 					b.Errorf("%s c=%d: %d %s", mode, conc, code, raw)
 					return
 				}
-				mu.Lock()
-				lat = append(lat, time.Since(s))
-				mu.Unlock()
+				if lat != nil {
+					mu.Lock()
+					*lat = append(*lat, time.Since(s))
+					mu.Unlock()
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	el, cpu := time.Since(t0), testutil.BusyCPU(b)-cpu0
-	if len(lat) == 0 {
-		return
-	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(len(lat))/el.Seconds(), fmt.Sprintf("c%d-%s-inv/s", conc, mode))
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, fmt.Sprintf("c%d-%s-p50-ms", conc, mode))
-	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, fmt.Sprintf("c%d-%s-p95-ms", conc, mode))
-	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(lat)), fmt.Sprintf("c%d-%s-cpu-ms", conc, mode))
 }
 
 // vmRSS reads VmRSS (KiB) of pid.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -47,7 +48,48 @@ func machine() string {
 	} else {
 		parts = append(parts, runtime.GOOS)
 	}
+	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(l)); len(f) >= 3 {
+			parts = append(parts, fmt.Sprintf("load average %s %s %s when the page was written (above the CPU count: the wall-clock figures are not the machine's)", f[0], f[1], f[2]))
+		}
+	}
+	if fs := filesystem(os.TempDir()); fs != "" {
+		parts = append(parts, fs+" under "+os.TempDir()+" (the benchmarks' state dirs)")
+	}
 	return strings.Join(parts, ", ")
+}
+
+// filesystem names the type of the mount holding dir, from /proc/mounts,
+// and for ext4 whether it has a journal (an fdatasync without one also
+// writes the inode its write's mtime dirtied); "" when unknown.
+func filesystem(dir string) string {
+	b, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		return ""
+	}
+	var dev, typ string
+	best := -1
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		mnt := f[1]
+		if (dir == mnt || strings.HasPrefix(dir, strings.TrimSuffix(mnt, "/")+"/")) && len(mnt) > best {
+			dev, typ, best = f[0], f[2], len(mnt)
+		}
+	}
+	if typ != "ext4" {
+		return typ
+	}
+	name := dev[strings.LastIndex(dev, "/")+1:]
+	if _, err := os.Stat("/proc/fs/ext4/" + name); err != nil {
+		return typ
+	}
+	if j, _ := filepath.Glob("/proc/fs/jbd2/" + name + "-*"); len(j) == 0 {
+		return "ext4 without a journal"
+	}
+	return "ext4 with a journal"
 }
 
 // procField is the value of the first "key: value" line of a /proc file
