@@ -78,8 +78,8 @@ echo "   the same with 8 callers in one sandbox, and 8 sandboxes with one caller
 go test -tags seccomp -run '^$' -bench BenchmarkToolCallsConcurrentVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw"
 
 echo
-echo "== the daemon: invocations/s of a trivial skill through the admin socket at concurrency 1, 8, 32; RSS idle and per active invocation;
-   a warm-ready invocation split by the daemon's histograms, and its work floor: exec in held namespaces, admin round trip, row fdatasync"
+echo "== the daemon: invocations/s of a trivial skill through the admin socket at concurrency 1, 8, 32; RSS idle and per active invocation;"
+echo "   a warm-ready invocation split by the daemon's histograms, and its work floor: exec in held namespaces, admin round trip, row fdatasync"
 go test -tags seccomp -run '^$' -bench BenchmarkDaemon -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 
 echo
