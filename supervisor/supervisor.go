@@ -348,12 +348,35 @@ func policyHash(pol *policy.Policy) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("policy cannot be encoded for its hash: %v", err)
 	}
-	h, err := audit.HashJSON(b)
+	policyHashes.Lock()
+	h, ok := policyHashes.m[string(b)]
+	policyHashes.Unlock()
+	if ok {
+		return h, nil
+	}
+	h, err = audit.HashJSON(b)
 	if err != nil {
 		return "", fmt.Errorf("policy cannot be canonicalised for its hash: %v", err)
 	}
+	policyHashes.Lock()
+	if len(policyHashes.m) >= maxPolicyHashes {
+		clear(policyHashes.m)
+	}
+	policyHashes.m[string(b)] = h
+	policyHashes.Unlock()
 	return h, nil
 }
+
+// policyHashes remembers policyHash by the policy's JSON encoding, of
+// which the hash is a function: every invocation of a skill hashes the
+// same policy again, and its canonical form is most of that work. Emptied
+// when it holds maxPolicyHashes.
+var policyHashes = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
+
+const maxPolicyHashes = 256
 
 // NewID returns a new ULID string (time-ordered, 26 chars).
 func NewID() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
