@@ -22,7 +22,6 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/internal/testutil"
-	"cyberos.dev/supervisor/sandbox"
 )
 
 // BenchmarkDaemon: invocations/s of a trivial skill (prints {}) through
@@ -374,24 +373,12 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(lat)), fmt.Sprintf("c%d-%s-cpu-ms", conc, mode))
 }
 
-// sandboxes counts the daemon's sandboxes: the cgroups under its parent
-// (warm ones ready, running ones, and those not yet torn down).
+// sandboxes counts the daemon's sandboxes (warm ones ready, running ones,
+// and those not yet torn down): each holds a lock file in the run dir's
+// locks/ from its making to the end of its teardown.
 func (d *daemonProc) sandboxes() int {
-	parent := sandbox.CgroupParentFor(d.e.runDir)
-	for _, dir := range []string{"/sys/fs/cgroup/pids" + parent, "/sys/fs/cgroup" + parent} {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		n := 0
-		for _, e := range ents {
-			if e.IsDir() {
-				n++
-			}
-		}
-		return n
-	}
-	return 0
+	locks, _ := filepath.Glob(filepath.Join(d.e.runDir, "locks", "*.lock"))
+	return len(locks)
 }
 
 // callers runs total trivial invocations from conc callers, appending
