@@ -758,14 +758,21 @@ func (rep report) throughputPlot(path string) error {
 		p.Legend.Add(s.label, line, points)
 	}
 	if lo <= hi {
-		target, err := plotter.NewLine(plotter.XYs{{X: lo, Y: targetRate}, {X: hi, Y: targetRate}})
+		// Issue 42's: a share of what the libcontainer floor can create on
+		// these CPUs, when the run has the floor's CPU; else issue 19's.
+		rate, label := targetRate, fmt.Sprintf("target: %g/s at concurrency %d", targetRate, targetRateConc)
+		if !math.IsNaN(rep.floorCPU) && !math.IsNaN(rep.cpus) && rep.floorCPU > 0 {
+			rate = targetRateVsFloor * rep.cpus * 1000 / rep.floorCPU
+			label = fmt.Sprintf("target: %g× the floor's creates on %g CPUs (%s/s) at concurrency %d", targetRateVsFloor, rep.cpus, num(rate), targetRateConc)
+		}
+		target, err := plotter.NewLine(plotter.XYs{{X: lo, Y: rate}, {X: hi, Y: rate}})
 		if err != nil {
 			return err
 		}
 		target.Color = color.Gray{Y: 128}
 		target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(target)
-		p.Legend.Add(fmt.Sprintf("target: %g/s at concurrency %d", targetRate, targetRateConc), target)
+		p.Legend.Add(label, target)
 	}
 	p.X.Tick.Marker = ticks
 	if hi > lo {

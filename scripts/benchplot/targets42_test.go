@@ -58,7 +58,8 @@ func TestTargets42Missing(t *testing.T) {
 }
 
 // -doc writes the page: the date and machine of the run, then bench.md's
-// sections without its title.
+// sections without its title; the throughput plot's target line is issue
+// 42's, from the floor's CPU per create.
 func TestRunWritesPage(t *testing.T) {
 	defer func(f func() time.Time) { now = f }(now)
 	now = func() time.Time { return time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC) }
@@ -81,6 +82,10 @@ func TestRunWritesPage(t *testing.T) {
 		"## Targets (issue 42)", "**met**", "## Start latency (ms)")
 	if strings.Contains(md, "# make bench results") {
 		t.Errorf("the page keeps bench.md's title:\n%s", md)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "out", "daemon-throughput.svg"))
+	if err != nil || !strings.Contains(string(svg), "0.85× the floor&#39;s creates on 2 CPUs (85.0/s)") {
+		t.Errorf("the throughput plot's target is not issue 42's (%v)", err)
 	}
 	if !strings.Contains(stdout.String(), "page: "+doc) {
 		t.Errorf("stdout does not name the page: %s", stdout.String())
