@@ -346,7 +346,7 @@ func withResolved(out []string, dirs ...string) []string {
 func policyHash(pol *policy.Policy) (string, error) {
 	b, err := json.Marshal(pol)
 	if err != nil {
-		return "", fmt.Errorf("policy cannot be encoded for its hash: %v", err)
+		return "", fmt.Errorf("policy cannot be encoded for its hash: %w", err)
 	}
 	policyHashes.Lock()
 	h, ok := policyHashes.m[string(b)]
@@ -356,7 +356,7 @@ func policyHash(pol *policy.Policy) (string, error) {
 	}
 	h, err = audit.HashJSON(b)
 	if err != nil {
-		return "", fmt.Errorf("policy cannot be canonicalised for its hash: %v", err)
+		return "", fmt.Errorf("policy cannot be canonicalised for its hash: %w", err)
 	}
 	policyHashes.Lock()
 	if len(policyHashes.m) >= maxPolicyHashes {
