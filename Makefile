@@ -67,7 +67,7 @@ vm-test: ## the root integration + cgroups tests in a cgroup v2 qemu VM (Debian 
 	bash scripts/vm/run.sh
 	bash scripts/vm/run.sh -systemd
 
-bench: build ## cold start vs unshare/bwrap/runc (and per seccomp profile), audit emit latency, audit vs no-op, broker vs MCP SDK, daemon throughput and RSS (as root)
+bench: build ## cold start vs unshare/bwrap/runc (and per seccomp profile), audit emit latency, audit vs no-op, broker vs MCP SDK, daemon throughput and RSS, each issue 42 target against its floor (as root); writes bench-out/ and docs/performance.md
 	@bash scripts/bench.sh $(BIN)
 
 lint: ## gofmt, go vet and golangci-lint

@@ -40,7 +40,8 @@ printf -- '---\nname: bench\ndescription: /bin/true\n---\n' > "$tmp/skill/SKILL.
 for i in $(seq 20); do
   s=$(date +%s%N); "$bin" skill run "$tmp/skill" --state-dir "$tmp/state" >/dev/null || true; e=$(date +%s%N)
   echo $(( (e - s) / 1000 ))
-done | sort -n | awk '{a[NR]=$1} END {printf "  cli-median-ms %.1f\n  cli-p95-ms %.1f\n", a[int(NR/2)+1]/1000, a[int(NR*0.95)]/1000}'
+done | sort -n | awk '{a[NR]=$1} END {printf "BenchmarkCLI\t%d\t%.1f cli-median-ms\t%.1f cli-p95-ms\n", NR, a[int(NR/2)+1]/1000, a[int(NR*0.95)]/1000}' |
+  tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p'
 
 echo
 echo "== audit emit, durable (fdatasync per group commit): latency and rows/s at 1, 10, 100 concurrent emitters;"
@@ -61,6 +62,8 @@ awk '/^BenchmarkEmitCanon\// { for (i = 3; i < NF; i++) if ($(i+1) == "p95-ms") 
   END { for (r = 1; r <= nb && r <= nl; r++) { q[r] = b[r] / l[r]; s = s sprintf(" %.2f", q[r]) }
     n = r - 1; for (i = 2; i <= n; i++) for (j = i; j > 1 && q[j] < q[j-1]; j--) { t = q[j]; q[j] = q[j-1]; q[j-1] = t }
     if (n) printf "   p95 builders/library, round by round:%s (median %.2f; below 1: the builders\x27 encoder pays end to end)\n", s, n % 2 ? q[(n+1)/2] : (q[n/2] + q[n/2+1]) / 2 }' "$tmp/canon.txt"
+echo "   the index applier's work per row (one transaction of 500 rows; issue 42's eight-caller floor):"
+go test -run '^$' -bench 'BenchmarkApply/rows=500$' -benchtime 3x -count 3 ./audit/ | grep -E '^Benchmark' | tee -a "$raw"
 echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids, hashes, journal lines):"
 go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark' | tee -a "$raw"
 echo
@@ -75,7 +78,8 @@ echo "   the same with 8 callers in one sandbox, and 8 sandboxes with one caller
 go test -tags seccomp -run '^$' -bench BenchmarkToolCallsConcurrentVsMCP -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw"
 
 echo
-echo "== the daemon: invocations/s of a trivial skill through the admin socket at concurrency 1, 8, 32; RSS idle and per active invocation"
+echo "== the daemon: invocations/s of a trivial skill through the admin socket at concurrency 1, 8, 32; RSS idle and per active invocation;"
+echo "   a warm-ready invocation split by the daemon's histograms, and its work floor: exec in held namespaces, admin round trip, row fdatasync"
 go test -tags seccomp -run '^$' -bench BenchmarkDaemon -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 
 echo
@@ -84,5 +88,5 @@ go test -tags seccomp -run '^$' -bench BenchmarkMCPStdioCall -benchtime 1x -coun
 
 echo
 echo "== results table and plots (scripts/benchplot: medians of the lines above)"
-go run ./scripts/benchplot -out "$out" "$raw"
+go run ./scripts/benchplot -out "$out" -doc docs/performance.md "$raw"
 echo "   raw lines: $raw"

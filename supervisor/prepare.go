@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -233,12 +234,35 @@ func policyHash(pol *policy.Policy) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("policy cannot be encoded for its hash: %w", err)
 	}
-	h, err := audit.HashJSON(b)
+	policyHashes.Lock()
+	h, ok := policyHashes.m[string(b)]
+	policyHashes.Unlock()
+	if ok {
+		return h, nil
+	}
+	h, err = audit.HashJSON(b)
 	if err != nil {
 		return "", fmt.Errorf("policy cannot be canonicalised for its hash: %w", err)
 	}
+	policyHashes.Lock()
+	if len(policyHashes.m) >= maxPolicyHashes {
+		clear(policyHashes.m)
+	}
+	policyHashes.m[string(b)] = h
+	policyHashes.Unlock()
 	return h, nil
 }
+
+// policyHashes remembers policyHash by the policy's JSON encoding, of
+// which the hash is a function: every invocation of a skill hashes the
+// same policy again, and its canonical form is most of that work. Emptied
+// when it holds maxPolicyHashes.
+var policyHashes = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
+
+const maxPolicyHashes = 256
 
 // applyDefaults returns pol with d's limits where the frontmatter set none
 // (a copy: a Policy is immutable once parsed).

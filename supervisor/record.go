@@ -26,7 +26,8 @@ func (inv *invocation) record() (Envelope, error) {
 			log.Error("broker close", "err", cerr)
 		}
 	}
-	env.DurationMS = s.now().Sub(inv.t0).Milliseconds()
+	dispatched := s.now().Sub(inv.t0)
+	env.DurationMS = dispatched.Milliseconds()
 	if inv.exit != nil {
 		inv.ended = []any{"outcome", env.Outcome, "exit_code", inv.exit.Code, "signal", signalName(inv.exit.Signal),
 			"duration", time.Duration(env.DurationMS) * time.Millisecond}
@@ -64,7 +65,7 @@ func (inv *invocation) record() (Envelope, error) {
 		incomplete = fmt.Errorf("%w: invocation %s: %w", ErrAuditIncomplete, inv.common.InvocationID, err)
 	}
 	s.metrics().InvokedTotal.WithLabelValues(inv.common.SkillID, string(env.Outcome)).Inc()
-	s.metrics().InvokedDuration.WithLabelValues(inv.common.SkillID).Observe(time.Duration(env.DurationMS * int64(time.Millisecond)).Seconds())
+	s.metrics().InvokedDuration.WithLabelValues(inv.common.SkillID).Observe(dispatched.Seconds())
 	return *env, incomplete
 }
 

@@ -66,21 +66,22 @@ const (
 
 func main() {
 	out := flag.String("out", "bench-out", "directory for bench.md and the SVG plots")
+	doc := flag.String("doc", "", "also write bench.md's figures and marks, the machine and the date to this file (make bench: docs/performance.md)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: benchplot [-out dir] [go-test-bench-output ...]\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if err := run(*out, flag.Args(), os.Stdin, os.Stdout, os.Stderr); err != nil {
+	if err := run(*out, *doc, flag.Args(), os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "benchplot:", err)
 		os.Exit(1)
 	}
 }
 
 // run parses files (stdin when there are none), writes the table and the
-// plots into out, says on stdout what it wrote and on stderr what it could
-// not find.
-func run(out string, files []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// plots into out (and, when doc is not empty, the page docs/performance.md
+// is), says on stdout what it wrote and on stderr what it could not find.
+func run(out, doc string, files []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var readers []io.Reader
 	for _, name := range files {
 		f, err := os.Open(name)
@@ -107,6 +108,12 @@ func run(out string, files []string, stdin io.Reader, stdout, stderr io.Writer) 
 		return err
 	}
 	fmt.Fprintln(stdout, "table:", md)
+	if doc != "" {
+		if err := os.WriteFile(doc, []byte(page(rep.markdown(files), machine(), now().UTC())), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "page:", doc)
+	}
 	if len(rep.start) > 0 {
 		p := filepath.Join(out, "start-latency.svg")
 		if err := rep.startPlot(p); err != nil {
@@ -214,6 +221,7 @@ type report struct {
 	flushMS             float64 // flushBench's p50-ms, NaN when absent
 	cpus                float64 // BenchmarkDaemon's cpus, NaN when absent
 	missing             []string
+	res                 results // every median, for issue 42's targets
 }
 
 // res0 turns a NaN-for-absent figure into a figure and whether it is there.
@@ -279,7 +287,7 @@ func (rep *report) brokerRatio(name string) (float64, bool) {
 
 // build picks the figures out of res.
 func build(res results) report {
-	rep := report{refs: map[string]float64{}}
+	rep := report{refs: map[string]float64{}, res: res}
 	rep.startVariants(res)
 	rep.daemonSeries(res)
 	rep.brokerRows(res)
@@ -507,6 +515,7 @@ func section(b *strings.Builder, title string, n int, header string, rows func()
 func (rep report) markdown(inputs []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# make bench results\n\nMedians of each metric over its repeated `Benchmark` lines in %s.\n", strings.Join(inputs, ", "))
+	targets42(&b, rep.res)
 	unshare, okU := rep.refs["unshare"]
 	bwrap, okB := rep.refs["bwrap"]
 	runc, okR := rep.refs["runc"]
@@ -542,7 +551,7 @@ func (rep report) markdown(inputs []string) string {
 			}
 		})
 
-	b.WriteString("\n## Targets (issue 19), same run\n\n")
+	b.WriteString("\n## Earlier targets (issue 19, replaced by issue 42's), same run\n\n")
 	c, okC := rep.refs["cyberos"]
 	floor, okF := rep.refs[floorVariant]
 	fmt.Fprintf(&b, "- cyberos cold start in process ≤ %g× bwrap: %s%s\n", targetColdVsBwrap, against(c/bwrap, okC && okB, c/bwrap <= targetColdVsBwrap, "×"), floorAlone(floor, bwrap, okF && okB))
@@ -749,14 +758,21 @@ func (rep report) throughputPlot(path string) error {
 		p.Legend.Add(s.label, line, points)
 	}
 	if lo <= hi {
-		target, err := plotter.NewLine(plotter.XYs{{X: lo, Y: targetRate}, {X: hi, Y: targetRate}})
+		// Issue 42's: a share of what the libcontainer floor can create on
+		// these CPUs, when the run has the floor's CPU; else issue 19's.
+		rate, label := targetRate, fmt.Sprintf("target: %g/s at concurrency %d", targetRate, targetRateConc)
+		if !math.IsNaN(rep.floorCPU) && !math.IsNaN(rep.cpus) && rep.floorCPU > 0 {
+			rate = targetRateVsFloor * rep.cpus * 1000 / rep.floorCPU
+			label = fmt.Sprintf("target: %g× the floor's creates on %g CPUs (%s/s) at concurrency %d", targetRateVsFloor, rep.cpus, num(rate), targetRateConc)
+		}
+		target, err := plotter.NewLine(plotter.XYs{{X: lo, Y: rate}, {X: hi, Y: rate}})
 		if err != nil {
 			return err
 		}
 		target.Color = color.Gray{Y: 128}
 		target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(target)
-		p.Legend.Add(fmt.Sprintf("target: %g/s at concurrency %d", targetRate, targetRateConc), target)
+		p.Legend.Add(label, target)
 	}
 	p.X.Tick.Marker = ticks
 	if hi > lo {
