@@ -50,14 +50,16 @@ test-tools: ## promtool into .cache/bin, for the tests of /metrics and of the al
 	@bash scripts/install-deps.sh promtool
 	@bash scripts/mcp-servers.sh
 
-test: deps test-tools lint ## unit + root integration tests (the sandbox and broker suites twice: cold and warm starts), the race detector on RACE_PKGS, and the macOS and FreeBSD builds
+test: deps test-tools lint ## unit + root integration tests (the sandbox and broker suites twice: cold and warm starts), the race detector on RACE_PKGS, and the macOS and FreeBSD builds and vets
 	CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...
 	CYBEROS_IT_START=warm CGO_ENABLED=1 $(GO) test -tags $(TAGS) -count=1 -timeout 20m ./integration/
 	CGO_ENABLED=1 $(GO) test -race -tags $(TAGS) -count=1 -timeout 20m $(RACE_PKGS)
 	GOOS=darwin CGO_ENABLED=0 $(GO) build ./...
-	@echo "macOS build: ok"
+	GOOS=darwin CGO_ENABLED=0 $(GO) vet ./...
+	@echo "macOS build and vet: ok"
 	GOOS=freebsd CGO_ENABLED=0 $(GO) build ./...
-	@echo "FreeBSD build: ok"
+	GOOS=freebsd CGO_ENABLED=0 $(GO) vet ./...
+	@echo "FreeBSD build and vet: ok"
 
 fuzz: deps ## every go test -fuzz target (frontmatter, paths, profiles, frames, JSON-RPC, audit lines) for a fixed count of executions each (~20 s here; FUZZTIME=60s or =1000000x overrides)
 	@bash scripts/fuzz.sh

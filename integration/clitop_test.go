@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 41.2: the first-hour commands at top level (ps, status, events,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 41.6: any config change needed a restart. SIGHUP (systemctl

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Warm sandboxes in the daemon: made ahead per skill shape, each serving
