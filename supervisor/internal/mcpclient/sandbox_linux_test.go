@@ -44,7 +44,7 @@ func newSandboxWorld(t *testing.T) *sandboxWorld {
 		t.Fatal(err)
 	}
 	wd, _ := os.Getwd()
-	repo := filepath.Join(wd, "..", "..")
+	repo := filepath.Join(wd, "..", "..", "..")
 	initBin := filepath.Join(base, "cyberos-init")
 	if out, err := exec.Command("gcc", "-static", "-O2", "-o", initBin, filepath.Join(repo, "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
 		t.Fatalf("build cyberos-init: %v\n%s", err, out)
