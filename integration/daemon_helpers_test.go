@@ -309,7 +309,7 @@ func (e *env) auditRows(filter ...string) []audit.Row {
 // each invocation (tool, outcome, reason; an in-tool denial's completed row
 // stands with its tool_denied row for one call), computed independently of
 // the daemon's replay code.
-func rowCalls(t testing.TB, rows []audit.Row) (perInv map[string][]callLine, calls, denied int) {
+func rowCalls(rows []audit.Row) (perInv map[string][]callLine, calls, denied int) {
 	perInv = map[string][]callLine{}
 	argsHash := map[string]string{}
 	for _, r := range rows {

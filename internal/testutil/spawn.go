@@ -34,7 +34,7 @@ func SpawnBinary(tb testing.TB) string {
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(dir)
-			b.err = fmt.Errorf("build cyberos-spawn: %v\n%s", err, out)
+			b.err = fmt.Errorf("build cyberos-spawn: %w\n%s", err, out)
 			return
 		}
 		b.path = path
