@@ -13,7 +13,7 @@ import (
 // it never panics, every error wraps ErrProfile, and a profile it accepts
 // never allows by default and names every syscall.
 func FuzzLoadProfile(f *testing.F) {
-	shipped, _ := filepath.Glob(filepath.Join("..", "..", "seccomp-profiles", "*.json"))
+	shipped, _ := filepath.Glob(filepath.Join("..", "..", "..", "seccomp-profiles", "*.json"))
 	for _, p := range shipped {
 		if b, err := os.ReadFile(p); err == nil {
 			f.Add(b)

@@ -24,7 +24,7 @@ import (
 )
 
 // profilesDir is the repository's seccomp-profiles/ directory.
-const profilesDir = "../../seccomp-profiles"
+const profilesDir = "../../../seccomp-profiles"
 
 // Environment of the re-executed test binary (TestSeccompHelperProcess).
 const (

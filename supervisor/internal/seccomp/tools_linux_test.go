@@ -644,7 +644,7 @@ func TestArgValueWrongPlace(t *testing.T) {
 // refuse; shapes it cannot summarize get none.
 func TestMaskedIoctlSummary(t *testing.T) {
 	const want = "ALLOW for every value of arg1's low 32 bits except TIOCSTI (0x5412), TIOCLINUX (0x541c)"
-	def := filepath.Join("..", "..", "seccomp-profiles", "default.json")
+	def := filepath.Join("..", "..", "..", "seccomp-profiles", "default.json")
 	ex, err := ExplainProfile(def, "ioctl", nil)
 	if err != nil || ex.Summary != want {
 		t.Fatalf("explain ioctl: summary %q, %v; want %q", ex.Summary, err, want)
