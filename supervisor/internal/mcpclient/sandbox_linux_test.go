@@ -159,10 +159,11 @@ func TestSandboxedServerCrash(t *testing.T) {
 	if _, err := call(t, src, "mcp__crashy__crash", `{}`, ""); !errors.Is(err, tools.ErrFailed) {
 		t.Fatalf("crash: %v", err)
 	}
-	waitFor(t, 30e9, func() bool {
+	// Wait for a new sandbox to serve.
+	testutil.WaitFor(t, 30e9, func() bool {
 		_, err := call(t, src, "mcp__crashy__echo", `{"text":"back"}`, "")
 		return err == nil
-	}, "a new sandbox to serve")
+	})
 	ctx := context.Background()
 	if _, err := srv.Tools(ctx); err != nil {
 		t.Fatal(err)
