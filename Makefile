@@ -41,10 +41,15 @@ first-build-note:
 demo: first-build-note build ## run the example skills in the sandbox (as root): results, what was enforced, broker refusals, the audit chain
 	@bash scripts/demo.sh $(BIN) $(DEMO_STATE)
 
-# RACE_PKGS are the packages whose tests need no root: they run again
-# under the race detector.
-RACE_PKGS := ./audit/... ./memory/... ./policy/... ./skillclient/... ./supervisor/ ./supervisor/daemon/... \
-	./supervisor/internal/tools/... ./telemetry/... ./internal/... ./cmd/cyberos-tool/... ./wire/... ./fleet/...
+# RACE_PKGS run again under the race detector (as root, as the rest of
+# make test): every package but integration, the black-box suite of built
+# binaries, and mcpclient, whose 200 MiB hostile answer outlasts its test's
+# deadline under the detector.
+RACE_PKGS := ./audit/... ./cgroups/... ./cmd/... ./fleet/... ./internal/... ./memory/... ./packaging/... \
+	./policy/... ./scripts/... ./skillclient/... ./telemetry/... ./wire/... \
+	./supervisor/ ./supervisor/cli/... ./supervisor/daemon/... ./supervisor/sandbox/... ./supervisor/spawn/... \
+	./supervisor/internal/broker/... ./supervisor/internal/mcpserve/... ./supervisor/internal/seccomp/... \
+	./supervisor/internal/tools/...
 
 test-tools: ## promtool into .cache/bin, for the tests of /metrics and of the alerting rules (a few minutes the first time); the pinned MCP reference servers into .cache/mcp
 	@bash scripts/install-deps.sh promtool
