@@ -10,8 +10,8 @@ import (
 )
 
 // The tests below run in a synctest bubble: synctest.Wait returns once
-// every goroutine they started is blocked, and time.Sleep moves the
-// bubble's clock, so a timer has fired or not, with nothing left to chance.
+// every goroutine they started is blocked, and a sleep moves the bubble's
+// clock, so a timer has fired or not, with nothing left to chance.
 
 // TestStartGateBoundsAndQueues: no more than the bound hold a slot; a
 // waiter gets one as soon as a holder leaves; leave is idempotent.
