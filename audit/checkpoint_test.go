@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"cyberos.dev/internal/testutil"
 )
 
 func newTestSigner(t *testing.T) *Signer {
@@ -290,23 +292,21 @@ func TestApplierCheckpointsWhileRowsFlow(t *testing.T) {
 	dir := t.TempDir()
 	sg := newTestSigner(t)
 	s := openStore(t, dir, WithSigner(sg))
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
+	// Rows flow, an invocation a poll, until two checkpoint rows and a
+	// signed anchor are there.
+	i := 0
+	testutil.WaitFor(t, 10*time.Second, func() bool {
 		emitAll(t, s, invocation(fmt.Sprintf("inv-%d", i))...)
-		time.Sleep(30 * time.Millisecond)
+		i++
 		n := 0
 		for _, r := range rowsOf(t, journalLines(t, dir)) {
 			if r.Kind == KindCheckpoint {
 				n++
 			}
 		}
-		if a, ok, _ := readAnchor(dir); n >= 2 && ok && a.Signature != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d invocations: %d checkpoint rows, want 2 before Close", i+1, n)
-		}
-	}
+		a, ok, _ := readAnchor(dir)
+		return n >= 2 && ok && a.Signature != ""
+	})
 	rep, err := VerifyDirWith(context.Background(), dir, VerifyOptions{PublicKey: sg.PublicKey()})
 	if err != nil || !rep.OK || rep.Checkpoints < 2 {
 		t.Fatalf("verify while open: %+v %v", rep, err)

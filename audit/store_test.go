@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"cyberos.dev/internal/testutil"
 )
 
 func TestEmitRowsRoundTrip(t *testing.T) {
@@ -249,13 +251,7 @@ func waitQueued(t *testing.T, s *Store, n int) {
 		defer s.pmu.Unlock()
 		return len(s.cur.slots) + int(s.waitingRoom.Load())
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for waiting() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows wait for the writer, want %d", waiting(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, func() bool { return waiting() >= n })
 }
 
 func TestDurableAcrossReopen(t *testing.T) {
@@ -419,7 +415,12 @@ func TestCloseDrainsQueueAndRefusesAfter(t *testing.T) {
 	closed := make(chan error, 1)
 	emitBehindHeldBatch(t, s, 9, func(release func()) {
 		go func() { closed <- s.Close() }()
-		time.Sleep(10 * time.Millisecond)
+		// Release the batch once Close has begun to shut the writer down.
+		testutil.WaitFor(t, 10*time.Second, func() bool {
+			s.pmu.Lock()
+			defer s.pmu.Unlock()
+			return s.shut
+		})
 		release()
 	})
 	if err := <-closed; err != nil {

@@ -164,7 +164,7 @@ func readSmall(name string) ([]byte, error) {
 	var fd int
 	var err error
 	for {
-		if fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0); err != unix.EINTR {
+		if fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0); !errors.Is(err, unix.EINTR) {
 			break
 		}
 	}

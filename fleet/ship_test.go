@@ -354,8 +354,11 @@ func TestFleetRowsSince(t *testing.T) {
 	pool := newFleetDB(t, pg, "since").host("host-a")
 	st := newStore(t)
 	emit(t, st, "11111111-1111-1111-1111-111111111111", 2)
-	time.Sleep(10 * time.Millisecond)
+	// The cut is a clock reading after every ts stamped so far.
 	cut := time.Now()
+	for start := cut; cut.UnixNano() <= start.UnixNano(); {
+		cut = time.Now()
+	}
 	emit(t, st, "11111111-1111-1111-1111-111111111111", 3)
 	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(context.Background()); err != nil {
 		t.Fatal(err)

@@ -288,8 +288,10 @@ func journalRows(ctx context.Context, stateDir string) (each func(fn func(audit.
 	_, ierr := os.Stat(filepath.Join(stateDir, audit.FileName))
 	switch {
 	case errors.Is(jerr, fs.ErrNotExist) && errors.Is(ierr, fs.ErrNotExist):
-		if fi, err := os.Stat(stateDir); err != nil || !fi.IsDir() {
-			return nil, nil, fmt.Errorf("%w: state dir %s: not a directory (%v)", audit.ErrUnavailable, stateDir, err)
+		if fi, err := os.Stat(stateDir); err != nil {
+			return nil, nil, fmt.Errorf("%w: state dir %s: not a directory (%w)", audit.ErrUnavailable, stateDir, err)
+		} else if !fi.IsDir() {
+			return nil, nil, fmt.Errorf("%w: state dir %s: not a directory", audit.ErrUnavailable, stateDir)
 		}
 		return func(func(audit.Row) error) error { return nil }, func() {}, nil
 	case errors.Is(jerr, fs.ErrNotExist):

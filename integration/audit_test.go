@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/sandbox"
 	_ "modernc.org/sqlite"
 )
@@ -281,11 +284,8 @@ func TestDeadlineOutlivesASupervisorKill(t *testing.T) {
 	// The skill started before t0, so its backstop fires before
 	// t0 + deadline + sandbox.DeadlineBackstop.
 	limit := deadline + sandbox.DeadlineBackstop + slow(time.Second)
-	for len(procsMatching("sleep 31416")) > 0 {
-		if time.Since(t0) > limit {
-			t.Fatalf("the sandbox still runs %v after its supervisor was killed (deadline %v)", time.Since(t0), deadline)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Eventually(limit, func() bool { return len(procsMatching("sleep 31416")) == 0 }) {
+		t.Fatalf("the sandbox still runs %v after its supervisor was killed (deadline %v)", time.Since(t0), deadline)
 	}
 	t.Logf("the sandbox ended %v after its supervisor was killed (deadline %v)", time.Since(t0).Round(time.Millisecond), deadline)
 	// The next start closes the orphan and removes what it left.

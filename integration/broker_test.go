@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Spec 001 (capability broker) acceptance criteria and the abuse

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // The cgroup side of the sandbox as the kernel shows it: which layout the

@@ -1,9 +1,12 @@
+//go:build linux
+
 package integration
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,7 +41,7 @@ func outputs(t *testing.T, cmd *exec.Cmd) (string, string, int) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+	if err != nil && !errors.As(err, new(*exec.ExitError)) {
 		t.Fatal(err)
 	}
 	return out.String(), errb.String(), exitCode(err)
@@ -192,7 +195,7 @@ func TestBrokerTailSkillAndAll(t *testing.T) {
 	d := startDaemon(t, e)
 	// follow starts a tail with args (JSON lines unless human) and waits
 	// for its first line, which starts with watching.
-	follow := func(human bool, args ...string) (<-chan string, *exec.Cmd) {
+	follow := func(human bool, args ...string) <-chan string {
 		argv := []string{"skill", "broker", "tail", "--socket", d.adminSocket}
 		if !human {
 			argv = append(argv, "--json")
@@ -222,11 +225,11 @@ func TestBrokerTailSkillAndAll(t *testing.T) {
 		case <-time.After(slow(10 * time.Second)):
 			t.Fatalf("tail %v: no watching line", args)
 		}
-		return lines, cmd
+		return lines
 	}
-	all, _ := follow(false, "--all")
-	one, _ := follow(false, "--skill", "calls")
-	human, _ := follow(true, "--skill", "quick")
+	all := follow(false, "--all")
+	one := follow(false, "--skill", "calls")
+	human := follow(true, "--skill", "quick")
 	for _, s := range []string{"calls", "quick"} {
 		if code, env, raw := d.invoke(map[string]any{"skill_id": s}); code != 200 || env.Outcome != "success" {
 			t.Fatalf("%s: %d %s", s, code, raw)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 41.2: the first-hour commands at top level (ps, status, events,
@@ -58,16 +60,14 @@ func TestCLITopLevelCommands(t *testing.T) {
 		_, env, _ := d.invoke(map[string]any{"skill_id": "sleeper", "deadline_ms": 6000})
 		done <- env
 	}()
+	// Wait for ps -q to list the invocation.
 	var id string
-	deadline := time.Now().Add(15 * time.Second)
-	for id == "" && time.Now().Before(deadline) {
+	waitFor(t, 15*time.Second, func() bool {
 		out, _, _ := cli(t, nil, append([]string{"ps", "-q"}, sock...)...)
 		id = strings.TrimSpace(out)
-		if id == "" {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	if id == "" || strings.Contains(id, "\n") {
+		return id != ""
+	})
+	if strings.Contains(id, "\n") {
 		t.Fatalf("ps -q: %q, want the running invocation's id", id)
 	}
 	out, _, code := cli(t, nil, append([]string{"ps"}, sock...)...)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 19 item 2, a cheaper cold start: the seccomp profile is checked once

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -60,10 +62,11 @@ func BenchmarkDaemon(b *testing.B) {
 					b.Fatalf("warm-up: %d %s", code, raw)
 				}
 			}
-			time.Sleep(500 * time.Millisecond)
 			if mode == "cold" {
+				// Idle: the warm-up's sandboxes torn down.
+				waitFor(b, 30*time.Second, func() bool { return len(envProcs(e)) == 0 && len(envCgroups(e)) == 0 })
 				daemonRSS(b, d)
-			} else {
+			} else { // warmReady waits for the pool to settle
 				warmReady(b, d)
 			}
 			if mode == "warm" {
@@ -254,7 +257,16 @@ func daemonRSS(b *testing.B, d *daemonProc) {
 		go d.invoke(map[string]any{"skill_id": "sleeper", "deadline_ms": 15000})
 	}
 	waitFor(b, 60*time.Second, func() bool { return d.status().ActiveInvocations == k })
-	time.Sleep(time.Second) // every sandbox up and waiting
+	// Every sandbox up and waiting: its skill's sleep(1) running.
+	waitFor(b, 60*time.Second, func() bool {
+		n := 0
+		for _, pid := range envProcs(d.e) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); string(comm) == "sleep\n" {
+				n++
+			}
+		}
+		return n == k
+	})
 	busy := vmRSS(b, d.cmd.Process.Pid)
 	b.ReportMetric(float64(idle)/1024, "idle-RSS-MiB")
 	b.ReportMetric(float64(busy-idle)/k, "RSS-KiB/active-inv")

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -136,25 +138,22 @@ func startDaemonWith(t testing.TB, e *env, s daemonStart, extra ...string) *daem
 			t.Logf("daemon log:\n%s", d.logs.String())
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := d.client.Get("http://cyberos/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return d
-			}
-		}
+	// Wait for /healthz to answer (the cleanup logs the daemon's output if
+	// it never does).
+	waitFor(t, 20*time.Second, func() bool {
 		select {
 		case err := <-d.exited:
 			t.Fatalf("daemon exited at start: %v\n%s", err, d.logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not answering: %v\n%s", err, d.logs.String())
+		resp, err := d.client.Get("http://cyberos/healthz")
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return d
 }
 
 // stop sends SIGTERM and waits for the daemon to exit.
@@ -307,7 +306,7 @@ func (e *env) auditRows(filter ...string) []audit.Row {
 // each invocation (tool, outcome, reason; an in-tool denial's completed row
 // stands with its tool_denied row for one call), computed independently of
 // the daemon's replay code.
-func rowCalls(t testing.TB, rows []audit.Row) (perInv map[string][]callLine, calls, denied int) {
+func rowCalls(rows []audit.Row) (perInv map[string][]callLine, calls, denied int) {
 	perInv = map[string][]callLine{}
 	argsHash := map[string]string{}
 	for _, r := range rows {

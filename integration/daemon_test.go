@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -24,7 +26,7 @@ import (
 
 // callsSkill installs a skill that makes one allowed Read and one denied
 // Bash call, then succeeds.
-func callsSkill(e *env, name string) {
+func callsSkill(e *env, name string) { //nolint:unparam // the call site names the skill it then invokes
 	// A skill folder is never readable through the file tools: the data
 	// lives beside it.
 	dir := filepath.Join(e.base, "data-"+name)
@@ -69,7 +71,7 @@ func TestDaemonConcurrentInvocationsStatusMatchesRows(t *testing.T) {
 	}
 	st := d.status()
 	rows := e.auditRows()
-	perInv, calls, denied := rowCalls(t, rows)
+	perInv, calls, denied := rowCalls(rows)
 	if st.ActiveInvocations != 0 || len(st.Invocations) != 0 {
 		t.Errorf("after all finished: %+v", st)
 	}
@@ -177,7 +179,7 @@ echo '{"done":true}'
 	}
 
 	// replay == rows == tail.
-	perInv, _, _ := rowCalls(t, e.auditRows("--invocation", id))
+	perInv, _, _ := rowCalls(e.auditRows("--invocation", id))
 	repOut, err := cyberos("skill", "broker", "replay", "--invocation", id, "--json", "--socket", d.adminSocket).Output()
 	if err != nil {
 		t.Fatal(err)

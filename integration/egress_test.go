@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 16, finding 2: the broker's Http tools run on the host, outside the

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -23,7 +25,7 @@ type fleetDatabase struct {
 	dir  string
 }
 
-func newFleetDatabase(t testing.TB, pg *testutil.Postgres, name string, migrate bool) *fleetDatabase {
+func newFleetDatabase(t testing.TB, pg *testutil.Postgres, name string, migrate bool) *fleetDatabase { //nolint:unparam // the call site names the database its roles are on
 	t.Helper()
 	f := &fleetDatabase{t: t, pg: pg.For(t), name: name, dir: t.TempDir()}
 	f.pg.Psql("postgres", "CREATE ROLE "+name+"_owner LOGIN CREATEROLE")

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +50,7 @@ func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
 		resp.Body.Close()
 	}
 
+	var invoked atomic.Int64 // invocations answered, over every load
 	load := func(n int) (failed []string) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -56,7 +60,9 @@ func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
 				go func(d *daemonProc) {
 					defer wg.Done()
 					for i := 0; i < n; i++ {
-						if code, env, raw := d.invoke(map[string]any{"skill_id": "quick", "tenant_id": "11111111-1111-1111-1111-111111111111"}); code != 200 || env.Outcome != "success" {
+						code, env, raw := d.invoke(map[string]any{"skill_id": "quick", "tenant_id": "11111111-1111-1111-1111-111111111111"})
+						invoked.Add(1)
+						if code != 200 || env.Outcome != "success" {
 							mu.Lock()
 							failed = append(failed, fmt.Sprintf("HTTP %d %s", code, raw))
 							mu.Unlock()
@@ -76,8 +82,10 @@ func TestFleetTwoDaemonsShipToOnePostgres(t *testing.T) {
 	// 900 more, PostgreSQL stopped for 10 s in the middle of them.
 	done := make(chan []string)
 	t0 := time.Now()
+	before := invoked.Load()
 	go func() { done <- load(225) }()
-	time.Sleep(time.Second)
+	// Stop PostgreSQL once the load is under way.
+	waitFor(t, 30*time.Second, func() bool { return invoked.Load() >= before+40 })
 	pg.Stop()
 	var maxLag float64
 	for stopped := time.Now(); time.Since(stopped) < 10*time.Second; time.Sleep(250 * time.Millisecond) {

@@ -1,8 +1,11 @@
+//go:build linux
+
 package integration
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -241,7 +244,8 @@ func (e *env) run(dir string, extra ...string) result {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		r.code = ee.ExitCode()
 	} else if err != nil {
 		e.t.Fatalf("run cyberos: %v", err)
@@ -344,7 +348,8 @@ func cyberos(args ...string) *exec.Cmd { return exec.Command(cyberosBin, args...
 
 // exitCode of a finished command's error (0 when nil).
 func exitCode(err error) int {
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		return ee.ExitCode()
 	}
 	if err != nil {

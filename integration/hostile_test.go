@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // The hostile-skill suite (issue 6): skills that attack their sandbox and

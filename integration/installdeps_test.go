@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 41.6: `make demo` installed PostgreSQL and built golangci-lint,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Smaller leaks and defaults (issue 16, item 7), each asserted from inside

@@ -1,7 +1,10 @@
+//go:build linux
+
 package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,7 +54,8 @@ func TestMCPInspectorCLI(t *testing.T) {
 		out, err := cmd.Output()
 		if err != nil {
 			var stderr string
-			if ee, ok := err.(*exec.ExitError); ok {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
 				stderr = string(ee.Stderr)
 			}
 			t.Fatalf("inspector %v: %v\n%s\n%s", args, err, out, stderr)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // An MCP server's sandbox is its own: the host paths bound into it leave

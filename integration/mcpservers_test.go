@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 39: the published MCP reference servers, each in a cyberos sandbox,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 36, finding 1: a skill must not make the root supervisor allocate

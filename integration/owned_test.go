@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 36 finding 6: supervisors sharing one run dir, and sandboxes whose

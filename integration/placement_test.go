@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cyberos.dev/cgroups"
+	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/sandbox"
 )
 
@@ -157,10 +160,7 @@ func placedUnderService(t *testing.T, marked bool, args []string) {
 		done <- code
 	}()
 	skill := 0
-	for deadline := time.Now().Add(slow(20 * time.Second)); skill == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		skill = skillIn(service)
-	}
-	if skill == 0 {
+	if !testutil.Eventually(slow(20*time.Second), func() bool { skill = skillIn(service); return skill != 0 }) {
 		t.Fatalf("no skill process under %s", service)
 	}
 	for _, c := range controllers {

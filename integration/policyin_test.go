@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 16 item 1: no skill can change any policy input. A skill whose

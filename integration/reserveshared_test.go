@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 41.1: with the config in a shared directory (the quickstart keeps

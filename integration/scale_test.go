@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -220,7 +222,8 @@ func TestScaleManySleepingSandboxes(t *testing.T) {
 			t.Fatalf("warm-up: %d %s", code, raw)
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Idle: the warm-up's sandboxes torn down.
+	waitFor(t, 30*time.Second, func() bool { return len(envProcs(e)) == 0 && len(envCgroups(e)) == 0 })
 	idle := vmRSS(t, pid)
 
 	codes := make([]int, n)

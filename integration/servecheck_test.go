@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 41.6: `serve --check` stopped at the config file's first problem;

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Issue 36 finding 7: a skill run by `cyberos skill run` with

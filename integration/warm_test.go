@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // Warm sandboxes in the daemon: made ahead per skill shape, each serving
@@ -302,7 +304,7 @@ func TestWarmPoolBudgetAndShutdown(t *testing.T) {
 	}
 	wg.Wait()
 	waitWarm(t, e, 2)
-	time.Sleep(slow(300 * time.Millisecond)) // a refill past the budget would show now
+	time.Sleep(slow(300 * time.Millisecond)) // the subject: a window in which a refill past the budget would show
 	close(stop)
 	<-sampled
 	if most > 2 {
@@ -334,12 +336,8 @@ func TestWarmSandboxesEndWithADeadDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-d.exited
-	deadline := time.Now().Add(slow(10 * time.Second))
-	for len(envProcs(e)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of the dead daemon's sandboxes still alive after 10s: %s", describeProcs(envProcs(e)))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testutil.Eventually(slow(10*time.Second), func() bool { return len(envProcs(e)) == 0 }) {
+		t.Fatalf("processes of the dead daemon's sandboxes still alive after 10s: %s", describeProcs(envProcs(e)))
 	}
 	startDaemon(t, e)
 	if left := envCgroups(e); len(left) > 0 {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -272,33 +274,39 @@ func serveOnce(t *testing.T, e *env, extra ...string) (int, string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // a no-op once it has exited
+		<-exited
+		if t.Failed() {
+			t.Logf("supervisor serve's output:\n%s", logs.String())
+		}
+	})
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var dl net.Dialer
 		return dl.DialContext(ctx, "unix", filepath.Join(e.base, "admin.sock"))
 	}}}
-	deadline := time.Now().Add(slow(30 * time.Second))
-	for {
+	// Wait for it to exit, or to serve /healthz, which it must not.
+	served := false
+	waitFor(t, 30*time.Second, func() bool {
 		select {
-		case err := <-exited:
-			return exitCode(err), logs.String()
+		case <-exited:
+			return true
 		default:
 		}
 		if resp, err := client.Get("http://cyberos/healthz"); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				<-exited
-				t.Errorf("supervisor serve started and served /healthz where it must refuse\n%s", logs.String())
-				return 0, logs.String()
-			}
+			served = resp.StatusCode == 200
 		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Fatalf("supervisor serve neither served nor exited in 30 s\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return served
+	})
+	if served {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		t.Error("supervisor serve started and served /healthz where it must refuse") // the cleanup logs its output
+		return 0, logs.String()
 	}
+	return exitCode(waitErr), logs.String()
 }

@@ -383,9 +383,9 @@ func dbErr(ctx context.Context, op string, err error) error {
 	}
 	switch {
 	case isStatementTimeout(err):
-		return fmt.Errorf("%w: %s: %v", ErrTimeout, op, err)
+		return fmt.Errorf("%w: %s: %w", ErrTimeout, op, err)
 	case transient:
-		return fmt.Errorf("%w: %s: %v", ErrUnavailable, op, err)
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 	}
-	return fmt.Errorf("%w: %s: %v", ErrFault, op, err)
+	return fmt.Errorf("%w: %s: %w", ErrFault, op, err)
 }

@@ -70,7 +70,7 @@ func registerFuncs() error {
 func canonicalPath(p string) (string, error) {
 	c, err := policy.CanonicalMemoryPath(p)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if len(c) > MaxPathBytes {
 		return "", fmt.Errorf("%w: path is longer than %d bytes", ErrInvalid, MaxPathBytes)

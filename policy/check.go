@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -391,8 +392,12 @@ func fileGlob(p string) (string, string) {
 // memoryGlob checks a memory path glob and returns it canonical.
 func memoryGlob(p string) (string, string) {
 	c, err := CanonicalMemoryPath(p)
-	if err != nil {
-		return "", err.(*FieldError).Reason
+	var fe *FieldError
+	switch {
+	case errors.As(err, &fe):
+		return "", fe.Reason
+	case err != nil:
+		return "", err.Error()
 	}
 	if !doublestar.ValidatePattern(c) {
 		return "", "is not a valid glob pattern"

@@ -114,11 +114,11 @@ func (p *Policy) CheckArgs(args json.RawMessage) error {
 	var v any = map[string]any{}
 	if len(args) > 0 {
 		if err := json.Unmarshal(args, &v); err != nil {
-			return fmt.Errorf("%w: args: not JSON: %v", ErrArgs, err)
+			return fmt.Errorf("%w: args: not JSON: %w", ErrArgs, err)
 		}
 	}
 	if err := rs.Validate(v); err != nil {
-		return fmt.Errorf("%w: %v", ErrArgs, err)
+		return fmt.Errorf("%w: %w", ErrArgs, err)
 	}
 	return nil
 }

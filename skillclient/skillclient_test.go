@@ -200,9 +200,14 @@ func TestContextCancel(t *testing.T) {
 	}
 }
 
+// The oversized request is refused before it is written: the next call on
+// the same connection is the first request the broker reads.
 func TestRequestTooLargeIsNotSent(t *testing.T) {
-	var sent atomic.Bool
-	path := fakeBroker(t, func(map[string]json.RawMessage) string { sent.Store(true); return "" })
+	var reqs atomic.Int64
+	path := fakeBroker(t, func(req map[string]json.RawMessage) string {
+		reqs.Add(1)
+		return `{"jsonrpc":"2.0","id":` + string(req["id"]) + `,"result":{}}`
+	})
 	c, err := Dial(path)
 	if err != nil {
 		t.Fatal(err)
@@ -212,9 +217,11 @@ func TestRequestTooLargeIsNotSent(t *testing.T) {
 	if !errors.Is(err, ErrRequestTooLarge) {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
-	if sent.Load() {
-		t.Fatal("an oversized request was sent")
+	if err := c.Call(context.Background(), "Read", map[string]string{"path": "/x"}, nil); err != nil {
+		t.Fatalf("the call after: %v", err)
+	}
+	if n := reqs.Load(); n != 1 {
+		t.Fatalf("the broker read %d requests, want only the call after the oversized one", n)
 	}
 }
 

@@ -87,7 +87,7 @@ func LaunchPostgres() (_ *Postgres, stop func(), err error) {
 	if p.uid == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			return nil, nil, fmt.Errorf("PostgreSQL as root needs the postgres user (initdb refuses root): %v", err)
+			return nil, nil, fmt.Errorf("PostgreSQL as root needs the postgres user (initdb refuses root): %w", err)
 		}
 		p.uid, _ = strconv.Atoi(u.Uid)
 		p.gid, _ = strconv.Atoi(u.Gid)
@@ -102,7 +102,7 @@ func LaunchPostgres() (_ *Postgres, stop func(), err error) {
 	}
 	p.dir = filepath.Join(base, "data")
 	if out, err := p.command("initdb", "-D", p.dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync").CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("initdb: %v\n%s", err, out))
+		return fail(fmt.Errorf("initdb: %w\n%s", err, out))
 	}
 	if p.Port, err = freeTCPPort(); err != nil {
 		return fail(err)
@@ -154,7 +154,7 @@ func (p *Postgres) start() error {
 	logFile := filepath.Join(filepath.Dir(p.dir), "server.log")
 	if out, err := p.command("pg_ctl", "-D", p.dir, "-l", logFile, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(logFile)
-		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+		return fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, log)
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func freeTCPPort() (int, error) {
 			return port, nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("no free port: %v", err)
+			return 0, fmt.Errorf("no free port: %w", err)
 		}
 	}
 }

@@ -30,13 +30,23 @@ func RequiresRoot(t testing.TB) {
 // WaitFor polls cond every 10ms until it is true or timeout passes, then fails.
 func WaitFor(t testing.TB, timeout time.Duration, cond func() bool) {
 	t.Helper()
+	if !Eventually(timeout, cond) {
+		t.Fatalf("condition not met within %v", timeout)
+	}
+}
+
+// Eventually polls cond every 10ms until it is true (it returns true) or
+// timeout passes (false): WaitFor for a caller whose failure message says
+// more than that the time ran out.
+func Eventually(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // RemoveCgroupDirs removes the (empty) cgroup directory parent, a path like

@@ -11,6 +11,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
+
+	"cyberos.dev/internal/testutil"
 )
 
 func testAllocRunner(t *testing.T, ranges int) *LinuxRunner {
@@ -81,18 +83,14 @@ func TestIDRangeFreedWithItsHolder(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// Wait for flock(1) to take the lock.
+	testutil.WaitFor(t, 10*time.Second, func() bool {
 		l, ok := tryLock(filepath.Join(r.idRangeDir(), "0.lock"))
-		if !ok {
-			break
+		if ok {
+			l.Close()
 		}
-		l.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("flock(1) never took the lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return !ok
+	})
 	id, err := r.Reserve("x")
 	if err != nil || id.RangeStart != 2_000_000+IDRangeSize {
 		t.Fatalf("with range 0 held elsewhere: %+v %v, want range 1", id, err)
@@ -102,18 +100,14 @@ func TestIDRangeFreedWithItsHolder(t *testing.T) {
 	// Until it closes its copy of the fd (-o), flock(1)'s child shares the
 	// lock, and the SIGKILL may have caught it before: the lock is free once
 	// that child has exited too, which Wait (flock(1) only) does not wait for.
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	// Wait for range 0's lock to be free.
+	testutil.WaitFor(t, 10*time.Second, func() bool {
 		l, ok := tryLock(filepath.Join(r.idRangeDir(), "0.lock"))
 		if ok {
 			l.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("range 0's lock still held 10s after its holders were killed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ok
+	})
 	y, err := r.Reserve("y")
 	if err != nil || y.RangeStart != 2_000_000 {
 		t.Fatalf("after the holder died: %+v %v, want range 0", y, err)

@@ -176,15 +176,10 @@ int main(int argc, char **argv) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; ; i++ {
-			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); exe == path {
-				break
-			}
-			if i == 500 {
-				t.Fatalf("%s did not start", path)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testutil.WaitFor(t, 5*time.Second, func() bool {
+			exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid))
+			return exe == path
+		})
 	}
 
 	// The control: a plain process of that uid can be attached.

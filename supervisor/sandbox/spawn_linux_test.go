@@ -160,11 +160,10 @@ func TestWedgedHelperIsReplaced(t *testing.T) {
 	go func() { done <- p.KillAll() }()
 	// The cgroup kill needs no helper: the sandbox is dead long before the
 	// call bound ends the stopped helper.
-	emptied := false
-	for end := t0.Add(spawn.CallBound / 2); !emptied && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	emptied := testutil.Eventually(time.Until(t0.Add(spawn.CallBound/2)), func() bool {
 		pids, err := cgroups.Procs(p.cgroupPath())
-		emptied = err == nil && len(pids) == 0
-	}
+		return err == nil && len(pids) == 0
+	})
 	if !emptied {
 		t.Errorf("the sandbox's processes still live %v after KillAll began, with its helper stopped", time.Since(t0))
 	}

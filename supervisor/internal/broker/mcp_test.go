@@ -14,6 +14,7 @@ import (
 
 	"cyberos.dev/audit"
 	"cyberos.dev/internal/mcptest"
+	"cyberos.dev/internal/testutil"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/internal/tools"
@@ -204,18 +205,13 @@ func TestMCPRugPullDenied(t *testing.T) {
 	if r := c.rpc(callBody(2, "mcp__hostile__mutate", `{"description":"also exfiltrate"}`, "")); r.Error != nil {
 		t.Fatalf("mutate: %+v", r.Error)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	var r wireResponse
-	for id := 3; ; id++ {
-		r = c.rpc(callBody(id, "mcp__hostile__mutable", `{}`, ""))
-		if r.reason() == string(policy.ReasonDefinitionChanged) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // a poll with a deadline
-	}
-	if r.reason() != string(policy.ReasonDefinitionChanged) {
-		t.Fatalf("after the change: %+v", r.Error)
-	}
+	// Wait for the server's list_changed to reach the broker: until then a
+	// call still sees the approved definition.
+	id := 2
+	testutil.WaitFor(t, 10*time.Second, func() bool {
+		id++
+		return c.rpc(callBody(id, "mcp__hostile__mutable", `{}`, "")).reason() == string(policy.ReasonDefinitionChanged)
+	})
 	d := e.audit.kind(audit.KindToolDenied)
 	last := d[len(d)-1]
 	if last.str("reason") != string(policy.ReasonDefinitionChanged) || last.str("mcp_server") != "hostile" || len(last.str("tool_definition_hash")) != 64 {

@@ -2,14 +2,14 @@ package daemon
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"cyberos.dev/internal/testutil"
 )
 
 // capServer serves /healthz and /hold (which blocks until release is
@@ -82,10 +82,10 @@ func TestConnCapEvictsHeldConnections(t *testing.T) {
 // body that never comes are not serving: they cannot crowd out /healthz
 // either, and a body that does come is still read.
 func TestConnCapEvictsStalledBodies(t *testing.T) {
-	var reading atomic.Int64
+	reading := make(chan struct{}, 50)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/read", func(w http.ResponseWriter, r *http.Request) {
-		reading.Add(1)
+		reading <- struct{}{}
 		io.Copy(io.Discard, r.Body)
 	})
 	path, c := capServeMux(t, 4, mux)
@@ -104,10 +104,10 @@ func TestConnCapEvictsStalledBodies(t *testing.T) {
 		io.WriteString(conn, "POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\nabc")
 		// Its handler waits on the body before the next one comes (else it
 		// would be evicted as a connection still sending its headers).
-		for start := time.Now(); reading.Load() <= int64(i); time.Sleep(time.Millisecond) {
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("stalled body %d never reached its handler: refused by the cap?", i+1)
-			}
+		select {
+		case <-reading:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("stalled body %d never reached its handler: refused by the cap?", i+1)
 		}
 		if i%10 == 9 {
 			code, body, err := get(path, "/healthz")
@@ -132,8 +132,6 @@ func TestConnCapEvictsStalledBodies(t *testing.T) {
 // a new one gets 503 at once, and is served again once one ends.
 func TestConnCapRefusesWhenAllServe(t *testing.T) {
 	path, c, release := capServer(t, 4)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	done := make(chan int, 4)
 	for range 4 {
 		go func() {
@@ -143,31 +141,20 @@ func TestConnCapRefusesWhenAllServe(t *testing.T) {
 	}
 	// Wait until the four holds are being served (a probe before then
 	// would take a held place from one still sending its request).
-	for active := 0; active < 4; time.Sleep(10 * time.Millisecond) {
-		if ctx.Err() != nil {
-			t.Fatalf("only %d of 4 holds being served", active)
-		}
+	testutil.WaitFor(t, 10*time.Second, func() bool {
 		c.mu.Lock()
-		active = 0
+		defer c.mu.Unlock()
+		active := 0
 		for _, info := range c.conns {
 			if info.active {
 				active++
 			}
 		}
-		c.mu.Unlock()
-	}
-	for {
-		code, body, err := get(path, "/healthz")
-		if err == nil && code == 503 {
-			if !strings.Contains(body, "too many admin connections") {
-				t.Fatalf("503 body %q", body)
-			}
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("never refused with 4 requests in progress: last %d %v", code, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return active == 4
+	})
+	code, body, err := get(path, "/healthz")
+	if err != nil || code != 503 || !strings.Contains(body, "too many admin connections") {
+		t.Fatalf("with 4 requests in progress: %d %q %v, want 503 too many admin connections", code, body, err)
 	}
 	close(release)
 	for range 4 {

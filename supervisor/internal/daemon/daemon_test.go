@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"cyberos.dev/audit"
@@ -15,52 +17,49 @@ import (
 
 // A subscriber that never reads is cut off once its buffer is full; the
 // publisher never blocks, and a reading subscriber gets every event in order.
+// The test runs in a synctest bubble: a decided that blocked would leave
+// every goroutine blocked, which fails the test, and synctest.Wait after each
+// event lets the reader drain, so it must not be cut off.
 func TestHubSlowSubscriberNeverBlocks(t *testing.T) {
-	h := newHub(nil)
-	h.started(supervisor.Started{InvocationID: "inv1", SkillID: "s", StartedAt: time.Now()})
-	_, _, slow, ok := h.subscribe("inv1")
-	if !ok {
-		t.Fatal("not live")
-	}
-	_, _, fast, _ := h.subscribe("inv1")
-	got := make(chan []string)
-	go func() {
-		var tools []string
-		for ev := range fast.ch {
-			tools = append(tools, ev.Tool)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(nil)
+		h.started(supervisor.Started{InvocationID: "inv1", SkillID: "s", StartedAt: time.Now()})
+		_, _, slow, ok := h.subscribe("inv1")
+		if !ok {
+			t.Fatal("not live")
 		}
-		got <- tools
-	}()
-	done := make(chan struct{})
-	n := subscriberBuffer + 50
-	go func() {
-		for i := 0; i < n; i++ {
-			h.decided(broker.Decided{InvocationID: "inv1", Tool: "T" + string(rune('a'+i%26)), Outcome: "success"})
-			if i < 5 {
-				time.Sleep(time.Millisecond)
+		_, _, fast, _ := h.subscribe("inv1")
+		got := make(chan []string)
+		go func() {
+			var tools []string
+			for ev := range fast.ch {
+				tools = append(tools, ev.Tool)
 			}
+			got <- tools
+		}()
+		n := subscriberBuffer + 50
+		var want []string
+		for i := range n {
+			tool := "T" + string(rune('a'+i%26))
+			want = append(want, tool)
+			h.decided(broker.Decided{InvocationID: "inv1", Tool: tool, Outcome: "success"})
+			synctest.Wait()
 		}
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("decided blocked on a slow subscriber")
-	}
-	if !h.overflowed(slow) {
-		t.Error("the slow subscriber was not cut off")
-	}
-	h.ended("inv1", "success")
-	tools := <-got
-	if len(tools) < subscriberBuffer { // the reader may also fall behind under load, never silently
-		if !h.overflowed(fast) {
-			t.Errorf("reader got %d of %d events without an overflow", len(tools), n)
+		if !h.overflowed(slow) {
+			t.Error("the slow subscriber was not cut off")
 		}
-	}
-	st := h.status()
-	if st.ToolCallsToday != int64(n) || st.ActiveInvocations != 0 {
-		t.Errorf("status %+v", st)
-	}
+		if h.overflowed(fast) {
+			t.Error("the reading subscriber was cut off")
+		}
+		h.ended("inv1", "success")
+		if tools := <-got; !slices.Equal(tools, want) {
+			t.Errorf("reader got %d events %v, want the %d in order", len(tools), tools, n)
+		}
+		st := h.status()
+		if st.ToolCallsToday != int64(n) || st.ActiveInvocations != 0 {
+			t.Errorf("status %+v", st)
+		}
+	})
 }
 
 func TestHubCountsAndDayRoll(t *testing.T) {

@@ -234,7 +234,8 @@ func TestHangCancelled(t *testing.T) {
 		if !byInvocation && !errors.Is(err, tools.ErrTimeout) || byInvocation && (err == nil || errors.Is(err, tools.ErrTimeout)) {
 			t.Fatalf("invocation end %v: err %v", byInvocation, err)
 		}
-		waitFor(t, 10*time.Second, func() bool { _, err := os.Stat(marker); return err == nil }, "the server's handler to see notifications/cancelled")
+		// Wait for the server's handler to see notifications/cancelled.
+		testutil.WaitFor(t, 10*time.Second, func() bool { _, err := os.Stat(marker); return err == nil })
 		// The session survives: the next call answers.
 		if _, err := call(t, NewSource(f.srv), "mcp__hostile__echo", `{"text":"after"}`, ""); err != nil {
 			t.Fatalf("after the cancelled call: %v", err)
@@ -304,10 +305,11 @@ func TestHugeResultBounded(t *testing.T) {
 	}
 	// 8 MiB fits the frame and is returned whole, by a new session.
 	var res json.RawMessage
-	waitFor(t, 20*time.Second, func() bool {
+	// Wait for a new session to answer 8 MiB.
+	testutil.WaitFor(t, 20*time.Second, func() bool {
 		res, err = call(t, src, "mcp__hostile__huge", `{"mib":8}`, "")
 		return err == nil
-	}, "a new session to answer 8 MiB")
+	})
 	if len(res) < 8<<20 {
 		t.Fatalf("8 MiB: %d bytes", len(res))
 	}
@@ -337,10 +339,11 @@ func TestRugPull(t *testing.T) {
 		t.Fatal(err)
 	}
 	var denial *policy.Denial
-	waitFor(t, 10*time.Second, func() bool {
+	// Wait for the changed definition to be refused.
+	testutil.WaitFor(t, 10*time.Second, func() bool {
 		_, _, err := src.Lookup(ctx, "mcp__hostile__mutable")
 		return errors.As(err, &denial)
-	}, "the changed definition to be refused")
+	})
 	if denial.Reason != policy.ReasonDefinitionChanged {
 		t.Fatalf("denial %v", denial)
 	}
@@ -421,17 +424,6 @@ func TestStartFailureBacksOff(t *testing.T) {
 	}
 	if starts != 1 {
 		t.Errorf("%d starts within the backoff, want 1", starts)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // a poll with a deadline, not a synchronisation
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"cyberos.dev/internal/mcptest"
+	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/internal/tools"
 )
 
@@ -83,7 +84,8 @@ func TestPoolIdleStop(t *testing.T) {
 	src := p.For("t", "i")
 	first := pidOf(t, src, "lazy")
 	srv, _ := p.instance("lazy", "t", "i")
-	waitFor(t, 10*time.Second, func() bool { return !srv.Running() }, "the idle server to stop")
+	// Wait for the idle server to stop.
+	testutil.WaitFor(t, 10*time.Second, func() bool { return !srv.Running() })
 	if again := pidOf(t, src, "lazy"); again == first {
 		t.Error("the server was not started again")
 	}
@@ -105,14 +107,15 @@ func TestPoolMaxRunning(t *testing.T) {
 	}
 	srv, _ := p.instance("capped", "a", "1")
 	srv.stopIdle(time.Now().Add(time.Hour), time.Minute)
-	waitFor(t, 10*time.Second, func() bool {
+	// Wait for a slot to free.
+	testutil.WaitFor(t, 10*time.Second, func() bool {
 		s, _ := p.instance("capped", "c", "3")
 		s.mu.Lock()
 		s.nextTry = time.Time{} // past the backoff of the refused start
 		s.mu.Unlock()
 		_, _, err := p.For("c", "3").Lookup(context.Background(), "mcp__capped__pid")
 		return err == nil
-	}, "a slot to free")
+	})
 }
 
 // The series count sessions, starts and calls by server.
@@ -137,5 +140,6 @@ func TestPoolMetrics(t *testing.T) {
 		t.Errorf("%d call duration series, want 1", n)
 	}
 	p.Close()
-	waitFor(t, 10*time.Second, func() bool { return promtest.ToFloat64(p.Metrics.Running.WithLabelValues("counted")) == 0 }, "the session's end to be counted")
+	// Wait for the session's end to be counted.
+	testutil.WaitFor(t, 10*time.Second, func() bool { return promtest.ToFloat64(p.Metrics.Running.WithLabelValues("counted")) == 0 })
 }

@@ -44,7 +44,7 @@ func newSandboxWorld(t *testing.T) *sandboxWorld {
 		t.Fatal(err)
 	}
 	wd, _ := os.Getwd()
-	repo := filepath.Join(wd, "..", "..")
+	repo := filepath.Join(wd, "..", "..", "..")
 	initBin := filepath.Join(base, "cyberos-init")
 	if out, err := exec.Command("gcc", "-static", "-O2", "-o", initBin, filepath.Join(repo, "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
 		t.Fatalf("build cyberos-init: %v\n%s", err, out)
@@ -159,10 +159,11 @@ func TestSandboxedServerCrash(t *testing.T) {
 	if _, err := call(t, src, "mcp__crashy__crash", `{}`, ""); !errors.Is(err, tools.ErrFailed) {
 		t.Fatalf("crash: %v", err)
 	}
-	waitFor(t, 30e9, func() bool {
+	// Wait for a new sandbox to serve.
+	testutil.WaitFor(t, 30e9, func() bool {
 		_, err := call(t, src, "mcp__crashy__echo", `{"text":"back"}`, "")
 		return err == nil
-	}, "a new sandbox to serve")
+	})
 	ctx := context.Background()
 	if _, err := srv.Tools(ctx); err != nil {
 		t.Fatal(err)

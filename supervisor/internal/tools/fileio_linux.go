@@ -220,7 +220,7 @@ func writeHostFile(t policy.Tool, p string, data []byte) error {
 	defer unix.Close(dirfd)
 	st, err := lstatAt(dirfd, base)
 	switch {
-	case err == unix.ENOENT:
+	case errors.Is(err, unix.ENOENT):
 		return replaceAt(t, dirfd, base, data, nil)
 	case err != nil:
 		return fsErr(t, err)
@@ -283,7 +283,7 @@ func replaceAt(t policy.Tool, dirfd int, name string, data []byte, old *unix.Sta
 		}
 		tmp = ".cyberos-" + hex.EncodeToString(r[:]) + ".tmp"
 		fd, err = openat2(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
-		if err == unix.EEXIST && try < 8 {
+		if errors.Is(err, unix.EEXIST) && try < 8 {
 			continue
 		}
 		if err != nil {
@@ -310,7 +310,7 @@ func replaceAt(t policy.Tool, dirfd int, name string, data []byte, old *unix.Sta
 		err = unix.Renameat(dirfd, tmp, dirfd, name)
 	} else {
 		err = unix.Renameat2(dirfd, tmp, dirfd, name, unix.RENAME_NOREPLACE)
-		if err == unix.EINVAL || err == unix.ENOSYS {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 			// A file system without RENAME_NOREPLACE: link(2) never
 			// replaces either.
 			if err = unix.Linkat(dirfd, tmp, dirfd, name, 0); err == nil {
@@ -318,7 +318,7 @@ func replaceAt(t policy.Tool, dirfd int, name string, data []byte, old *unix.Sta
 				_ = unix.Unlinkat(dirfd, tmp, 0)
 			}
 		}
-		if err == unix.EEXIST {
+		if errors.Is(err, unix.EEXIST) {
 			return skillError(ErrFailed, "the file was created by someone else meanwhile; retry")
 		}
 	}
@@ -365,10 +365,10 @@ func pathDepth(p string) int {
 // holdsSkillFile reports whether the open directory dirfd has an entry
 // named SKILL.md (of any type): whether it is a skill folder.
 func holdsSkillFile(dirfd int) (bool, error) {
-	switch _, err := lstatAt(dirfd, policy.SkillFile); err {
-	case nil:
+	switch _, err := lstatAt(dirfd, policy.SkillFile); {
+	case err == nil:
 		return true, nil
-	case unix.ENOENT, unix.ENOTDIR:
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
 		return false, nil
 	default:
 		return false, err
@@ -392,14 +392,14 @@ func inSkillFolder(p string) (bool, error) {
 	}
 	for d := "/"; ; {
 		fd, err := openat2(unix.AT_FDCWD, path.Join(d, policy.SkillFile), unix.O_PATH, 0)
-		switch err {
-		case nil:
+		switch {
+		case err == nil:
 			unix.Close(fd)
 			return true, nil
-		case unix.ENOENT:
-		case unix.ENOTDIR, unix.ELOOP:
+		case errors.Is(err, unix.ENOENT):
+		case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
 			return false, nil
-		case unix.ENAMETOOLONG:
+		case errors.Is(err, unix.ENAMETOOLONG):
 			return inSkillFolderWalk(p)
 		default:
 			return false, err
@@ -474,7 +474,7 @@ func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn 
 			err := fn(hostEntry{Path: root, Read: func(limit int64, before func(int64) error) ([]byte, error) {
 				return readAt(t, parent, base, limit, before)
 			}})
-			if err == errWalkStop || err == errWalkSkipDir {
+			if errors.Is(err, errWalkStop) || errors.Is(err, errWalkSkipDir) {
 				err = nil
 			}
 			return err
@@ -488,9 +488,9 @@ func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn 
 			return fsErr(t, err)
 		}
 	}
-	switch err := fn(hostEntry{Path: root, Dir: true}); err {
-	case nil:
-	case errWalkStop, errWalkSkipDir:
+	switch err := fn(hostEntry{Path: root, Dir: true}); {
+	case err == nil:
+	case errors.Is(err, errWalkStop), errors.Is(err, errWalkSkipDir):
 		unix.Close(dirfd)
 		return nil
 	default:
@@ -498,7 +498,7 @@ func walkHost(ctx context.Context, t policy.Tool, root string, maxDepth int, fn 
 		return err
 	}
 	err := walkDir(ctx, t, dirfd, root, maxDepth, fn)
-	if err == errWalkStop {
+	if errors.Is(err, errWalkStop) {
 		err = nil
 	}
 	return err
@@ -538,9 +538,9 @@ func walkDir(ctx context.Context, t policy.Tool, dirfd int, dirPath string, maxD
 				unix.Close(child)
 				continue
 			}
-			switch err := fn(hostEntry{Path: p, Dir: true}); err {
-			case nil:
-			case errWalkSkipDir:
+			switch err := fn(hostEntry{Path: p, Dir: true}); {
+			case err == nil:
+			case errors.Is(err, errWalkSkipDir):
 				unix.Close(child)
 				continue
 			default:
@@ -556,7 +556,7 @@ func walkDir(ctx context.Context, t policy.Tool, dirfd int, dirPath string, maxD
 			err := fn(hostEntry{Path: p, Read: func(limit int64, before func(int64) error) ([]byte, error) {
 				return readAt(t, dirfd, name, limit, before)
 			}})
-			if err != nil && err != errWalkSkipDir {
+			if err != nil && !errors.Is(err, errWalkSkipDir) {
 				return err
 			}
 		}

@@ -77,7 +77,7 @@ func (g grepTool) Call(ctx context.Context, c *Call) (any, error) {
 	}
 	re, err := regexp.Compile(*a.Pattern)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pattern: %v", ErrInvalidParams, err)
+		return nil, fmt.Errorf("%w: pattern: %w", ErrInvalidParams, err)
 	}
 	match, err := grepFilter(a.Glob)
 	if err != nil {

@@ -173,7 +173,7 @@ func (h httpTool) do(ctx context.Context, c *Call, r httpRequest) (any, error) {
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidParams, err)
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
@@ -469,12 +469,12 @@ func httpErr(err error) error {
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("%w: %v", ErrTimeout, err)
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	if errors.Is(err, ErrFailed) {
 		return err
 	}
-	return fmt.Errorf("%w: %v", ErrFailed, err)
+	return fmt.Errorf("%w: %w", ErrFailed, err)
 }
 
 // trimPartialRune drops an incomplete UTF-8 sequence that truncation left at

@@ -119,25 +119,25 @@ func memoryErr(t policy.Tool, path string, err error) error {
 	case errors.Is(err, memory.ErrRateLimited):
 		return &policy.Denial{Reason: policy.ReasonRateLimited, Tool: t, Detail: err.Error()}
 	case errors.Is(err, memory.ErrNotFound):
-		return fmt.Errorf("%w: %v", ErrNotFound, err)
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	case errors.Is(err, memory.ErrInvalid):
 		return skillError(ErrInvalidParams, err.Error())
 	case errors.Is(err, memory.ErrTooLarge):
 		return skillError(ErrTooLarge, err.Error())
 	case errors.Is(err, memory.ErrTimeout):
-		return fmt.Errorf("%w (%v)", skillError(ErrTimeout,
+		return fmt.Errorf("%w (%w)", skillError(ErrTimeout,
 			"the memory call ran past the store's statement timeout, or waited that long for a slot of this tenant"), err)
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: %v", ErrTimeout, err)
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	case errors.Is(err, memory.ErrUnavailable):
 		// A fleet's PostgreSQL away, SQLite busy: the skill may try again;
 		// the cause stays in the supervisor's log and the audit row.
-		return fmt.Errorf("%w (%v)", skillError(ErrFailed, "the memory store is unavailable; try again later"), err)
+		return fmt.Errorf("%w (%w)", skillError(ErrFailed, "the memory store is unavailable; try again later"), err)
 	case errors.Is(err, memory.ErrFault):
 		// A retry will not help: the operator has to look (logged at WARN).
-		return fmt.Errorf("%w (%w: %v)", skillError(ErrFailed, "the memory store failed this call; a retry will not help"), ErrHostFault, err)
+		return fmt.Errorf("%w (%w: %w)", skillError(ErrFailed, "the memory store failed this call; a retry will not help"), ErrHostFault, err)
 	}
-	return fmt.Errorf("%w: %v", ErrFailed, err)
+	return fmt.Errorf("%w: %w", ErrFailed, err)
 }
 
 // unmarshalArgs decodes a tool's args strictly (every tool in this package
@@ -155,7 +155,7 @@ func unmarshalArgs(raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		return fmt.Errorf("%w: %w", ErrInvalidParams, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return skillError(ErrInvalidParams, "data after the args object")
@@ -163,7 +163,7 @@ func unmarshalArgs(raw json.RawMessage, v any) error {
 	// The args are well-formed JSON now, so the walk below only fails on a
 	// key that is not exact or not unique.
 	if err := checkKeys(json.NewDecoder(bytes.NewReader(raw)), jsonNames(v)); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		return fmt.Errorf("%w: %w", ErrInvalidParams, err)
 	}
 	return nil
 }
