@@ -48,7 +48,7 @@ echo "   references, same run: BenchmarkEmitFloor (the same emitters into the le
 echo "   and BenchmarkEmitFlush (the disk alone: one 16 KiB write + fdatasync; at 100 emitters a row waits for one, its batch's, once the emitters woken with it have run)"
 echo "   40 000 rows per run: some 400 commits at 100 emitters (see BenchmarkEmit)"
 echo "   3 rounds, each: the store, then its floor, then the disk (so a drift of this machine's disk between rounds moves both)"
-go test -c -o "$tmp/audit.test" ./audit/
+go test -c -o "$tmp/audit.test" ./audit/auditstore/
 for round in 1 2 3; do
   "$tmp/audit.test" -test.run '^$' -test.bench '^BenchmarkEmit(Floor|Flush)?$' -test.benchtime 40000x -test.count 1 | grep -E '^Benchmark'
 done | tee -a "$tmp/emit.txt" "$raw"
@@ -62,7 +62,7 @@ awk '/^BenchmarkEmitCanon\// { for (i = 3; i < NF; i++) if ($(i+1) == "p95-ms") 
     n = r - 1; for (i = 2; i <= n; i++) for (j = i; j > 1 && q[j] < q[j-1]; j--) { t = q[j]; q[j] = q[j-1]; q[j-1] = t }
     if (n) printf "   p95 builders/library, round by round:%s (median %.2f; below 1: the builders\x27 encoder pays end to end)\n", s, n % 2 ? q[(n+1)/2] : (q[n/2] + q[n/2+1]) / 2 }' "$tmp/canon.txt"
 echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids, hashes, journal lines):"
-go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark' | tee -a "$raw"
+go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/auditstore/ | grep -E '^Benchmark' | tee -a "$raw"
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
 go test "${static[@]}" -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark' | tee -a "$raw"

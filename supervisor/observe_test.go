@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/skillclient"
 	"cyberos.dev/supervisor/internal/broker"
 	"cyberos.dev/supervisor/sandbox"
@@ -124,8 +125,8 @@ func TestStopEndsThroughTimeoutPath(t *testing.T) {
 	if env.Outcome != OutcomeTimeout || env.SignalSent != "SIGKILL" || took > 2*time.Second {
 		t.Fatalf("outcome %s signal %s after %v (events %v)", env.Outcome, env.SignalSent, took, f.events)
 	}
-	store := sup.Audit.(*audit.Store)
-	rows, _ := store.Rows(context.Background(), audit.Filter{InvocationID: env.InvocationID})
+	store := sup.Audit.(*auditstore.Store)
+	rows, _ := store.Rows(context.Background(), auditstore.Filter{InvocationID: env.InvocationID})
 	var kinds []audit.Kind
 	for _, r := range rows {
 		kinds = append(kinds, r.Kind)

@@ -24,6 +24,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/cgroups"
 	"cyberos.dev/memory"
 	"cyberos.dev/policy"
@@ -215,14 +216,14 @@ type Envelope struct {
 }
 
 // Auditor takes audit rows and returns once they are durable: the
-// audit.Store in production; tests wrap it to make a stage fail.
+// auditstore.Store in production; tests wrap it to make a stage fail.
 type Auditor interface {
 	Emit(ctx context.Context, d audit.Draft) (audit.Row, error)
 }
 
 // Reserver is the optional side of an Auditor that holds journal space for
 // an invocation's terminal rows from before its started row until its
-// completed row is durable (audit.Store.Reserve); Auditors without it
+// completed row is durable (auditstore.Store.Reserve); Auditors without it
 // (tests' fakes) reserve nothing.
 type Reserver interface {
 	Reserve(invocationID string) (release func(), err error)
@@ -374,7 +375,7 @@ func (s *Supervisor) checkStateDir() error {
 	if err := unix.Access(s.StateDir, unix.W_OK); err != nil {
 		return fmt.Errorf("%w: state dir %s is not writable: %v", ErrRefused, s.StateDir, err)
 	}
-	if free, size, ok := audit.FreeSpace(s.StateDir); ok && free < s.minFree(size) {
+	if free, size, ok := auditstore.FreeSpace(s.StateDir); ok && free < s.minFree(size) {
 		return fmt.Errorf("%w: state dir %s has %d KiB free, below the %d KiB kept for the audit rows of running invocations", ErrRefused, s.StateDir, free>>10, s.minFree(size)>>10)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/fleet"
 )
 
@@ -45,13 +46,13 @@ func newAuditCmd() *cobra.Command {
 			if host != "" || tenant != "" || since != "" {
 				return &exitError{exitUsage, errors.New("--host, --tenant and --since select a fleet's rows: they need --dsn")}
 			}
-			r, err := audit.OpenReader(stateDir)
+			r, err := auditstore.OpenReader(stateDir)
 			if err != nil {
 				return &exitError{exitRefused, err}
 			}
 			defer r.Close()
 			var rows []audit.Row
-			err = r.Each(context.Background(), audit.Filter{InvocationID: invocation, Kind: audit.Kind(kind)}, func(row audit.Row) error {
+			err = r.Each(context.Background(), auditstore.Filter{InvocationID: invocation, Kind: audit.Kind(kind)}, func(row audit.Row) error {
 				rows = append(rows, row)
 				return nil
 			})
@@ -81,7 +82,7 @@ func newAuditCmd() *cobra.Command {
 			"and every --anchor. Nothing in the state dir is written, so it works on a read-only or full disk.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var opts audit.VerifyOptions
+			var opts auditstore.VerifyOptions
 			if verifyDSN.set() && file != "" {
 				return &exitError{exitUsage, errors.New("--dsn verifies the fleet's rows in PostgreSQL, --file an export: one of them")}
 			}
@@ -95,7 +96,7 @@ func newAuditCmd() *cobra.Command {
 				return &exitError{exitUsage, errors.New("--pubkey with --dsn needs --host: each host signs with its own key")}
 			}
 			if pubkeyFile != "" {
-				k, err := audit.ReadPublicKey(pubkeyFile)
+				k, err := auditstore.ReadPublicKey(pubkeyFile)
 				if err != nil {
 					return &exitError{exitUsage, fmt.Errorf("--pubkey: %w", err)}
 				}
@@ -111,7 +112,7 @@ func newAuditCmd() *cobra.Command {
 			if verifyDSN.set() {
 				return verifyFleet(cmd, verifyDSN, host, opts.PublicKey, opts.Heads, stateDir)
 			}
-			var rep audit.Report
+			var rep auditstore.Report
 			if file != "" {
 				if len(opts.Heads) > 0 {
 					return &exitError{exitUsage, errors.New("--anchor checks a state dir, not --file")}
@@ -125,7 +126,7 @@ func newAuditCmd() *cobra.Command {
 				if err != nil {
 					return &exitError{exitOutcome, fmt.Errorf("%s: %w", file, err)}
 				}
-				v := audit.NewVerifier()
+				v := auditstore.NewVerifier()
 				v.PinKey(opts.PublicKey)
 				for _, r := range rows {
 					v.Add(r)
@@ -133,7 +134,7 @@ func newAuditCmd() *cobra.Command {
 				rep = v.Report()
 			} else {
 				var err error
-				if rep, err = audit.VerifyDirWith(context.Background(), stateDir, opts); err != nil {
+				if rep, err = auditstore.VerifyDirWith(context.Background(), stateDir, opts); err != nil {
 					return &exitError{exitRefused, err}
 				}
 			}
@@ -179,11 +180,11 @@ func newAuditCmd() *cobra.Command {
 			var signer *audit.Signer
 			if signingKey != "" {
 				var err error
-				if signer, err = audit.LoadSigningKey(signingKey, false); err != nil {
+				if signer, err = auditstore.LoadSigningKey(signingKey, false); err != nil {
 					return &exitError{exitUsage, fmt.Errorf("--signing-key: %w", err)}
 				}
 			}
-			res, err := audit.RepairSigned(context.Background(), stateDir, acceptLoss, signer)
+			res, err := auditstore.RepairSigned(context.Background(), stateDir, acceptLoss, signer)
 			for _, m := range res.Moved {
 				fmt.Fprintf(cmd.OutOrStdout(), "kept the replaced file as %s\n", m)
 			}
@@ -309,7 +310,7 @@ func verifyFleet(cmd *cobra.Command, dsn *dsnFlag, host, pubkey string, heads []
 	return nil
 }
 
-func printReport(w io.Writer, rep audit.Report, pinned bool) {
+func printReport(w io.Writer, rep auditstore.Report, pinned bool) {
 	for _, p := range rep.Problems {
 		where := ""
 		if p.File != "" {
