@@ -48,8 +48,11 @@ func readAnchor(dir string) (a Anchor, ok bool, err error) {
 	if err != nil {
 		return Anchor{}, false, err
 	}
-	if err := json.Unmarshal(b, &a); err != nil || a.Seq < 1 || !audit.IsHash(a.RowHash) {
-		return Anchor{}, false, fmt.Errorf("%s: not an anchor (%v)", AnchorName, err)
+	if err := json.Unmarshal(b, &a); err != nil {
+		return Anchor{}, false, fmt.Errorf("%s: not an anchor (%w)", AnchorName, err)
+	}
+	if a.Seq < 1 || !audit.IsHash(a.RowHash) {
+		return Anchor{}, false, fmt.Errorf("%s: not an anchor (no positive seq and hex row_hash)", AnchorName)
 	}
 	return a, true, nil
 }

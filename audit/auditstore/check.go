@@ -61,8 +61,10 @@ func OpenReader(stateDir string) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%w: state dir %s: not a directory (%v)", ErrUnavailable, dir, err)
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("%w: state dir %s: not a directory (%w)", ErrUnavailable, dir, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("%w: state dir %s: not a directory", ErrUnavailable, dir)
 	}
 	r := &Reader{dir: dir, applied: -1}
 	// The index first: the journal's end read after it is at or past
@@ -149,7 +151,7 @@ func (r *Reader) Close() error {
 
 // indexErr describes an unreadable index and names the repair.
 func (r *Reader) indexErr(err error) error {
-	return fmt.Errorf("%w: %s: cannot read the index: %v; %s", ErrNeedsRepair, filepath.Join(r.dir, FileName), err, repairHint(r.dir))
+	return fmt.Errorf("%w: %s: cannot read the index: %w; %s", ErrNeedsRepair, filepath.Join(r.dir, FileName), err, repairHint(r.dir))
 }
 
 // Each calls fn for every row matching f in seq order, as Store.Each: the

@@ -60,5 +60,6 @@ func space(st *unix.Statfs_t) (free, size int64, ok bool) {
 	if os.Geteuid() == 0 {
 		blocks = int64(st.Bfree)
 	}
-	return blocks * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), true
+	// Bsize is int64 on Linux but uint32 or uint64 elsewhere.
+	return blocks * int64(st.Bsize), int64(st.Blocks) * int64(st.Bsize), true //nolint:unconvert // not int64 on every OS
 }

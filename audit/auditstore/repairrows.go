@@ -207,7 +207,7 @@ func repairRows(ctx context.Context, dir, stamp string) (action string, kept []s
 		}
 	}
 	if len(chain) == 0 && len(bad) == 0 {
-		return "", nil, fmt.Errorf("no verifying copy of any row (journal lines that are not rows: %v; index: %v): not repaired", c.badLines, c.indexErr)
+		return "", nil, fmt.Errorf("no verifying copy of any row (journal lines that are not rows: %v; index: %s): not repaired", c.badLines, fmt.Sprint(c.indexErr))
 	}
 	if len(bad) > 0 {
 		var b strings.Builder

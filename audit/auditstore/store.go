@@ -351,8 +351,10 @@ func (s *Store) initSchema(ctx context.Context) error {
 		return fmt.Errorf("%s: journal_mode is %q, want wal", s.path, mode)
 	}
 	var syncMode int
-	if err := s.wconn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&syncMode); err != nil || syncMode != 1 {
-		return fmt.Errorf("%s: synchronous is %d (%v), want NORMAL (1)", s.path, syncMode, err)
+	if err := s.wconn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&syncMode); err != nil {
+		return fmt.Errorf("%s: synchronous: %w, want NORMAL (1)", s.path, err)
+	} else if syncMode != 1 {
+		return fmt.Errorf("%s: synchronous is %d, want NORMAL (1)", s.path, syncMode)
 	}
 	var version int
 	if err := s.wconn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {

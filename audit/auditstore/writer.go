@@ -246,8 +246,11 @@ func prepare(d audit.Draft) (slot, error) {
 	ph.h.Reset()
 	ph.h.Write(ph.text)
 	ph.state, err = ph.h.(encoding.BinaryAppender).AppendBinary(ph.state[:0])
-	if n := copy(sl.prefix[:], ph.state); err != nil || n != sha256StateLen {
-		return slot{}, fmt.Errorf("%w: sha256 state: %d bytes, %v", ErrUnavailable, n, err)
+	if err != nil {
+		return slot{}, fmt.Errorf("%w: sha256 state: %w", ErrUnavailable, err)
+	}
+	if n := copy(sl.prefix[:], ph.state); n != sha256StateLen {
+		return slot{}, fmt.Errorf("%w: sha256 state: %d bytes", ErrUnavailable, n)
 	}
 	return sl, nil
 }
