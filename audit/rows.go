@@ -23,8 +23,8 @@ import (
 // Emit writes nothing for it.
 var ErrInvalidRow = errors.New("invalid audit row")
 
-// Kind names what a row records. The set is closed: Emit and Verify refuse
-// any other kind.
+// Kind names what a row records. The set is closed: the store's Emit and
+// Verify refuse any other kind.
 type Kind string
 
 // The row kinds (DESIGN.md "Audit rows").
@@ -74,7 +74,7 @@ const (
 	// deadline path.
 	OutcomeCancelled = "cancelled"
 	// OutcomeLost closes an invocation whose supervisor died before it could
-	// record the real outcome (found through Store.Unterminated on restart).
+	// record the real outcome (found through auditstore.Store.Unterminated on restart).
 	OutcomeLost = "lost"
 )
 
@@ -179,6 +179,9 @@ func plainJSON(s string) bool {
 	return true
 }
 
+// AppendHashPrefix appends the start of the text a row's hash covers, up to
+// its prev_hash's value (see writerHash): fixed once the draft is, so the
+// writer hashes it before the row is chained.
 func AppendHashPrefix(b []byte, kind Kind, payload []byte) []byte {
 	b = append(b, `{"kind":"`...)
 	b = append(b, kind...)
@@ -187,6 +190,8 @@ func AppendHashPrefix(b []byte, kind Kind, payload []byte) []byte {
 	return append(b, `,"prev_hash":"`...)
 }
 
+// AppendHashSuffix appends the rest of that text, from the prev_hash's value
+// on: known once the row is chained.
 func AppendHashSuffix[ID string | []byte](b []byte, prev string, rowID ID, seq int64, ts string) []byte {
 	b = append(b, prev...)
 	b = append(b, `","row_id":"`...)
@@ -837,6 +842,8 @@ func hexDigest(v json.RawMessage) error {
 	return nil
 }
 
+// IsHash reports whether s is a hash as rows carry them: 64 lowercase hex
+// digits.
 func IsHash(s string) bool {
 	if len(s) != 64 {
 		return false
