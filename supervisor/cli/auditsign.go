@@ -21,7 +21,7 @@ func signingOptions(cfg daemon.Config, configPath string, log *slog.Logger) ([]a
 	path := cfg.SigningKeyPath(configPath)
 	signer, err := auditstore.LoadSigningKey(path, true)
 	if err != nil {
-		return nil, fmt.Errorf("%w: audit.signing_key: %v", daemon.ErrConfig, err)
+		return nil, fmt.Errorf("%w: audit.signing_key: %w", daemon.ErrConfig, err)
 	}
 	log.Info("audit checkpoints signed", "key", path, "public_key", signer.PublicKey())
 	opts := []auditstore.Option{auditstore.WithSigner(signer)}
