@@ -16,7 +16,13 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
+
+// anchorEvery is how often the applier records the head while rows flow
+// (a variable so tests can shorten it).
+var anchorEvery = 10 * time.Second
 
 // applierState is the Store's index applier: what it has applied, the
 // appends handed to it, and its wakeup and stop signals.
@@ -123,7 +129,7 @@ func (s *Store) applier() {
 			s.applyMu.Lock()
 			h := s.appliedHead
 			s.applyMu.Unlock()
-			if advanceAnchor(filepath.Dir(s.path), h, s.opts.signer) == nil {
+			if statedir.AdvanceAnchor(filepath.Dir(s.path), h.seq, h.hash, s.opts.signer) == nil {
 				s.anchorAt = time.Now()
 				s.toSink(h)
 				s.enqueueCheckpoint(h)

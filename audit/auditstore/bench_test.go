@@ -16,6 +16,8 @@ import (
 	"cyberos.dev/audit"
 
 	"cyberos.dev/audit/internal/canonref"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // BenchmarkEmit measures durable Emit latency (each call returns after its
@@ -127,7 +129,7 @@ func BenchmarkEmitFlush(b *testing.B) {
 		if _, err := f.WriteAt(buf, off%(15<<20)); err != nil {
 			b.Fatal(err)
 		}
-		if err := datasync(f); err != nil {
+		if err := statedir.Datasync(f); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(t0))
@@ -147,7 +149,7 @@ func preallocated(b *testing.B) *os.File {
 	if _, err := f.WriteAt(make([]byte, 16<<20), 0); err != nil {
 		b.Fatal(err)
 	}
-	if err := datasync(f); err != nil {
+	if err := statedir.Datasync(f); err != nil {
 		b.Fatal(err)
 	}
 	return f
@@ -259,7 +261,7 @@ func newFloorLog(b *testing.B) *floorLog {
 			l.cur = newFloorBatch()
 			l.mu.Unlock()
 			if _, bt.err = f.WriteAt(bt.buf, off%(15<<20)); bt.err == nil {
-				bt.err = datasync(f)
+				bt.err = statedir.Datasync(f)
 			}
 			off += int64(len(bt.buf))
 			close(bt.done)
@@ -354,7 +356,7 @@ func BenchmarkFdatasync(b *testing.B) {
 				if _, err := f.WriteAt(buf, off); err != nil {
 					b.Fatal(err)
 				}
-				if err := datasync(f); err != nil {
+				if err := statedir.Datasync(f); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(t0))

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // journalStore makes a closed store with two whole invocations (12 rows)
@@ -314,15 +316,15 @@ func TestReaderEachMatchesStore(t *testing.T) {
 // --accept-loss goes on.
 func TestAnchorCatchesTailAndIndexLoss(t *testing.T) {
 	dir, lines := journalStore(t)
-	a, ok, err := readAnchor(dir)
+	a, ok, err := statedir.ReadAnchor(dir)
 	if err != nil || !ok || a.Seq != 12 {
 		t.Fatalf("anchor after Close: %+v %v %v", a, ok, err)
 	}
 	// It only moves forward.
-	if err := advanceAnchor(dir, head{3, zeroHash(3)}, nil); err != nil {
+	if err := statedir.AdvanceAnchor(dir, 3, zeroHash(3), nil); err != nil {
 		t.Fatal(err)
 	}
-	if b, _, _ := readAnchor(dir); b != a {
+	if b, _, _ := statedir.ReadAnchor(dir); b != a {
 		t.Fatalf("anchor moved back: %+v → %+v", a, b)
 	}
 	writeJournal(t, dir, lines[:9])

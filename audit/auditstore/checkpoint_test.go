@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 func newTestSigner(t *testing.T) *audit.Signer {
@@ -100,8 +102,8 @@ func TestCloseSignsTheHead(t *testing.T) {
 	if !bytes.Contains(last.Payload, []byte(`"head_seq":12`)) || !bytes.Contains(last.Payload, []byte(rows[11].RowHash)) {
 		t.Fatalf("checkpoint payload %s does not sign seq 12 (%s)", last.Payload, rows[11].RowHash)
 	}
-	a, ok, err := readAnchor(dir)
-	if err != nil || !ok || a.Seq != 13 || a.Signature == "" || a.checkpoint().Check(sg.PublicKey()) != nil {
+	a, ok, err := statedir.ReadAnchor(dir)
+	if err != nil || !ok || a.Seq != 13 || a.Signature == "" || a.Checkpoint().Check(sg.PublicKey()) != nil {
 		t.Fatalf("anchor %+v (%v %v) is not a signed head at seq 13", a, ok, err)
 	}
 	if len(sunk) == 0 || sunk[len(sunk)-1].Seq != 13 || sunk[len(sunk)-1].RowHash != last.RowHash || sunk[len(sunk)-1].Check(sg.PublicKey()) != nil {
@@ -201,11 +203,11 @@ func TestExternalHeadCatchesTailLoss(t *testing.T) {
 // differently signed) one is named when the key is pinned.
 func TestPinnedKeyNeedsSignedAnchor(t *testing.T) {
 	dir, sg, _ := signedStore(t)
-	a, _, _ := readAnchor(dir)
+	a, _, _ := statedir.ReadAnchor(dir)
 	if err := os.Remove(filepath.Join(dir, AnchorName)); err != nil {
 		t.Fatal(err)
 	}
-	if err := advanceAnchor(dir, head{a.Seq, a.RowHash}, nil); err != nil {
+	if err := statedir.AdvanceAnchor(dir, a.Seq, a.RowHash, nil); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := VerifyDirWith(context.Background(), dir, VerifyOptions{PublicKey: sg.PublicKey()})
@@ -216,7 +218,7 @@ func TestPinnedKeyNeedsSignedAnchor(t *testing.T) {
 		t.Errorf("first problem %+v, want the unsigned anchor", p)
 	}
 	os.Remove(filepath.Join(dir, AnchorName))
-	if err := advanceAnchor(dir, head{a.Seq, a.RowHash}, newTestSigner(t)); err != nil {
+	if err := statedir.AdvanceAnchor(dir, a.Seq, a.RowHash, newTestSigner(t)); err != nil {
 		t.Fatal(err)
 	}
 	rep, _ = VerifyDirWith(context.Background(), dir, VerifyOptions{PublicKey: sg.PublicKey()})
@@ -302,7 +304,7 @@ func TestApplierCheckpointsWhileRowsFlow(t *testing.T) {
 				n++
 			}
 		}
-		if a, ok, _ := readAnchor(dir); n >= 2 && ok && a.Signature != "" {
+		if a, ok, _ := statedir.ReadAnchor(dir); n >= 2 && ok && a.Signature != "" {
 			break
 		}
 		if time.Now().After(deadline) {

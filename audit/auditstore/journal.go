@@ -9,20 +9,16 @@ import (
 	"sync"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
-// JournalName is the store's append-only journal inside the state dir: the
-// rows as JSON lines (the `audit export` format), written and fsynced before
-// any Emit returns. It is the durable record; audit.db is the index built
-// from it (see Store).
-const JournalName = "audit.jsonl"
-
 // journal is the append-only JSON-lines file. Writers of every process
-// sharing the state dir take an exclusive flock on it for one append (read
+// sharing the state dir take an exclusive statedir.Flock on it for one append (read
 // the chain head from its last line, write a batch, fdatasync), so the chain
 // cannot fork however many `skill run` processes write at once. A reader
 // that must not see a batch before its fdatasync returned takes a shared
-// flock to learn the durable end.
+// statedir.Flock to learn the durable end.
 //
 // The file is preallocated with written zeros, journalChunk at a time: an
 // fdatasync after overwriting blocks that already exist flushes only data,
@@ -33,14 +29,14 @@ const JournalName = "audit.jsonl"
 // never holds one: control characters are escaped).
 type journal struct {
 	path string
-	w    *os.File // the writer's descriptor (flock LOCK_EX around an append)
+	w    *os.File // the writer's descriptor (statedir.Flock LOCK_EX around an append)
 	r    *os.File // a second open file description for LOCK_SH and reads
 	rmu  sync.Mutex
 
 	whint, rhint int64  // an end seen before (a lower bound to search from)
 	wsize        int64  // the file's size as the writer last knew it (0: unknown)
 	wstats       int    // the writer's stats in appendPoint (tests count them)
-	wbuf, rbuf   []byte // scratch for findEnd
+	wbuf, rbuf   []byte // scratch for statedir.FindEnd
 }
 
 // journalChunk is how far the journal is extended at a time.
@@ -66,57 +62,7 @@ func (j *journal) close() error {
 	return errors.Join(j.w.Close(), j.r.Close())
 }
 
-// findEnd returns the journal's end (its first NUL byte, or its size) and
-// its size, searching from hint, an end seen earlier under a lock: ends
-// only move forward past whole lines, so hint is a lower bound when it still
-// follows a newline.
-func findEnd(f *os.File, hint int64, buf []byte) (end, size int64, err error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, 0, err
-	}
-	size = fi.Size()
-	end, err = findEndIn(f, hint, size, buf)
-	return end, size, err
-}
-
-// findEndIn is findEnd for a known size.
-func findEndIn(f *os.File, hint, size int64, buf []byte) (end int64, err error) {
-	if hint > size || hint < 0 {
-		hint = 0
-	}
-	start := int64(0)
-	if hint > 0 {
-		// The byte before hint and what follows it, in one read: usually
-		// the end is right at hint.
-		n, err := f.ReadAt(buf[:min(513, size-hint+1)], hint-1)
-		if n > 0 && buf[0] == '\n' {
-			if i := bytes.IndexByte(buf[1:n], 0); i >= 0 {
-				return hint + int64(i), nil
-			}
-			if err != nil && err != io.EOF {
-				return 0, err
-			}
-			start = hint - 1 + int64(n)
-		}
-	}
-	for off, want := start, int64(512); off < size; want = int64(len(buf)) {
-		n, err := f.ReadAt(buf[:min(want, size-off)], off)
-		if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
-			return off + int64(i), nil
-		}
-		off += int64(n)
-		if err != nil {
-			if err == io.EOF {
-				break
-			}
-			return 0, err
-		}
-	}
-	return size, nil
-}
-
-// appendPoint is findEnd for the writer, which must hold the exclusive
+// appendPoint is statedir.FindEnd for the writer, which must hold the exclusive
 // lock. It stats the file only when it must: on ext4 a stat between two
 // appends can make the second one update the file's timestamps, and then
 // its fdatasync writes the inode too, one more block write per commit,
@@ -131,11 +77,11 @@ func findEndIn(f *os.File, hint, size int64, buf []byte) (end int64, err error) 
 func (j *journal) appendPoint() (end, size int64, err error) {
 	size = j.wsize
 	if size > 0 { // known
-		end, err = findEndIn(j.w, j.whint, size, j.wbuf)
+		end, err = statedir.FindEndIn(j.w, j.whint, size, j.wbuf)
 	}
 	if err == nil && end == size {
 		j.wstats++
-		end, size, err = findEnd(j.w, j.whint, j.wbuf)
+		end, size, err = statedir.FindEnd(j.w, j.whint, j.wbuf)
 	}
 	if err == nil {
 		j.wsize = max(size, end)
@@ -148,7 +94,7 @@ func (j *journal) appendPoint() (end, size int64, err error) {
 // a crash (bytes after the last newline: never acknowledged, since an
 // append is acknowledged only after its fdatasync) is zeroed first.
 func (j *journal) tail() (end, size int64, last []byte, err error) {
-	if end, size, err = findEnd(j.w, j.whint, j.wbuf); err != nil {
+	if end, size, err = statedir.FindEnd(j.w, j.whint, j.wbuf); err != nil {
 		return 0, 0, nil, err
 	}
 	for chunk := int64(4096); end > 0; {
@@ -223,14 +169,14 @@ func (j *journal) write(data []byte, start, size int64) (err error) {
 	}
 	_, err = j.w.WriteAt(data, start)
 	if err == nil {
-		err = datasync(j.w)
+		err = statedir.Datasync(j.w)
 	}
 	if err != nil {
 		if end > size {
 			_ = j.w.Truncate(max(size, start))
 		}
 		_ = j.zero(start, min(end, max(size, start)))
-		_ = datasync(j.w)
+		_ = statedir.Datasync(j.w)
 		j.wsize = 0 // unknown: the next append stats
 		return err
 	}
@@ -248,7 +194,7 @@ func (j *journal) reserve(end, size int64) {
 	}
 	grown := (end/journalChunk + 2) * journalChunk
 	if j.preallocate(size, grown) {
-		if datasync(j.w) == nil {
+		if statedir.Datasync(j.w) == nil {
 			j.wsize = grown
 			return
 		}
@@ -269,7 +215,7 @@ const chunkHeadroom = 2 * journalChunk
 // say), and reports whether it did; on failure the file is cut back to
 // size. It does not fdatasync.
 func (j *journal) preallocate(size, target int64) bool {
-	if free, ok := freeSpace(j.w); ok && free < target-size+chunkHeadroom {
+	if free, ok := statedir.FileFreeSpace(j.w); ok && free < target-size+chunkHeadroom {
 		return false
 	}
 	if j.zero(size, target) != nil {
@@ -308,7 +254,7 @@ func (j *journal) clearAfter(end, size int64, full bool) error {
 	if err := j.zero(end, size); err != nil {
 		return err
 	}
-	return datasync(j.w)
+	return statedir.Datasync(j.w)
 }
 
 // tailWindow is what clearAfter reads past the end when the whole tail was
@@ -336,11 +282,11 @@ func allZero(b []byte) bool {
 func (j *journal) durableEnd() (int64, error) {
 	j.rmu.Lock()
 	defer j.rmu.Unlock()
-	if err := flock(j.r, lockShared); err != nil {
+	if err := statedir.Flock(j.r, statedir.LockShared); err != nil {
 		return 0, err
 	}
-	defer unlock(j.r)
-	end, _, err := findEnd(j.r, j.rhint, j.rbuf)
+	defer statedir.Unlock(j.r)
+	end, _, err := statedir.FindEnd(j.r, j.rhint, j.rbuf)
 	if err != nil {
 		return 0, err
 	}

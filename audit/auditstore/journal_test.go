@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // TestJournalIsTheDurableCopy: every acknowledged row is a line of the
@@ -130,7 +132,7 @@ func TestTornJournalTailIsCut(t *testing.T) {
 }
 
 // TestTwoStoresShareOneStateDir: two stores on one state dir (as two
-// `skill run` processes have: separate descriptors, so the journal's flock
+// `skill run` processes have: separate descriptors, so the journal's statedir.Flock
 // is what orders them) emit concurrently; one chain holds every row and
 // each store reads the other's rows.
 func TestTwoStoresShareOneStateDir(t *testing.T) {
@@ -304,9 +306,9 @@ func TestFindEndIn(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			end, err := findEndIn(f, c.hint, int64(len(c.content)), make([]byte, 1024))
+			end, err := statedir.FindEndIn(f, c.hint, int64(len(c.content)), make([]byte, 1024))
 			if err != nil || end != c.want {
-				t.Fatalf("findEndIn(hint %d) = %d, %v; want %d", c.hint, end, err, c.want)
+				t.Fatalf("statedir.FindEndIn(hint %d) = %d, %v; want %d", c.hint, end, err, c.want)
 			}
 		})
 	}

@@ -5,23 +5,15 @@ package auditstore
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"strings"
 
 	"cyberos.dev/audit"
-)
 
-// Filter selects rows for Rows and Each. Zero fields select everything.
-type Filter struct {
-	InvocationID string
-	Kind         audit.Kind
-	AfterSeq     int64 // rows with seq > AfterSeq
-	Limit        int   // at most this many rows; 0 = no limit
-}
+	"cyberos.dev/audit/auditstore/internal/statedir"
+)
 
 // Rows returns the rows matching f in seq order. A filtered result is not a
 // contiguous chain: Verify needs every row (the zero Filter).
@@ -52,7 +44,7 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(audit.Row) error) er
 		where = append(where, `seq > ?`)
 		args = append(args, f.AfterSeq)
 	}
-	q := `SELECT ` + rowColumns + ` FROM audit_rows`
+	q := `SELECT ` + statedir.RowColumns + ` FROM audit_rows`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
@@ -64,7 +56,7 @@ func (s *Store) Each(ctx context.Context, f Filter, fn func(audit.Row) error) er
 	if err := s.catchUp(ctx); err != nil {
 		return err
 	}
-	return s.each(ctx, s.db, q, args, fn)
+	return statedir.EachRow(ctx, s.db, q, args, fn)
 }
 
 // LastSeq returns the seq of the newest durable row, 0 for an empty store.
@@ -80,7 +72,7 @@ func (s *Store) LastSeq(ctx context.Context) (int64, error) {
 }
 
 // unterminatedQuery reads the started rows open_invocations names.
-const unterminatedQuery = `SELECT ` + rowColumns + ` FROM audit_rows WHERE seq IN (SELECT seq FROM open_invocations) ORDER BY seq`
+const unterminatedQuery = `SELECT ` + statedir.RowColumns + ` FROM audit_rows WHERE seq IN (SELECT seq FROM open_invocations) ORDER BY seq`
 
 // Unterminated returns every skill.invoked_started row that has no
 // skill.invoked_completed for the same invocation_id, in seq order: the
@@ -91,7 +83,7 @@ func (s *Store) Unterminated(ctx context.Context) ([]audit.Row, error) {
 		return nil, err
 	}
 	var out []audit.Row
-	err := s.each(ctx, s.db, unterminatedQuery, nil, func(r audit.Row) error {
+	err := statedir.EachRow(ctx, s.db, unterminatedQuery, nil, func(r audit.Row) error {
 		out = append(out, r)
 		return nil
 	})
@@ -126,7 +118,7 @@ func (s *Store) Verify(ctx context.Context) (Report, error) {
 	first, firstErr, haveJournal := next()
 	pending := haveJournal // first holds the journal line not yet compared
 	v := NewVerifier()
-	err = s.each(ctx, s.db, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq`, nil, func(r audit.Row) error {
+	err = statedir.EachRow(ctx, s.db, `SELECT `+statedir.RowColumns+` FROM audit_rows ORDER BY seq`, nil, func(r audit.Row) error {
 		v.Add(r)
 		if !haveJournal || (pending && firstErr == nil && r.Seq < first.Seq) {
 			return nil // older than the journal
@@ -138,16 +130,16 @@ func (s *Store) Verify(ctx context.Context) (Report, error) {
 		} else {
 			var ok bool
 			if j, jerr, ok = next(); !ok {
-				v.problem(r, "missing from the journal (it ends before this row)")
+				v.AddProblem(r, "missing from the journal (it ends before this row)")
 				return nil
 			}
 		}
 		switch {
 		case jerr != nil:
-			v.problem(r, fmt.Sprintf("journal line %d: %v", line, jerr))
+			v.AddProblem(r, fmt.Sprintf("journal line %d: %v", line, jerr))
 		default:
 			if diff := RowDiff(r, j); diff != "" {
-				v.problem(r, fmt.Sprintf("journal line %d differs from the index: %s", line, diff))
+				v.AddProblem(r, fmt.Sprintf("journal line %d differs from the index: %s", line, diff))
 			}
 		}
 		return nil
@@ -161,72 +153,12 @@ func (s *Store) Verify(ctx context.Context) (Report, error) {
 	return v.Report(), nil
 }
 
-// RowDiff names the first field in which two copies of a row differ ("" when
-// they are the same row): the journal and the index, or a host and its
-// fleet's PostgreSQL.
-func RowDiff(a, b audit.Row) string {
-	switch {
-	case a.Seq != b.Seq:
-		return fmt.Sprintf("seq %d vs %d", a.Seq, b.Seq)
-	case a.RowID != b.RowID:
-		return "row_id"
-	case a.Kind != b.Kind:
-		return "kind"
-	case a.TS != b.TS:
-		return "ts"
-	case a.PrevHash != b.PrevHash:
-		return "prev_hash"
-	case a.RowHash != b.RowHash:
-		return "row_hash"
-	case !bytes.Equal(a.Payload, b.Payload):
-		return "payload"
-	}
-	return ""
-}
-
 // query reads rows through the writer's connection (used by Open).
 func (s *Store) query(ctx context.Context, q string, args ...any) ([]audit.Row, error) {
 	var out []audit.Row
-	err := s.each(ctx, s.wconn, q, args, func(r audit.Row) error {
+	err := statedir.EachRow(ctx, s.wconn, q, args, func(r audit.Row) error {
 		out = append(out, r)
 		return nil
 	})
 	return out, err
-}
-
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-func (s *Store) each(ctx context.Context, qr querier, q string, args []any, fn func(audit.Row) error) error {
-	rs, err := qr.QueryContext(ctx, q, args...)
-	if err != nil {
-		return readErr(ctx, err)
-	}
-	defer rs.Close()
-	for rs.Next() {
-		var r audit.Row
-		var kind string
-		var payload []byte
-		if err := rs.Scan(&r.Seq, &r.RowID, &kind, &r.TS, &r.PrevHash, &r.RowHash, &payload); err != nil {
-			return readErr(ctx, err)
-		}
-		r.Kind, r.Payload = audit.Kind(kind), payload
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	if err := rs.Err(); err != nil {
-		return readErr(ctx, err)
-	}
-	return nil
-}
-
-// readErr wraps a read failure in ErrUnavailable unless it is the caller's
-// own context ending.
-func readErr(ctx context.Context, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	return fmt.Errorf("%w: read: %w", ErrUnavailable, err)
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // RepairResult says what Repair did.
@@ -87,7 +89,7 @@ func repairAnchor(ctx context.Context, dir string, res RepairResult, rep Report,
 	if err != nil {
 		return res, err
 	}
-	if err := advanceAnchor(dir, head{rep.LastSeq, rep.LastHash}, signer); err != nil {
+	if err := statedir.AdvanceAnchor(dir, rep.LastSeq, rep.LastHash, signer); err != nil {
 		return res, err
 	}
 	res.Action = fmt.Sprintf("the loss of the rows after seq %d is accepted and the anchor reset", rep.LastSeq)
@@ -105,7 +107,7 @@ func repairAnchor(ctx context.Context, dir string, res RepairResult, rep Report,
 // onlyAnchorProblems reports whether every problem is the anchor's.
 func onlyAnchorProblems(rep Report) bool {
 	for _, p := range rep.Problems {
-		if !p.lost {
+		if !p.Lost() {
 			return false
 		}
 	}

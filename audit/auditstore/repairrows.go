@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // DamagedDirPrefix starts the name of the directory in the state dir where
@@ -39,11 +41,7 @@ func readCopies(ctx context.Context, dir string) (copies, error) {
 	c := copies{journal: map[int64][]audit.Row{}, index: map[int64]audit.Row{}}
 	if f, err := os.Open(filepath.Join(dir, JournalName)); err == nil {
 		defer f.Close()
-		r := &Reader{dir: dir, j: f}
-		if r.jend, _, err = findEnd(f, 0, make([]byte, 64<<10)); err != nil {
-			return c, err
-		}
-		err = r.journalLines(0, func(line int, row audit.Row, err error) error {
+		err = statedir.EachJournalLine(f, func(line int, row audit.Row, err error) error {
 			if err != nil {
 				c.badLines = append(c.badLines, line)
 				return nil
@@ -58,7 +56,7 @@ func readCopies(ctx context.Context, dir string) (copies, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return c, err
 	}
-	db, err := openIndexReadOnly(filepath.Join(dir, FileName))
+	db, err := statedir.OpenIndexReadOnly(filepath.Join(dir, FileName))
 	if err != nil {
 		c.indexErr = err
 		return c, nil
@@ -69,7 +67,7 @@ func readCopies(ctx context.Context, dir string) (copies, error) {
 	}
 	defer db.Close()
 	// Rows read before an error are kept: each is verified before use.
-	c.indexErr = (&Store{}).each(ctx, db, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq`, nil, func(r audit.Row) error {
+	c.indexErr = statedir.EachRow(ctx, db, `SELECT `+statedir.RowColumns+` FROM audit_rows ORDER BY seq`, nil, func(r audit.Row) error {
 		c.index[r.Seq] = r
 		c.maxSeq = max(c.maxSeq, r.Seq)
 		return nil

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // ReserveDirName is the directory in the state dir holding one file per
@@ -91,7 +93,7 @@ func (r *reservations) store(n int64) error {
 }
 
 // recount counts the reservation files, removing those whose holder died
-// (their flock can be taken: a reservation's holder keeps its file locked
+// (their statedir.Flock can be taken: a reservation's holder keeps its file locked
 // until release, and the kernel drops the lock with the process), and
 // stores the count (journal locked, so no Reserve creates a file meanwhile).
 func (r *reservations) recount() (int64, error) {
@@ -132,7 +134,7 @@ func (r *reservations) recount() (int64, error) {
 // terminal rows are always written. It grows the journal (written zeros)
 // as needed; when it cannot, it fails with ErrNoSpace and the caller must
 // not dispatch. The reservation is a file <state>/audit.reserve/<id>, held
-// with an flock, so every process on the state dir counts it; a file whose
+// with an statedir.Flock, so every process on the state dir counts it; a file whose
 // holder died is removed by the next recount (Open, or a Reserve or commit
 // that finds the space short). release removes it; calling it again does
 // nothing.
@@ -148,10 +150,10 @@ func (s *Store) Reserve(id string) (release func(), err error) {
 	}
 	s.jmu.Lock()
 	defer s.jmu.Unlock()
-	if err := flock(s.j.w, lockExclusive); err != nil {
+	if err := statedir.Flock(s.j.w, statedir.LockExclusive); err != nil {
 		return nil, fmt.Errorf("%w: lock journal: %w", ErrUnavailable, err)
 	}
-	defer unlock(s.j.w)
+	defer statedir.Unlock(s.j.w)
 	end, size, err := s.j.appendPoint()
 	if err != nil {
 		return nil, fmt.Errorf("%w: read journal end: %w", ErrUnavailable, err)
@@ -261,7 +263,7 @@ func (j *journal) grow(size, need int64) error {
 		err = j.zero(size, target)
 	}
 	if err == nil {
-		err = datasync(j.w)
+		err = statedir.Datasync(j.w)
 	}
 	if err != nil {
 		_ = j.w.Truncate(size)

@@ -168,7 +168,7 @@ func TestReserveCountedAcrossStores(t *testing.T) {
 }
 
 // TestReserveLeftoverCleaned: a reservation file whose holder died (no
-// flock on it) is removed at the next Open; a live one is kept.
+// statedir.Flock on it) is removed at the next Open; a live one is kept.
 func TestReserveLeftoverCleaned(t *testing.T) {
 	dir := t.TempDir()
 	live := openStore(t, dir)

@@ -11,29 +11,13 @@ import (
 	"strings"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // ErrNotATail: rows offered to RestoreTail do not continue the journal's
 // chain (a gap, another chain, or a row whose hash does not recompute).
 var ErrNotATail = errors.New("audit: the rows do not continue the journal's chain")
-
-// EachJournalRow calls fn with every row of the journal (not the index), in
-// file order, up to its durable end. A line that does not decode stops
-// the walk with an error naming its line. No journal: no rows.
-func (r *Reader) EachJournalRow(ctx context.Context, fn func(audit.Row) error) error {
-	if r.j == nil {
-		return nil
-	}
-	return r.journalLines(0, func(line int, row audit.Row, err error) error {
-		if err != nil {
-			return fmt.Errorf("%s line %d: %w", JournalName, line, err)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return fn(row)
-	})
-}
 
 // RestoreTail appends rows to the journal in stateDir, byte for byte as
 // the writer had written them, once each is shown to continue the chain:
@@ -57,10 +41,10 @@ func RestoreTail(ctx context.Context, stateDir string, rows []audit.Row) (err er
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer func() { err = errors.Join(err, j.close()) }()
-	if err := flock(j.w, lockExclusive); err != nil {
+	if err := statedir.Flock(j.w, statedir.LockExclusive); err != nil {
 		return fmt.Errorf("%w: lock %s: %w", ErrUnavailable, JournalName, err)
 	}
-	defer unlock(j.w)
+	defer statedir.Unlock(j.w)
 	end, size, last, err := j.tail()
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, JournalName, err)

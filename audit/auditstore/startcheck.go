@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // StartCheck is what the start-up check verified.
@@ -69,7 +71,7 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 		}
 	}
 	var prev *audit.Row // the row the tail's first row links to (nil: genesis)
-	cps, err := q(`SELECT `+rowColumns+` FROM audit_rows WHERE kind = ? ORDER BY seq DESC LIMIT 1`, string(audit.KindCheckpoint))
+	cps, err := q(`SELECT `+statedir.RowColumns+` FROM audit_rows WHERE kind = ? ORDER BY seq DESC LIMIT 1`, string(audit.KindCheckpoint))
 	if err != nil {
 		return sc, err
 	}
@@ -77,7 +79,7 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 	if len(cps) == 1 {
 		c := cps[0]
 		lastCP = c.Seq
-		before, err := q(`SELECT `+rowColumns+` FROM audit_rows WHERE seq = ?`, c.Seq-1)
+		before, err := q(`SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq = ?`, c.Seq-1)
 		if err != nil {
 			return sc, err
 		}
@@ -102,8 +104,8 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 	}
 
 	// The signed anchor (its head is checked against the chain by Open).
-	if a, ok, err := readAnchor(filepath.Dir(s.path)); err == nil && ok && a.Signature != "" {
-		if err := a.checkpoint().Check(""); err != nil {
+	if a, ok, err := statedir.ReadAnchor(filepath.Dir(s.path)); err == nil && ok && a.Signature != "" {
+		if err := a.Checkpoint().Check(""); err != nil {
 			add(Problem{Seq: a.Seq, File: AnchorName, Field: "signature", Reason: err.Error()})
 		}
 	}
@@ -111,7 +113,7 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 	// A later head an earlier start-up check verified (verifiedMark)
 	// bounds the tail further.
 	if m, ok := readVerifiedMark(filepath.Dir(s.path)); ok && m.Seq > sc.Checkpoint {
-		at, err := q(`SELECT `+rowColumns+` FROM audit_rows WHERE seq = ?`, m.Seq)
+		at, err := q(`SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq = ?`, m.Seq)
 		if err != nil {
 			return sc, err
 		}
@@ -138,20 +140,20 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 		return r, true, err
 	}
 
-	rs, err := s.wconn.QueryContext(ctx, `SELECT `+rowColumns+` FROM audit_rows WHERE seq > ? ORDER BY seq`, after)
+	rs, err := s.wconn.QueryContext(ctx, `SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq > ? ORDER BY seq`, after)
 	if err != nil {
 		return sc, err
 	}
 	defer rs.Close()
-	idx := &indexCursor{rs: rs}
+	idx := statedir.NewIndexCursor(rs)
 	// Index rows older than the journal's first line come from a store
 	// made before the journal: they have no second copy.
 	jrow, jok, jerr := nextJournal()
-	for idx.next(); idx.ok(); idx.next() {
+	for idx.Next(); idx.OK(); idx.Next() {
 		if err := ctx.Err(); err != nil {
 			return sc, err
 		}
-		irow := idx.row
+		irow := idx.Row()
 		sc.Rows++
 		if !audit.RowSound(prev, irow) {
 			reasons, _ := audit.RowProblems(prev, irow)
@@ -196,12 +198,12 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 			jrow, jok, jerr = nextJournal()
 		}
 	}
-	if idx.err != nil {
-		if isCorrupt(idx.err) {
-			add(Problem{File: FileName, Reason: fmt.Sprintf("the index cannot be read: %v", idx.err)})
+	if idx.Err() != nil {
+		if statedir.IsCorrupt(idx.Err()) {
+			add(Problem{File: FileName, Reason: fmt.Sprintf("the index cannot be read: %v", idx.Err())})
 			return sc, nil
 		}
-		return sc, idx.err
+		return sc, idx.Err()
 	}
 	if jok {
 		add(Problem{Seq: jrow.Seq, RowID: jrow.RowID, File: JournalName, Line: line,
@@ -224,7 +226,7 @@ func (s *Store) signedHead(ctx context.Context, c audit.Row) (*audit.Row, []stri
 	if err := cp.Check(""); err != nil {
 		return nil, []string{"checkpoint: " + err.Error()}, nil
 	}
-	head, err := s.query(ctx, `SELECT `+rowColumns+` FROM audit_rows WHERE seq = ?`, cp.Seq)
+	head, err := s.query(ctx, `SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq = ?`, cp.Seq)
 	switch {
 	case err != nil:
 		return nil, nil, err
@@ -339,7 +341,7 @@ func damageError(dir, what string, problems []Problem) error {
 		fmt.Fprintf(&b, "seq %d (row_id %s, %s): %s", p.Seq, p.RowID, loc, p.Reason)
 	}
 	return fmt.Errorf("%w: %s found the audit store in %s damaged: %s; no invocation is taken until it is repaired: %s",
-		ErrNeedsRepair, what, dir, b.String(), repairHint(dir))
+		ErrNeedsRepair, what, dir, b.String(), statedir.RepairHint(dir))
 }
 
 // Damage is why the store takes no new invocation (nil: it takes them): the

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // journalFileLines returns dir's journal as its lines (without newlines)
@@ -225,7 +227,7 @@ func TestStartCheckFromCheckpoint(t *testing.T) {
 // longer verifies is refused at start.
 func TestStartCheckAnchorSignature(t *testing.T) {
 	dir := closedStore(t, 1, WithSigner(newTestSigner(t)))
-	a, ok, err := readAnchor(dir)
+	a, ok, err := statedir.ReadAnchor(dir)
 	if err != nil || !ok || a.Signature == "" {
 		t.Fatalf("anchor: %+v %v %v", a, ok, err)
 	}

@@ -1,11 +1,12 @@
 // Package auditstore keeps the audit rows of package audit in a state dir:
 // the Store appends each row to a journal and fdatasyncs it before Emit
 // returns (concurrent emitters sharing one append), chains it there, and
-// keeps a SQLite index every read uses, an anchor and signed checkpoints.
-// Verify and the Verifier check a chain's rows in order; Reader and
-// VerifyDir check a state dir without writing to it; Repair and RestoreTail
-// mend one. This file holds the Store type: its options, Open and Close,
-// and the index's schema.
+// keeps a SQLite index every read uses, an anchor and signed checkpoints;
+// Repair and RestoreTail mend a state dir. Reading and checking one without
+// a Store (Reader, VerifyDir, Verify and the Verifier, the signing key
+// files) is its internal package statedir, re-exported in statedir.go.
+// This file holds the Store type: its options, Open and Close, and the
+// index's schema.
 package auditstore
 
 import (
@@ -29,10 +30,9 @@ import (
 	"cyberos.dev/internal/sqliteerr"
 
 	"cyberos.dev/audit"
-)
 
-// FileName is the store's file inside the state dir.
-const FileName = "audit.db"
+	"cyberos.dev/audit/auditstore/internal/statedir"
+)
 
 // schemaVersion is PRAGMA user_version of a store this code can write.
 const schemaVersion = 3
@@ -99,8 +99,6 @@ const openInvocationsFill = `INSERT OR IGNORE INTO open_invocations (seq, invoca
 	WHERE s.kind = 'skill.invoked_started' AND NOT EXISTS (
 		SELECT 1 FROM audit_rows c WHERE c.invocation_id = s.invocation_id AND c.kind = 'skill.invoked_completed')`
 
-const rowColumns = `seq, row_id, kind, ts, prev_hash, row_hash, payload`
-
 // insertChunks are the multi-row INSERT statements prepared, largest first.
 var insertChunks = []int{64, 16, 4, 1}
 
@@ -127,6 +125,11 @@ type options struct {
 	signer      *audit.Signer
 	sink        Sink
 }
+
+// Sink records a signed head somewhere the state dir's owner cannot rewrite
+// (syslog, journald, a fleet store). It must not block for long: the
+// applier calls it.
+type Sink func(audit.Checkpoint)
 
 // Option tunes Open.
 type Option func(*options)
@@ -213,9 +216,9 @@ func Open(stateDir string, opts ...Option) (*Store, error) {
 			if errors.Is(err, ErrNeedsRepair) {
 				return nil, err
 			}
-			if isCorrupt(err) {
+			if statedir.IsCorrupt(err) {
 				dir, _ := filepath.Abs(stateDir)
-				return nil, fmt.Errorf("%w: %w; %s", ErrNeedsRepair, err, repairHint(dir))
+				return nil, fmt.Errorf("%w: %w; %s", ErrNeedsRepair, err, statedir.RepairHint(dir))
 			}
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
@@ -313,7 +316,7 @@ func open(stateDir string, o options) (_ *Store, err error) {
 			return nil, fmt.Errorf("%s: quick_check: %w", s.path, err)
 		}
 		if check != "ok" {
-			return nil, fmt.Errorf("%w: %s is damaged (quick_check: %s); %s", ErrNeedsRepair, s.path, check, repairHint(dir))
+			return nil, fmt.Errorf("%w: %s is damaged (quick_check: %s); %s", ErrNeedsRepair, s.path, check, statedir.RepairHint(dir))
 		}
 	}
 	if s.db, err = sql.Open("sqlite", uri+"?"+params+"&_pragma=query_only(1)"); err != nil {
@@ -324,11 +327,11 @@ func open(stateDir string, o options) (_ *Store, err error) {
 	for _, n := range insertChunks {
 		values := strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?), `, n), `, `)
 		if s.insert[n], err = s.wconn.PrepareContext(ctx,
-			`INSERT INTO audit_rows (`+rowColumns+`) VALUES `+values); err != nil {
+			`INSERT INTO audit_rows (`+statedir.RowColumns+`) VALUES `+values); err != nil {
 			return nil, fmt.Errorf("prepare insert: %w", err)
 		}
 	}
-	if s.head, err = s.wconn.PrepareContext(ctx, headQuery); err != nil {
+	if s.head, err = s.wconn.PrepareContext(ctx, statedir.HeadQuery); err != nil {
 		return nil, fmt.Errorf("prepare head: %w", err)
 	}
 	if err := s.openJournalTail(ctx); err != nil {
@@ -391,7 +394,7 @@ func (s *Store) initSchema(ctx context.Context) error {
 // it links to the one before (or to GenesisHash when it is seq 1). A full
 // check is Verify's job; this one is cheap enough for every Open.
 func (s *Store) checkTail(ctx context.Context) error {
-	rows, err := s.query(ctx, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq DESC LIMIT 2`)
+	rows, err := s.query(ctx, `SELECT `+statedir.RowColumns+` FROM audit_rows ORDER BY seq DESC LIMIT 2`)
 	if err != nil {
 		return fmt.Errorf("%s: read tail: %w", s.path, err)
 	}
@@ -418,10 +421,10 @@ func (s *Store) checkTail(ctx context.Context) error {
 // otherwise new rows would chain from a different head than the index's.
 // An empty journal continues the index (a store from before the journal).
 func (s *Store) openJournalTail(ctx context.Context) error {
-	if err := flock(s.j.w, lockExclusive); err != nil {
+	if err := statedir.Flock(s.j.w, statedir.LockExclusive); err != nil {
 		return fmt.Errorf("%s: lock journal: %w", s.j.path, err)
 	}
-	defer unlock(s.j.w)
+	defer statedir.Unlock(s.j.w)
 	end, size, last, err := s.j.tail()
 	// The whole tail is read once per boot and journal file (tailmark.go).
 	dir := filepath.Dir(s.j.path)
@@ -467,7 +470,7 @@ func (s *Store) openJournalTail(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: corrupt last line: %w", s.j.path, err)
 	}
-	heads, err := s.query(ctx, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq DESC LIMIT 1`)
+	heads, err := s.query(ctx, `SELECT `+statedir.RowColumns+` FROM audit_rows ORDER BY seq DESC LIMIT 1`)
 	if err != nil {
 		return fmt.Errorf("%s: read tail: %w", s.path, err)
 	}
@@ -521,7 +524,7 @@ func (s *Store) checkJournalLength(ctx context.Context, end int64, last []byte) 
 		return nil
 	}
 	var seq int64
-	if err := s.wconn.QueryRowContext(ctx, headQuery).Scan(&seq, new(string)); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := s.wconn.QueryRowContext(ctx, statedir.HeadQuery).Scan(&seq, new(string)); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%s: read chain head: %w", s.path, err)
 	}
 	what := fmt.Sprintf("the journal %s is missing or empty", s.j.path)
@@ -533,20 +536,20 @@ func (s *Store) checkJournalLength(ctx context.Context, end int64, last []byte) 
 	}
 	dir := filepath.Dir(s.path)
 	return fmt.Errorf("%w: %s, but the index %s holds rows up to seq %d, applied from %d journal bytes: refusing to write rows that would not continue that chain; %s",
-		ErrNeedsRepair, what, s.path, seq, applied, repairHint(dir))
+		ErrNeedsRepair, what, s.path, seq, applied, statedir.RepairHint(dir))
 }
 
 // checkAnchor refuses a chain (every row applied to the index) that ends
 // before the anchor or does not hold its row.
 func (s *Store) checkAnchor(ctx context.Context, lastSeq int64) error {
 	dir := filepath.Dir(s.path)
-	err := checkAnchor(dir, lastSeq, func(seq int64) (string, error) {
+	err := statedir.CheckAnchor(dir, lastSeq, func(seq int64) (string, error) {
 		var h string
 		err := s.wconn.QueryRowContext(ctx, `SELECT row_hash FROM audit_rows WHERE seq = ?`, seq).Scan(&h)
 		return h, err
 	})
 	if errors.Is(err, ErrNeedsRepair) {
-		return fmt.Errorf("%w; %s", err, repairHint(dir))
+		return fmt.Errorf("%w; %s", err, statedir.RepairHint(dir))
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", AnchorName, err)
@@ -585,12 +588,12 @@ func (s *Store) Close() error {
 func (s *Store) anchorHead() {
 	s.jmu.Lock()
 	defer s.jmu.Unlock()
-	if err := flock(s.j.w, lockExclusive); err != nil {
+	if err := statedir.Flock(s.j.w, statedir.LockExclusive); err != nil {
 		return
 	}
 	h, _, _, err := s.readHead()
-	unlock(s.j.w)
-	if err == nil && advanceAnchor(filepath.Dir(s.path), h, s.opts.signer) == nil {
+	statedir.Unlock(s.j.w)
+	if err == nil && statedir.AdvanceAnchor(filepath.Dir(s.path), h.seq, h.hash, s.opts.signer) == nil {
 		s.toSink(h)
 	}
 }

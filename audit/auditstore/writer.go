@@ -22,6 +22,8 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"cyberos.dev/audit"
+
+	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
 // startAt gives the writer its first guess of the chain head, h at journal
@@ -131,8 +133,8 @@ type writerState struct {
 	// buffer for reuse.
 	tipEnd int64
 	tip    head
-	// jmu serializes this process's holders of the journal's flock (the
-	// committer and Reserve): an flock belongs to the open file, so it does
+	// jmu serializes this process's holders of the journal's statedir.Flock (the
+	// committer and Reserve): an statedir.Flock belongs to the open file, so it does
 	// not exclude goroutines sharing the descriptor.
 	jmu         sync.Mutex
 	entropy     *ulid.MonotonicEntropy
@@ -479,10 +481,10 @@ func (s *Store) take(lone bool) *batch {
 func (s *Store) commit(b *batch) error {
 	s.jmu.Lock()
 	defer s.jmu.Unlock()
-	if err := flock(s.j.w, lockExclusive); err != nil {
+	if err := statedir.Flock(s.j.w, statedir.LockExclusive); err != nil {
 		return fmt.Errorf("lock journal: %w", err)
 	}
-	defer unlock(s.j.w)
+	defer statedir.Unlock(s.j.w)
 	start, size, err := s.j.appendPoint()
 	if err != nil {
 		return fmt.Errorf("read journal end: %w", err)
@@ -681,10 +683,8 @@ func (s *Store) headOf(last []byte) (head, error) {
 		return head{r.Seq, r.RowHash}, nil
 	}
 	h := head{0, audit.GenesisHash}
-	if err := s.db.QueryRowContext(context.Background(), headQuery).Scan(&h.seq, &h.hash); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := s.db.QueryRowContext(context.Background(), statedir.HeadQuery).Scan(&h.seq, &h.hash); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return head{}, fmt.Errorf("read chain head: %w", err)
 	}
 	return h, nil
 }
-
-const headQuery = `SELECT seq, row_hash FROM audit_rows ORDER BY seq DESC LIMIT 1`

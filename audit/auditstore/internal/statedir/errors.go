@@ -1,4 +1,4 @@
-package auditstore
+package statedir
 
 import (
 	"errors"

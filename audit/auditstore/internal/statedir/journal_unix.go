@@ -1,6 +1,6 @@
 //go:build unix
 
-package auditstore
+package statedir
 
 import (
 	"os"
@@ -9,14 +9,14 @@ import (
 )
 
 const (
-	lockShared    = unix.LOCK_SH
-	lockExclusive = unix.LOCK_EX
-	lockNone      = unix.LOCK_UN
+	LockShared    = unix.LOCK_SH
+	LockExclusive = unix.LOCK_EX
+	LockNone      = unix.LOCK_UN
 )
 
-// flock takes (or with lockNone releases) an advisory lock on f's open file
+// Flock takes (or with LockNone releases) an advisory lock on f's open file
 // description, waiting for it; interrupted waits are retried.
-func flock(f *os.File, how int) error {
+func Flock(f *os.File, how int) error {
 	for {
 		err := unix.Flock(int(f.Fd()), how)
 		if err != unix.EINTR {
@@ -25,9 +25,9 @@ func flock(f *os.File, how int) error {
 	}
 }
 
-// unlock releases f's lock. LOCK_UN never waits and cannot fail on an open
+// Unlock releases f's lock. LOCK_UN never waits and cannot fail on an open
 // f; closing f would release the lock in any case.
-func unlock(f *os.File) { _ = flock(f, lockNone) }
+func Unlock(f *os.File) { _ = Flock(f, LockNone) }
 
 // FreeSpace returns what this process may still write on the filesystem
 // holding path (root may use the blocks reserved for it) and the
@@ -41,9 +41,9 @@ func FreeSpace(path string) (free, size int64, ok bool) {
 	return space(&st)
 }
 
-// freeSpace is FreeSpace's free bytes for the filesystem holding open
+// FileFreeSpace is FreeSpace's free bytes for the filesystem holding open
 // file f.
-func freeSpace(f *os.File) (free int64, ok bool) {
+func FileFreeSpace(f *os.File) (free int64, ok bool) {
 	var st unix.Statfs_t
 	if unix.Fstatfs(int(f.Fd()), &st) != nil {
 		return 0, false

@@ -1,4 +1,4 @@
-package auditstore
+package statedir
 
 import (
 	"encoding/json"
@@ -19,10 +19,6 @@ import (
 // rows are written, every anchorEvery.
 const AnchorName = "audit.anchor"
 
-// anchorEvery is how often the applier records the head while rows flow
-// (a variable so tests can shorten it).
-var anchorEvery = 10 * time.Second
-
 // Anchor is a chain head recorded outside the journal.
 type Anchor struct {
 	Seq     int64  `json:"seq"`
@@ -34,13 +30,13 @@ type Anchor struct {
 	Signature string `json:"signature,omitempty"`
 }
 
-// checkpoint is a's signed head, for Checkpoint.Check.
-func (a Anchor) checkpoint() audit.Checkpoint {
+// Checkpoint is a's signed head, for Checkpoint.Check.
+func (a Anchor) Checkpoint() audit.Checkpoint {
 	return audit.Checkpoint{Seq: a.Seq, RowHash: a.RowHash, PublicKey: a.PublicKey, Signature: a.Signature}
 }
 
-// readAnchor returns the anchor in dir (ok false when there is none).
-func readAnchor(dir string) (a Anchor, ok bool, err error) {
+// ReadAnchor returns the anchor in dir (ok false when there is none).
+func ReadAnchor(dir string) (a Anchor, ok bool, err error) {
 	b, err := os.ReadFile(filepath.Join(dir, AnchorName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Anchor{}, false, nil
@@ -57,13 +53,13 @@ func readAnchor(dir string) (a Anchor, ok bool, err error) {
 	return a, true, nil
 }
 
-// advanceAnchor records h as the anchor unless the anchor is already at or
+// AdvanceAnchor records the head (seq, rowHash) as the anchor unless the anchor is already at or
 // past it: it only moves forward. Writers of every process serialise on a
 // lock on the state dir; the file is replaced whole (written, synced,
 // renamed), so a crash leaves the old anchor or the new one. With a signer
 // the anchor is signed.
-func advanceAnchor(dir string, h head, signer *audit.Signer) error {
-	if h.seq < 1 {
+func AdvanceAnchor(dir string, seq int64, rowHash string, signer *audit.Signer) error {
+	if seq < 1 {
 		return nil
 	}
 	d, err := os.Open(dir)
@@ -71,16 +67,16 @@ func advanceAnchor(dir string, h head, signer *audit.Signer) error {
 		return err
 	}
 	defer d.Close()
-	if err := flock(d, lockExclusive); err != nil {
+	if err := Flock(d, LockExclusive); err != nil {
 		return err
 	}
-	defer unlock(d)
-	if cur, ok, err := readAnchor(dir); err == nil && ok && cur.Seq >= h.seq {
+	defer Unlock(d)
+	if cur, ok, err := ReadAnchor(dir); err == nil && ok && cur.Seq >= seq {
 		return nil
 	}
-	a := Anchor{Seq: h.seq, RowHash: h.hash, TS: time.Now().UTC().Format(audit.TimeFormat)}
+	a := Anchor{Seq: seq, RowHash: rowHash, TS: time.Now().UTC().Format(audit.TimeFormat)}
 	if signer != nil {
-		a.PublicKey, a.Signature = signer.PublicKey(), signer.Sign(h.seq, h.hash)
+		a.PublicKey, a.Signature = signer.PublicKey(), signer.Sign(seq, rowHash)
 	}
 	b, _ := json.Marshal(a)
 	tmp := filepath.Join(dir, AnchorName+".tmp")
@@ -90,7 +86,7 @@ func advanceAnchor(dir string, h head, signer *audit.Signer) error {
 	}
 	_, err = f.Write(append(b, '\n'))
 	if err == nil {
-		err = datasync(f)
+		err = Datasync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -105,10 +101,10 @@ func advanceAnchor(dir string, h head, signer *audit.Signer) error {
 	return d.Sync()
 }
 
-// checkAnchor compares the chain's last row (seq, hash at the anchor's seq
+// CheckAnchor compares the chain's last row (seq, hash at the anchor's seq
 // when the chain reaches it) with the anchor in dir.
-func checkAnchor(dir string, lastSeq int64, hashAt func(seq int64) (string, error)) error {
-	a, ok, err := readAnchor(dir)
+func CheckAnchor(dir string, lastSeq int64, hashAt func(seq int64) (string, error)) error {
+	a, ok, err := ReadAnchor(dir)
 	if err != nil || !ok {
 		return err
 	}

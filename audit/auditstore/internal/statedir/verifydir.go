@@ -2,7 +2,7 @@
 // compared with the index's copy, then the anchor and the heads recorded
 // outside the state dir.
 
-package auditstore
+package statedir
 
 import (
 	"context"
@@ -58,9 +58,9 @@ func (r *Reader) Verify(ctx context.Context) (Report, error) {
 // (indexTail), then the anchor (anchorProblems) and the heads recorded
 // outside the state dir (headProblems).
 func (r *Reader) VerifyWith(ctx context.Context, opts VerifyOptions) (Report, error) {
-	c := &dirCheck{r: r, opts: opts, v: NewVerifier(), idx: &indexCursor{}, headHash: make([]string, len(opts.Heads))}
+	c := &dirCheck{r: r, opts: opts, v: NewVerifier(), idx: &IndexCursor{}, headHash: make([]string, len(opts.Heads))}
 	c.v.PinKey(opts.PublicKey)
-	c.anchor, c.haveAnchor, c.anchorErr = readAnchor(r.dir)
+	c.anchor, c.haveAnchor, c.anchorErr = ReadAnchor(r.dir)
 	defer c.idx.close()
 	c.openIndex(ctx)
 	if err := c.legacyRows(); err != nil {
@@ -82,7 +82,7 @@ type dirCheck struct {
 	r    *Reader
 	opts VerifyOptions
 	v    *Verifier
-	idx  *indexCursor
+	idx  *IndexCursor
 
 	anchor     Anchor
 	haveAnchor bool
@@ -119,7 +119,7 @@ func (c *dirCheck) openIndex(ctx context.Context) {
 		}
 	}
 	if r.db != nil && r.dbErr == nil {
-		rs, err := r.db.QueryContext(ctx, `SELECT `+rowColumns+` FROM audit_rows ORDER BY seq`)
+		rs, err := r.db.QueryContext(ctx, `SELECT `+RowColumns+` FROM audit_rows ORDER BY seq`)
 		if err != nil {
 			r.dbErr = err
 		} else {
@@ -132,14 +132,14 @@ func (c *dirCheck) openIndex(ctx context.Context) {
 	if r.db == nil && r.dbErr == nil {
 		c.notes = append(c.notes, fmt.Sprintf("there is no index (%s): the next start builds it from the journal", FileName))
 	}
-	c.idx.next() // the index's read snapshot starts here
+	c.idx.Next() // the index's read snapshot starts here
 }
 
 // indexBroken records that the index cannot be read (any further) and
 // stops the walk over its rows.
 func (c *dirCheck) indexBroken(err error) {
 	c.v.problems = append(c.v.problems, Problem{File: FileName,
-		Reason: fmt.Sprintf("the index cannot be read: %v; %s", err, repairHint(c.r.dir))})
+		Reason: fmt.Sprintf("the index cannot be read: %v; %s", err, RepairHint(c.r.dir))})
 	c.idx.rs = nil
 }
 
@@ -161,7 +161,7 @@ func (c *dirCheck) legacyRows() error {
 		})
 	}
 	legacy := firstSeq < 0 && r.applied <= 0 // no journal line, and the index was never fed by one
-	for ; idx.ok() && (legacy || idx.row.Seq < firstSeq); idx.next() {
+	for ; idx.OK() && (legacy || idx.row.Seq < firstSeq); idx.Next() {
 		n := len(v.problems)
 		v.Add(idx.row)
 		c.seen(idx.row)
@@ -195,16 +195,16 @@ func (c *dirCheck) journalRow(line int, jrow audit.Row, jerr error) {
 	if jerr == nil {
 		want = jrow.Seq
 	}
-	for idx.ok() && idx.row.Seq < want {
+	for idx.OK() && idx.row.Seq < want {
 		v.problems = append(v.problems, Problem{Seq: idx.row.Seq, RowID: idx.row.RowID, File: JournalName, Line: line,
 			Reason: fmt.Sprintf("in the index but not in the journal (line %d holds seq %d)", line, want)})
-		idx.next()
+		idx.Next()
 	}
 	var irow *audit.Row
-	if idx.ok() && idx.row.Seq == want {
+	if idx.OK() && idx.row.Seq == want {
 		cp := idx.row
 		irow = &cp
-		idx.next()
+		idx.Next()
 	}
 	if jerr != nil {
 		p := Problem{Seq: want, File: JournalName, Line: line, Reason: fmt.Sprintf("not a valid row: %v", jerr)}
@@ -225,7 +225,7 @@ func (c *dirCheck) journalRow(line int, jrow audit.Row, jerr error) {
 	v.locate(n, JournalName, line)
 	if irow == nil {
 		switch {
-		case idx.ok(): // the index holds later rows: this one was removed
+		case idx.OK(): // the index holds later rows: this one was removed
 			v.problems = append(v.problems, Problem{Seq: jrow.Seq, RowID: jrow.RowID, File: FileName,
 				Reason: fmt.Sprintf("missing from the index (%s line %d has it, the index holds later rows)", JournalName, line)})
 		case idx.rs != nil:
@@ -270,9 +270,9 @@ func (c *dirCheck) compareCopies(prev *audit.Row, n, line int, jrow, irow audit.
 // that failed during the walk.
 func (c *dirCheck) indexTail() {
 	v, idx := c.v, c.idx
-	if idx.ok() {
+	if idx.OK() {
 		first, last, count := idx.row, idx.row, 0
-		for ; idx.ok(); idx.next() {
+		for ; idx.OK(); idx.Next() {
 			last = idx.row
 			count++
 		}
@@ -282,7 +282,7 @@ func (c *dirCheck) indexTail() {
 		}
 		v.problems = append(v.problems, Problem{Seq: first.Seq, RowID: first.RowID, File: JournalName,
 			Reason: fmt.Sprintf("%s: %d rows from seq %d to the index's last, seq %d, are only in the index; %s",
-				what, count, first.Seq, last.Seq, repairHint(c.r.dir))})
+				what, count, first.Seq, last.Seq, RepairHint(c.r.dir))})
 	}
 	if idx.err != nil {
 		c.indexBroken(idx.err)
@@ -309,7 +309,7 @@ func (c *dirCheck) anchorProblems() {
 	}
 	switch {
 	case anchor.Signature != "":
-		if err := anchor.checkpoint().Check(c.opts.PublicKey); err != nil {
+		if err := anchor.Checkpoint().Check(c.opts.PublicKey); err != nil {
 			v.problems = append(v.problems, Problem{Seq: anchor.Seq, File: AnchorName, Field: "signature", Reason: err.Error()})
 		}
 	case c.opts.PublicKey != "":
@@ -350,8 +350,8 @@ func (c *dirCheck) report() Report {
 	return rep
 }
 
-// indexCursor walks the index's rows in seq order.
-type indexCursor struct {
+// IndexCursor walks the index's rows in seq order.
+type IndexCursor struct {
 	rs    *sql.Rows // nil: no (more) rows to walk
 	query *sql.Rows // the query rs was, closed at the end
 	row   audit.Row
@@ -359,7 +359,18 @@ type indexCursor struct {
 	err   error
 }
 
-func (c *indexCursor) next() {
+// NewIndexCursor walks rs, a query of RowColumns in seq order; call Next
+// for the first row.
+func NewIndexCursor(rs *sql.Rows) *IndexCursor { return &IndexCursor{rs: rs} }
+
+// Row is the row the cursor is at (when OK).
+func (c *IndexCursor) Row() audit.Row { return c.row }
+
+// Err is why the walk stopped early (nil: it reached the end).
+func (c *IndexCursor) Err() error { return c.err }
+
+// Next moves to the next row.
+func (c *IndexCursor) Next() {
 	c.has = false
 	if c.rs == nil || !c.rs.Next() {
 		if c.rs != nil {
@@ -377,10 +388,11 @@ func (c *indexCursor) next() {
 	c.has = true
 }
 
-func (c *indexCursor) ok() bool { return c.has }
+// OK reports whether the cursor is at a row.
+func (c *IndexCursor) OK() bool { return c.has }
 
 // close ends the query the walk was started on, if any.
-func (c *indexCursor) close() {
+func (c *IndexCursor) close() {
 	if c.query != nil {
 		c.query.Close()
 	}

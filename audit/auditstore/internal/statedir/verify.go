@@ -1,4 +1,4 @@
-package auditstore
+package statedir
 
 import (
 	"encoding/json"
@@ -46,6 +46,10 @@ type Problem struct {
 
 	lost bool // the chain ends before its anchor (Repair may accept that)
 }
+
+// Lost reports whether p is rows lost past the anchor or a recorded head:
+// the chain ends before it (Repair may accept that).
+func (p Problem) Lost() bool { return p.lost }
 
 // Verify checks a complete chain, in order: seq runs 1, 2, 3… without gaps;
 // row 1's prev_hash is GenesisHash and every other row's prev_hash is the
@@ -126,9 +130,9 @@ func (v *Verifier) Add(r audit.Row) {
 	v.setPrev(r)
 }
 
-// problem records a problem with r found by a check outside the chain (the
-// store's comparison of its two copies).
-func (v *Verifier) problem(r audit.Row, reason string) {
+// AddProblem records a problem with r found by a check outside the chain
+// (the store's comparison of its two copies).
+func (v *Verifier) AddProblem(r audit.Row, reason string) {
 	v.problems = append(v.problems, Problem{Seq: r.Seq, RowID: r.RowID, Reason: reason})
 }
 

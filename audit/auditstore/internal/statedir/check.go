@@ -1,4 +1,4 @@
-package auditstore
+package statedir
 
 import (
 	"bufio"
@@ -25,14 +25,14 @@ var ErrNeedsRepair = fmt.Errorf("%w: needs repair", ErrUnavailable)
 // RepairCommand is the command that checks and repairs the store in dir.
 func RepairCommand(dir string) string { return "cyberos audit repair --state-dir " + dir }
 
-// repairHint is the sentence errors that need a repair end with.
-func repairHint(dir string) string {
+// RepairHint is the sentence errors that need a repair end with.
+func RepairHint(dir string) string {
 	return "check and repair it with `" + RepairCommand(dir) + "` (with the daemon stopped)"
 }
 
-// isCorrupt reports whether err is SQLite's SQLITE_CORRUPT (11) or
+// IsCorrupt reports whether err is SQLite's SQLITE_CORRUPT (11) or
 // SQLITE_NOTADB (26): the index file is damaged.
-func isCorrupt(err error) bool {
+func IsCorrupt(err error) bool {
 	var coder interface{ Code() int }
 	if errors.As(err, &coder) {
 		c := coder.Code() & 0xff
@@ -69,7 +69,7 @@ func OpenReader(stateDir string) (*Reader, error) {
 	r := &Reader{dir: dir, applied: -1}
 	// The index first: the journal's end read after it is at or past
 	// every row the index holds (rows are applied only once durable).
-	r.db, r.dbErr = openIndexReadOnly(filepath.Join(dir, FileName))
+	r.db, r.dbErr = OpenIndexReadOnly(filepath.Join(dir, FileName))
 	if r.db != nil {
 		if err := r.db.QueryRow(`SELECT applied FROM journal_state`).Scan(&r.applied); err != nil {
 			r.dbErr, r.applied = err, -1
@@ -98,11 +98,11 @@ func (r *Reader) readEnd() error {
 	if r.j == nil {
 		return nil
 	}
-	if err := flock(r.j, lockShared); err != nil {
+	if err := Flock(r.j, LockShared); err != nil {
 		return fmt.Errorf("%w: %s: lock: %w", ErrUnavailable, r.j.Name(), err)
 	}
-	defer unlock(r.j)
-	end, _, err := findEnd(r.j, r.jend, make([]byte, 64<<10))
+	defer Unlock(r.j)
+	end, _, err := FindEnd(r.j, r.jend, make([]byte, 64<<10))
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, r.j.Name(), err)
 	}
@@ -110,12 +110,12 @@ func (r *Reader) readEnd() error {
 	return nil
 }
 
-// openIndexReadOnly opens the index read-only (nil, nil when there is
+// OpenIndexReadOnly opens the index read-only (nil, nil when there is
 // none). Without a -wal file no connection has the index open (SQLite
 // keeps the file while one does), so the main file is all there is and it
 // is opened immutable: SQLite then creates no -shm or -wal file, which a
 // read-only or full state dir could not take.
-func openIndexReadOnly(path string) (*sql.DB, error) {
+func OpenIndexReadOnly(path string) (*sql.DB, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -151,7 +151,7 @@ func (r *Reader) Close() error {
 
 // indexErr describes an unreadable index and names the repair.
 func (r *Reader) indexErr(err error) error {
-	return fmt.Errorf("%w: %s: cannot read the index: %w; %s", ErrNeedsRepair, filepath.Join(r.dir, FileName), err, repairHint(r.dir))
+	return fmt.Errorf("%w: %s: cannot read the index: %w; %s", ErrNeedsRepair, filepath.Join(r.dir, FileName), err, RepairHint(r.dir))
 }
 
 // Each calls fn for every row matching f in seq order, as Store.Each: the
@@ -162,7 +162,7 @@ func (r *Reader) Each(ctx context.Context, f Filter, fn func(audit.Row) error) e
 	}
 	if r.j == nil && r.db != nil && r.applied > 0 || r.applied > r.jend {
 		return fmt.Errorf("%w: %s is missing or shorter (%d bytes) than the index has applied (%d bytes); %s",
-			ErrNeedsRepair, filepath.Join(r.dir, JournalName), r.jend, r.applied, repairHint(r.dir))
+			ErrNeedsRepair, filepath.Join(r.dir, JournalName), r.jend, r.applied, RepairHint(r.dir))
 	}
 	var last int64
 	n := 0
@@ -175,10 +175,9 @@ func (r *Reader) Each(ctx context.Context, f Filter, fn func(audit.Row) error) e
 	}
 	if r.db != nil {
 		// The head first: the rows above it come from the journal.
-		if err := r.db.QueryRowContext(ctx, headQuery).Scan(&last, new(string)); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := r.db.QueryRowContext(ctx, HeadQuery).Scan(&last, new(string)); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return r.indexErr(err)
 		}
-		s := &Store{}
 		where := []string{`seq <= ?`}
 		args := []any{last}
 		if f.InvocationID != "" {
@@ -190,11 +189,11 @@ func (r *Reader) Each(ctx context.Context, f Filter, fn func(audit.Row) error) e
 		if f.AfterSeq > 0 {
 			where, args = append(where, `seq > ?`), append(args, f.AfterSeq)
 		}
-		q := `SELECT ` + rowColumns + ` FROM audit_rows`
+		q := `SELECT ` + RowColumns + ` FROM audit_rows`
 		if len(where) > 0 {
 			q += ` WHERE ` + strings.Join(where, ` AND `)
 		}
-		err := s.each(ctx, r.db, q+` ORDER BY seq`, args, limited)
+		err := EachRow(ctx, r.db, q+` ORDER BY seq`, args, limited)
 		if errors.Is(err, errStop) {
 			return nil
 		}
@@ -237,6 +236,18 @@ var errStop = errors.New("stop")
 // rowsLost starts the reason of a chain that ends before its anchor.
 const rowsLost = "rows lost"
 
+// EachJournalLine is journalLines over the whole journal f, up to its end
+// (its first NUL byte), without a lock: for a repair, with the daemon
+// stopped.
+func EachJournalLine(f *os.File, fn func(line int, row audit.Row, err error) error) error {
+	r := &Reader{j: f}
+	var err error
+	if r.jend, _, err = FindEnd(f, 0, make([]byte, 64<<10)); err != nil {
+		return err
+	}
+	return r.journalLines(0, fn)
+}
+
 // journalLines calls fn with each whole line of the journal from byte
 // offset from to its durable end, decoded, and its line number counted
 // from from (1 is the first line read).
@@ -255,4 +266,22 @@ func (r *Reader) journalLines(from int64, fn func(line int, row audit.Row, err e
 		return fmt.Errorf("%w: read %s: line %d: %w", ErrUnavailable, JournalName, line+1, err)
 	}
 	return nil
+}
+
+// EachJournalRow calls fn with every row of the journal (not the index), in
+// file order, up to its durable end. A line that does not decode stops
+// the walk with an error naming its line. No journal: no rows.
+func (r *Reader) EachJournalRow(ctx context.Context, fn func(audit.Row) error) error {
+	if r.j == nil {
+		return nil
+	}
+	return r.journalLines(0, func(line int, row audit.Row, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s line %d: %w", JournalName, line, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return fn(row)
+	})
 }

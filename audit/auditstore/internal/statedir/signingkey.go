@@ -1,4 +1,4 @@
-package auditstore
+package statedir
 
 import (
 	"crypto/ed25519"
@@ -102,8 +102,3 @@ func ReadPublicKey(path string) (string, error) {
 	}
 	return strings.ToLower(k), nil
 }
-
-// Sink records a signed head somewhere the state dir's owner cannot rewrite
-// (syslog, journald, a fleet store). It must not block for long: the
-// applier calls it.
-type Sink func(audit.Checkpoint)
