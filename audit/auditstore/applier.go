@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

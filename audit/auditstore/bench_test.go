@@ -14,10 +14,8 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
-
-	"cyberos.dev/audit/internal/canonref"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
+	"cyberos.dev/audit/internal/canonref"
 )
 
 // BenchmarkEmit measures durable Emit latency (each call returns after its

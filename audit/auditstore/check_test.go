@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

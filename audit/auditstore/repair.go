@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

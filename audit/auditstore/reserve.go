@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

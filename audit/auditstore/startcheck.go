@@ -6,7 +6,6 @@ package auditstore
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"strings"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
@@ -51,82 +49,117 @@ const maxStartProblems = 16
 // is a failure to read (not damage: that is in Problems).
 func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck, error) {
 	var sc StartCheck
-	add := func(p Problem) {
-		if len(sc.Problems) < maxStartProblems {
-			sc.Problems = append(sc.Problems, p)
-		}
+	if err := s.probeIndexes(ctx); err != nil {
+		return sc, err
 	}
-	q := func(query string, args ...any) ([]audit.Row, error) { return s.query(ctx, query, args...) }
-	// One lookup through each secondary index: a garbage page on the way
-	// to its leaves is refused here, not left for the applier's next
-	// insert to trip over. Pages further down are quick_check's
-	// (WithIndexCheck) and the scrub's.
+	prev, lastCP, err := s.checkLastCheckpoint(ctx, &sc)
+	if err != nil {
+		return sc, err
+	}
+	s.checkAnchorSignature(&sc)
+	if prev, err = s.verifiedHead(ctx, &sc, prev); err != nil {
+		return sc, err
+	}
+	return sc, s.checkRowsAfter(ctx, &sc, end, prev, lastCP)
+}
+
+// add records p, up to maxStartProblems.
+func (sc *StartCheck) add(p Problem) {
+	if len(sc.Problems) < maxStartProblems {
+		sc.Problems = append(sc.Problems, p)
+	}
+}
+
+// probeIndexes does one lookup through each secondary index: a garbage
+// page on the way to its leaves is refused here, not left for the
+// applier's next insert to trip over. Pages further down are
+// quick_check's (WithIndexCheck) and the scrub's.
+func (s *Store) probeIndexes(ctx context.Context) error {
 	for _, probe := range []string{
 		`SELECT count(*) FROM audit_rows INDEXED BY audit_rows_invocation WHERE invocation_id = ''`,
 		`SELECT count(*) FROM audit_rows INDEXED BY audit_rows_kind WHERE kind = ''`,
 		`SELECT count(*) FROM open_invocations INDEXED BY open_invocations_id WHERE invocation_id = ''`,
 	} {
 		if err := s.wconn.QueryRowContext(ctx, probe).Scan(new(int64)); err != nil {
-			return sc, err
+			return err
 		}
 	}
-	var prev *audit.Row // the row the tail's first row links to (nil: genesis)
-	cps, err := q(`SELECT `+statedir.RowColumns+` FROM audit_rows WHERE kind = ? ORDER BY seq DESC LIMIT 1`, string(audit.KindCheckpoint))
-	if err != nil {
-		return sc, err
-	}
-	lastCP := int64(-1) // the last checkpoint row's seq
-	if len(cps) == 1 {
-		c := cps[0]
-		lastCP = c.Seq
-		before, err := q(`SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq = ?`, c.Seq-1)
-		if err != nil {
-			return sc, err
-		}
-		var bp *audit.Row
-		if len(before) == 1 {
-			bp = &before[0]
-		}
-		reasons, payloadOK := audit.RowProblems(bp, c)
-		var head *audit.Row
-		if payloadOK && len(reasons) == 0 {
-			var err error
-			if head, reasons, err = s.signedHead(ctx, c); err != nil {
-				return sc, err
-			}
-		}
-		for _, r := range reasons {
-			add(Problem{Seq: c.Seq, RowID: c.RowID, File: FileName, Reason: r})
-		}
-		if len(reasons) == 0 {
-			sc.Checkpoint, prev = head.Seq, head
-		}
-	}
+	return nil
+}
 
-	// The signed anchor (its head is checked against the chain by Open).
+// checkLastCheckpoint checks the last checkpoint row: its own hash and
+// link, its signature, and that its head is the index's row. It returns
+// that head, the row the tail's first row links to (nil: genesis, or no
+// sound checkpoint), and the checkpoint row's seq (-1: none).
+func (s *Store) checkLastCheckpoint(ctx context.Context, sc *StartCheck) (prev *audit.Row, lastCP int64, err error) {
+	lastCP = -1
+	cps, err := s.query(ctx, `SELECT `+statedir.RowColumns+` FROM audit_rows WHERE kind = ? ORDER BY seq DESC LIMIT 1`, string(audit.KindCheckpoint))
+	if err != nil || len(cps) != 1 {
+		return nil, lastCP, err
+	}
+	c := cps[0]
+	lastCP = c.Seq
+	before, err := s.query(ctx, `SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq = ?`, c.Seq-1)
+	if err != nil {
+		return nil, lastCP, err
+	}
+	var bp *audit.Row
+	if len(before) == 1 {
+		bp = &before[0]
+	}
+	reasons, payloadOK := audit.RowProblems(bp, c)
+	var head *audit.Row
+	if payloadOK && len(reasons) == 0 {
+		if head, reasons, err = s.signedHead(ctx, c); err != nil {
+			return nil, lastCP, err
+		}
+	}
+	for _, r := range reasons {
+		sc.add(Problem{Seq: c.Seq, RowID: c.RowID, File: FileName, Reason: r})
+	}
+	if len(reasons) == 0 {
+		sc.Checkpoint, prev = head.Seq, head
+	}
+	return prev, lastCP, nil
+}
+
+// checkAnchorSignature checks the signed anchor's signature (its head is
+// checked against the chain by Open).
+func (s *Store) checkAnchorSignature(sc *StartCheck) {
 	if a, ok, err := statedir.ReadAnchor(filepath.Dir(s.path)); err == nil && ok && a.Signature != "" {
 		if err := a.Checkpoint().Check(""); err != nil {
-			add(Problem{Seq: a.Seq, File: AnchorName, Field: "signature", Reason: err.Error()})
+			sc.add(Problem{Seq: a.Seq, File: AnchorName, Field: "signature", Reason: err.Error()})
 		}
 	}
+}
 
-	// A later head an earlier start-up check verified (verifiedMark)
-	// bounds the tail further.
-	if m, ok := readVerifiedMark(filepath.Dir(s.path)); ok && m.Seq > sc.Checkpoint {
-		at, err := q(`SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq = ?`, m.Seq)
-		if err != nil {
-			return sc, err
-		}
-		if len(at) == 1 && at[0].RowHash == m.RowHash {
-			sc.Verified, prev = m.Seq, &at[0]
-		}
+// verifiedHead returns the later head an earlier start-up check verified
+// (verifiedMark), when it is past the checkpoint and still in the chain:
+// it bounds the tail further. Otherwise it returns prev.
+func (s *Store) verifiedHead(ctx context.Context, sc *StartCheck, prev *audit.Row) (*audit.Row, error) {
+	m, ok := readVerifiedMark(filepath.Dir(s.path))
+	if !ok || m.Seq <= sc.Checkpoint {
+		return prev, nil
 	}
-	after := max(sc.Checkpoint, sc.Verified)
-
-	// The journal from its first line after that head.
-	from, err := lineAfterSeq(s.j.r, end, after)
+	at, err := s.query(ctx, `SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq = ?`, m.Seq)
 	if err != nil {
-		return sc, err
+		return prev, err
+	}
+	if len(at) == 1 && at[0].RowHash == m.RowHash {
+		sc.Verified, prev = m.Seq, &at[0]
+	}
+	return prev, nil
+}
+
+// checkRowsAfter verifies every index row after the checkpoint's (or the
+// verified) head, linking the first to prev, and compares the journal's
+// lines after that head with them, in order (compareLine). Checkpoint rows
+// other than the last (seq lastCP) have their signatures checked here.
+func (s *Store) checkRowsAfter(ctx context.Context, sc *StartCheck, end int64, prev *audit.Row, lastCP int64) error {
+	after := max(sc.Checkpoint, sc.Verified)
+	from, err := statedir.LineAfterSeq(s.j.r, end, after)
+	if err != nil {
+		return err
 	}
 	jr := bufio.NewScanner(io.NewSectionReader(s.j.r, from, end-from))
 	jr.Buffer(make([]byte, 0, 64<<10), audit.MaxLineBytes)
@@ -142,7 +175,7 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 
 	rs, err := s.wconn.QueryContext(ctx, `SELECT `+statedir.RowColumns+` FROM audit_rows WHERE seq > ? ORDER BY seq`, after)
 	if err != nil {
-		return sc, err
+		return err
 	}
 	defer rs.Close()
 	idx := statedir.NewIndexCursor(rs)
@@ -151,7 +184,7 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 	jrow, jok, jerr := nextJournal()
 	for idx.Next(); idx.OK(); idx.Next() {
 		if err := ctx.Err(); err != nil {
-			return sc, err
+			return err
 		}
 		irow := idx.Row()
 		sc.Rows++
@@ -160,15 +193,15 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 			if len(reasons) == 0 {
 				reasons = []string{"row_hash does not recompute: the row was altered"}
 			}
-			add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: FileName, Reason: strings.Join(reasons, "; ")})
+			sc.add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: FileName, Reason: strings.Join(reasons, "; ")})
 		}
 		if irow.Kind == audit.KindCheckpoint && irow.Seq != lastCP {
 			_, reasons, err := s.signedHead(ctx, irow)
 			if err != nil {
-				return sc, err
+				return err
 			}
 			for _, r := range reasons {
-				add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: FileName, Reason: r})
+				sc.add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: FileName, Reason: r})
 			}
 		}
 		c := irow
@@ -178,41 +211,47 @@ func (s *Store) checkSinceCheckpoint(ctx context.Context, end int64) (StartCheck
 		if from == 0 && (line == 0 || line == 1 && jok && jerr == nil && jrow.Seq > irow.Seq) {
 			continue
 		}
-		switch {
-		case !jok:
-			add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName,
-				Reason: "in the index but not in the journal (the journal ends before it)"})
-		case jerr != nil:
-			add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName, Line: line,
-				Reason: fmt.Sprintf("not a valid row: %v", jerr)})
-		case jrow.Seq != irow.Seq:
-			add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName, Line: line,
-				Reason: fmt.Sprintf("the journal holds seq %d where the index holds seq %d: rows missing, duplicated or out of order", jrow.Seq, irow.Seq)})
-		default:
-			if diff := RowDiff(jrow, irow); diff != "" {
-				add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName, Line: line, Field: diff,
-					Reason: fmt.Sprintf("the journal's copy and the index's differ in %s", diff)})
-			}
-		}
+		sc.compareLine(irow, jrow, jok, jerr, line)
 		if jok {
 			jrow, jok, jerr = nextJournal()
 		}
 	}
 	if idx.Err() != nil {
 		if statedir.IsCorrupt(idx.Err()) {
-			add(Problem{File: FileName, Reason: fmt.Sprintf("the index cannot be read: %v", idx.Err())})
-			return sc, nil
+			sc.add(Problem{File: FileName, Reason: fmt.Sprintf("the index cannot be read: %v", idx.Err())})
+			return nil
 		}
-		return sc, idx.Err()
+		return idx.Err()
 	}
 	if jok {
-		add(Problem{Seq: jrow.Seq, RowID: jrow.RowID, File: JournalName, Line: line,
+		sc.add(Problem{Seq: jrow.Seq, RowID: jrow.RowID, File: JournalName, Line: line,
 			Reason: "in the journal past the index's last row"})
 	}
 	if err := jr.Err(); err != nil {
-		return sc, fmt.Errorf("read %s: %w", JournalName, err)
+		return fmt.Errorf("read %s: %w", JournalName, err)
 	}
-	return sc, nil
+	return nil
+}
+
+// compareLine compares the index's row irow with the journal's line that
+// must hold it (jok false: the journal ended; jerr: the line is not a row).
+func (sc *StartCheck) compareLine(irow, jrow audit.Row, jok bool, jerr error, line int) {
+	switch {
+	case !jok:
+		sc.add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName,
+			Reason: "in the index but not in the journal (the journal ends before it)"})
+	case jerr != nil:
+		sc.add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName, Line: line,
+			Reason: fmt.Sprintf("not a valid row: %v", jerr)})
+	case jrow.Seq != irow.Seq:
+		sc.add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName, Line: line,
+			Reason: fmt.Sprintf("the journal holds seq %d where the index holds seq %d: rows missing, duplicated or out of order", jrow.Seq, irow.Seq)})
+	default:
+		if diff := RowDiff(jrow, irow); diff != "" {
+			sc.add(Problem{Seq: irow.Seq, RowID: irow.RowID, File: JournalName, Line: line, Field: diff,
+				Reason: fmt.Sprintf("the journal's copy and the index's differ in %s", diff)})
+		}
+	}
 }
 
 // signedHead checks checkpoint row c's payload: its signature verifies,
@@ -273,53 +312,6 @@ func markVerified(stateDir string, h audit.Row) {
 	if os.WriteFile(tmp, append(b, '\n'), 0o600) == nil && os.Rename(tmp, path) != nil {
 		_ = os.Remove(tmp)
 	}
-}
-
-// lineAfterSeq returns the offset in the journal f (whole lines below end)
-// of the first line after the last line whose seq is at most seq, reading
-// backwards from end: a cost proportional to the lines after it. Lines that
-// do not decode are passed over (the forward check reports them). 0 when no
-// line is at or below seq.
-func lineAfterSeq(f *os.File, end, seq int64) (int64, error) {
-	if seq <= 0 {
-		return 0, nil
-	}
-	const block = 256 << 10
-	var carry []byte // the start of the line that continues past the block read last
-	pos := end
-	for pos > 0 {
-		n := min(int64(block), pos)
-		pos -= n
-		buf := make([]byte, n, int(n)+len(carry))
-		if _, err := f.ReadAt(buf, pos); err != nil {
-			return 0, err
-		}
-		buf = append(buf, carry...)
-		// Lines ending in buf, last first; the first, unless pos is 0, may
-		// start before buf.
-		stop := len(buf)
-		for {
-			i := bytes.LastIndexByte(buf[:max(stop-1, 0)], '\n')
-			if i < 0 {
-				break
-			}
-			if r, err := audit.DecodeRow(bytes.TrimSuffix(buf[i+1:stop], []byte("\n"))); err == nil && r.Seq <= seq {
-				return pos + int64(stop), nil
-			}
-			stop = i + 1
-		}
-		if pos == 0 {
-			if r, err := audit.DecodeRow(bytes.TrimSuffix(buf[:stop], []byte("\n"))); err == nil && r.Seq <= seq {
-				return int64(stop), nil
-			}
-			return 0, nil
-		}
-		carry = append([]byte(nil), buf[:stop]...)
-		if len(carry) > audit.MaxLineBytes+1 {
-			return 0, fmt.Errorf("%s: a line before byte %d is longer than %d bytes", JournalName, pos+int64(len(carry)), audit.MaxLineBytes)
-		}
-	}
-	return 0, nil
 }
 
 // damageError is the refusal a store with problems gives every new

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 
@@ -273,10 +272,10 @@ func TestLineAfterSeq(t *testing.T) {
 		offs = append(offs, end)
 	}
 	for _, seq := range []int64{0, 1, 2, 100, 239, 240, 500} {
-		got, err := lineAfterSeq(f, end, seq)
+		got, err := statedir.LineAfterSeq(f, end, seq)
 		want := offs[min(seq, int64(len(lines)))]
 		if err != nil || got != want {
-			t.Errorf("lineAfterSeq(%d) = %d, %v; want %d", seq, got, err, want)
+			t.Errorf("statedir.LineAfterSeq(%d) = %d, %v; want %d", seq, got, err, want)
 		}
 	}
 }

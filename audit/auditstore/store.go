@@ -27,11 +27,9 @@ import (
 	"github.com/oklog/ulid/v2"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
-	"cyberos.dev/internal/sqliteerr"
-
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
+	"cyberos.dev/internal/sqliteerr"
 )
 
 // schemaVersion is PRAGMA user_version of a store this code can write.

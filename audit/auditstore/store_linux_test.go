@@ -12,9 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cyberos.dev/internal/testutil"
-
 	"cyberos.dev/audit"
+	"cyberos.dev/internal/testutil"
 )
 
 // mountTmpfs mounts a tmpfs of the given size on a fresh temp dir, removed

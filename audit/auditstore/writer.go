@@ -22,7 +22,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"cyberos.dev/audit"
-
 	"cyberos.dev/audit/auditstore/internal/statedir"
 )
 

@@ -148,3 +148,50 @@ func readErr(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("%w: read: %w", ErrUnavailable, err)
 }
+
+// LineAfterSeq returns the offset in the journal f (whole lines below end)
+// of the first line after the last line whose seq is at most seq, reading
+// backwards from end: a cost proportional to the lines after it. Lines that
+// do not decode are passed over (the forward check reports them). 0 when no
+// line is at or below seq.
+func LineAfterSeq(f *os.File, end, seq int64) (int64, error) {
+	if seq <= 0 {
+		return 0, nil
+	}
+	const block = 256 << 10
+	var carry []byte // the start of the line that continues past the block read last
+	pos := end
+	for pos > 0 {
+		n := min(int64(block), pos)
+		pos -= n
+		buf := make([]byte, n, int(n)+len(carry))
+		if _, err := f.ReadAt(buf, pos); err != nil {
+			return 0, err
+		}
+		buf = append(buf, carry...)
+		// Lines ending in buf, last first; the first, unless pos is 0, may
+		// start before buf.
+		stop := len(buf)
+		for {
+			i := bytes.LastIndexByte(buf[:max(stop-1, 0)], '\n')
+			if i < 0 {
+				break
+			}
+			if r, err := audit.DecodeRow(bytes.TrimSuffix(buf[i+1:stop], []byte("\n"))); err == nil && r.Seq <= seq {
+				return pos + int64(stop), nil
+			}
+			stop = i + 1
+		}
+		if pos == 0 {
+			if r, err := audit.DecodeRow(bytes.TrimSuffix(buf[:stop], []byte("\n"))); err == nil && r.Seq <= seq {
+				return int64(stop), nil
+			}
+			return 0, nil
+		}
+		carry = append([]byte(nil), buf[:stop]...)
+		if len(carry) > audit.MaxLineBytes+1 {
+			return 0, fmt.Errorf("%s: a line before byte %d is longer than %d bytes", JournalName, pos+int64(len(carry)), audit.MaxLineBytes)
+		}
+	}
+	return 0, nil
+}
