@@ -5,13 +5,15 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"cyberos.dev/audit/internal/canonref"
 )
 
 // withLibraryCanonical runs f with the builders encoding through
-// encoding/json + jcs.Transform (see libraryCanonical).
+// encoding/json + jcs.Transform (see canonref.Builders).
 func withLibraryCanonical(f func()) {
-	libraryCanonical = jcsCanonical
-	defer func() { libraryCanonical = nil }()
+	canonref.Builders = canonref.JCS
+	defer func() { canonref.Builders = nil }()
 	f()
 }
 
@@ -37,7 +39,7 @@ func TestLibraryCanonicalMatchesBuilders(t *testing.T) {
 		}
 		strs = append(strs, b.String())
 	}
-	ints := []int64{0, 1, 9, 10, 999, 1 << 31, 1<<32 + 7, 1 << 40, 123456789012345, maxJSONInt - 1, maxJSONInt, -1, maxJSONInt + 1}
+	ints := []int64{0, 1, 9, 10, 999, 1 << 31, 1<<32 + 7, 1 << 40, 123456789012345, MaxJSONInt - 1, MaxJSONInt, -1, MaxJSONInt + 1}
 	containments := []any{
 		map[string]any{},
 		map[string]any{"seccomp": "default", "uid": 65534, "mem_bytes": int64(1) << 50, "ro": []string{"/usr", "é\u2028"}},

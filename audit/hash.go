@@ -1,10 +1,12 @@
-// Package audit is the durable, hash-chained record of every skill
-// invocation: the rows (built by pure functions from typed values, carrying
-// RFC 8785 canonical-JSON SHA-256 hashes instead of raw args and results),
-// the Store (a journal each row is appended and fdatasynced to before Emit
-// returns, concurrent emitters sharing one append, and a SQLite index every
-// read uses), the chain and pairing check (Verify), and the JSON-lines form
-// `audit export` writes and `audit verify --file` reads.
+// Package audit is the row model of the hash-chained record of every skill
+// invocation: the kinds, outcomes and rows (Row, and the Drafts pure
+// builders make from typed values such as Common), carrying RFC 8785
+// canonical-JSON SHA-256 hashes instead of raw args and results (HashJSON);
+// a row's hash and the chain-link rules every verifier applies row by row
+// (Row.ComputeHash, RowProblems); signed checkpoints (Signer, Checkpoint);
+// and the JSON-lines form the journal holds, `audit export` writes and
+// `audit verify --file` reads. It opens no file: package audit/auditstore
+// keeps the rows.
 package audit
 
 import (

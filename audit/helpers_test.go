@@ -1,12 +1,12 @@
 package audit
 
 import (
-	"context"
-	"database/sql"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // zeroHash returns a valid 64-hex hash distinct per n.
@@ -39,66 +39,36 @@ func invocation(inv string) []Draft {
 	}
 }
 
-func openStore(t testing.TB, dir string, opts ...Option) *Store {
+// chain links drafts into rows as a writer does (seq from 1, each
+// prev_hash the row_hash before, row_hash from ComputeHash), without a
+// store; every row passes RowProblems.
+func chain(t testing.TB, drafts ...Draft) []Row {
 	t.Helper()
-	s, err := Open(dir, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-func emitAll(t testing.TB, s *Store, drafts ...Draft) []Row {
-	t.Helper()
-	var rows []Row
-	for _, d := range drafts {
-		r, err := s.Emit(context.Background(), d)
+	rows := make([]Row, 0, len(drafts))
+	var prev *Row
+	for i, d := range drafts {
+		payload, err := d.Canonical()
 		if err != nil {
-			t.Fatalf("emit %s: %v", d.Kind, err)
-		}
-		rows = append(rows, r)
-	}
-	return rows
-}
-
-func allRows(t testing.TB, s *Store) []Row {
-	t.Helper()
-	rows, err := s.Rows(context.Background(), Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rows
-}
-
-// rawDB opens the store's file directly, as someone with access to the
-// state dir would, with the append-only triggers dropped if asked.
-func rawDB(t testing.TB, dir string, dropTriggers bool) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", filepath.Join(dir, FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	for _, q := range []string{`DROP TRIGGER audit_rows_no_update`, `DROP TRIGGER audit_rows_no_delete`} {
-		if !dropTriggers {
-			break
-		}
-		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
 		}
+		r := Row{Seq: int64(i + 1), RowID: ulid.Make().String(), Kind: d.Kind,
+			TS: time.Now().UTC().Format(TimeFormat), PrevHash: GenesisHash, Payload: payload}
+		if prev != nil {
+			r.PrevHash = prev.RowHash
+		}
+		if r.RowHash, err = r.ComputeHash(); err != nil {
+			t.Fatal(err)
+		}
+		if reasons, _ := RowProblems(prev, r); len(reasons) > 0 {
+			t.Fatalf("row %d does not verify: %v", r.Seq, reasons)
+		}
+		rows = append(rows, r)
+		prev = &rows[len(rows)-1]
 	}
-	return db
+	return rows
 }
 
-// problemsFor returns the reasons Verify gave for the row with this seq or
-// row id.
-func problemsFor(rep Report, seq int64, rowID string) []string {
-	var out []string
-	for _, p := range rep.Problems {
-		if p.Seq == seq || p.RowID == rowID {
-			out = append(out, p.Reason)
-		}
-	}
-	return out
+func rowsEqual(a, b Row) bool {
+	return a.Seq == b.Seq && a.RowID == b.RowID && a.Kind == b.Kind && a.TS == b.TS &&
+		a.PrevHash == b.PrevHash && a.RowHash == b.RowHash && string(a.Payload) == string(b.Payload)
 }

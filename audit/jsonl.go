@@ -50,11 +50,11 @@ func appendRowJSON(b []byte, r Row) []byte {
 	return append(b, "}\n"...)
 }
 
-// appendJournalLine is appendRowJSON for a row the writer just built: its
+// AppendJournalLine is appendRowJSON for a row the writer just built: its
 // payload is canonical JSON (valid, one line) and its other strings are
 // ASCII that needs no escaping, so nothing is checked or escaped twice.
 // A string that does need escaping still gets it.
-func appendJournalLine(b []byte, r Row) []byte {
+func AppendJournalLine(b []byte, r Row) []byte {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendInt(b, r.Seq, 10)
 	for _, kv := range [...][2]string{{"row_id", r.RowID}, {"kind", string(r.Kind)}, {"ts", r.TS}, {"prev_hash", r.PrevHash}, {"row_hash", r.RowHash}} {
@@ -121,7 +121,7 @@ func ReadJSONL(r io.Reader) ([]Row, error) {
 		if len(line) == 0 {
 			continue
 		}
-		row, err := decodeRow(line)
+		row, err := DecodeRow(line)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
@@ -136,16 +136,16 @@ func ReadJSONL(r io.Reader) ([]Row, error) {
 	return rows, nil
 }
 
-// decodeRow reads one line (no newline) that must be a JSON object with
+// DecodeRow reads one line (no newline) that must be a JSON object with
 // exactly the Row's keys: a journal line or an export line.
-func decodeRow(line []byte) (Row, error) {
+func DecodeRow(line []byte) (Row, error) {
 	if r, ok := decodeWriterLine(line); ok {
 		return r, nil
 	}
 	return decodeRowJSON(line)
 }
 
-// decodeRowJSON is decodeRow through encoding/json, for any line.
+// decodeRowJSON is DecodeRow through encoding/json, for any line.
 func decodeRowJSON(line []byte) (Row, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(line, &raw); err != nil {
@@ -165,18 +165,18 @@ func decodeRowJSON(line []byte) (Row, error) {
 	return r, nil
 }
 
-// decodeWriterLine reads a line in the layout appendJournalLine and
+// decodeWriterLine reads a line in the layout AppendJournalLine and
 // appendRowJSON write when no string needs escaping:
 //
 //	{"seq":N,"row_id":"…","kind":"…","ts":"…","prev_hash":"…","row_hash":"…","payload":{…}}
 //
 // byte for byte: N plain decimal digits, strings of the bytes the writer
 // leaves unescaped (plainByte), the payload a valid JSON object with
-// nothing around it. Such a line means to encoding/json exactly the Row read here, so decodeRow
+// nothing around it. Such a line means to encoding/json exactly the Row read here, so DecodeRow
 // takes it (ok) without decoding the line twice as JSON, which costs ten
 // times as much: every journal line goes through here when the index is
 // built from the journal (Open after a crash, the applier) and when Verify
-// or `audit verify --file` reads it. Anything else is left to decodeRow's
+// or `audit verify --file` reads it. Anything else is left to DecodeRow's
 // encoding/json path. FuzzDecodeWriterLine holds the two to each other.
 func decodeWriterLine(line []byte) (Row, bool) {
 	i, ok := skipText(line, 0, `{"seq":`)

@@ -14,10 +14,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
+
+	"cyberos.dev/audit/internal/canonref"
 )
 
-// Kind names what a row records. The set is closed: Emit and Verify refuse
-// any other kind.
+// ErrInvalidRow: a Draft that does not satisfy its kind's contract
+// (unknown kind, missing or extra payload key, malformed hash or outcome).
+// Emit writes nothing for it.
+var ErrInvalidRow = errors.New("invalid audit row")
+
+// Kind names what a row records. The set is closed: the store's Emit and
+// Verify refuse any other kind.
 type Kind string
 
 // The row kinds (DESIGN.md "Audit rows").
@@ -67,7 +74,7 @@ const (
 	// deadline path.
 	OutcomeCancelled = "cancelled"
 	// OutcomeLost closes an invocation whose supervisor died before it could
-	// record the real outcome (found through Store.Unterminated on restart).
+	// record the real outcome (found through auditstore.Store.Unterminated on restart).
 	OutcomeLost = "lost"
 )
 
@@ -78,9 +85,9 @@ const GenesisHash = "00000000000000000000000000000000000000000000000000000000000
 // fractional digits, so timestamps sort as text.
 const TimeFormat = "2006-01-02T15:04:05.000000000Z"
 
-// maxJSONInt is the largest integer an RFC 8785 canonical form keeps exact
+// MaxJSONInt is the largest integer an RFC 8785 canonical form keeps exact
 // (numbers are IEEE 754 doubles there).
-const maxJSONInt = 1<<53 - 1
+const MaxJSONInt = 1<<53 - 1
 
 // Common is carried by every payload, so any row can be joined to its
 // invocation, request, skill, tenant and trace without another lookup.
@@ -130,7 +137,7 @@ func (r Row) ComputeHash() (string, error) {
 		Seq      int64           `json:"seq"`
 		TS       string          `json:"ts"`
 	}{r.Kind, r.Payload, r.PrevHash, r.RowID, r.Seq, r.TS}
-	if r.Seq < 0 || r.Seq > maxJSONInt {
+	if r.Seq < 0 || r.Seq > MaxJSONInt {
 		return "", fmt.Errorf("seq %d out of range", r.Seq)
 	}
 	raw, err := json.Marshal(env)
@@ -152,11 +159,11 @@ func (r Row) ComputeHash() (string, error) {
 // TestWriterHashMatchesComputeHash holds this to ComputeHash. ok is false
 // for a row the shortcut does not cover, and the caller uses ComputeHash.
 func (r Row) writerHash() (_ string, ok bool) {
-	if !plainJSON(string(r.Kind)) || !plainJSON(r.PrevHash) || !plainJSON(r.RowID) || !plainJSON(r.TS) || r.Seq < 0 || r.Seq > maxJSONInt {
+	if !plainJSON(string(r.Kind)) || !plainJSON(r.PrevHash) || !plainJSON(r.RowID) || !plainJSON(r.TS) || r.Seq < 0 || r.Seq > MaxJSONInt {
 		return "", false
 	}
-	b := appendHashPrefix(nil, r.Kind, r.Payload)
-	b = appendHashSuffix(b, r.PrevHash, r.RowID, r.Seq, r.TS)
+	b := AppendHashPrefix(nil, r.Kind, r.Payload)
+	b = AppendHashSuffix(b, r.PrevHash, r.RowID, r.Seq, r.TS)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), true
 }
@@ -172,7 +179,10 @@ func plainJSON(s string) bool {
 	return true
 }
 
-func appendHashPrefix(b []byte, kind Kind, payload []byte) []byte {
+// AppendHashPrefix appends the start of the text a row's hash covers, up to
+// its prev_hash's value (see writerHash): fixed once the draft is, so the
+// writer hashes it before the row is chained.
+func AppendHashPrefix(b []byte, kind Kind, payload []byte) []byte {
 	b = append(b, `{"kind":"`...)
 	b = append(b, kind...)
 	b = append(b, `","payload":`...)
@@ -180,7 +190,9 @@ func appendHashPrefix(b []byte, kind Kind, payload []byte) []byte {
 	return append(b, `,"prev_hash":"`...)
 }
 
-func appendHashSuffix[ID string | []byte](b []byte, prev string, rowID ID, seq int64, ts string) []byte {
+// AppendHashSuffix appends the rest of that text, from the prev_hash's value
+// on: known once the row is chained.
+func AppendHashSuffix[ID string | []byte](b []byte, prev string, rowID ID, seq int64, ts string) []byte {
 	b = append(b, prev...)
 	b = append(b, `","row_id":"`...)
 	b = append(b, rowID...)
@@ -327,22 +339,7 @@ type payload struct {
 	err     error
 	arr     [12]member
 	valBuf  [512]byte
-	generic map[string]any // the members' Go values, only while libraryCanonical is set
-}
-
-// libraryCanonical, when set (BenchmarkEmitCanon and TestLibraryCanonicalMatchesBuilders
-// only), makes the builders encode their members through it instead of the
-// payload's own encoder: the reference that encoder must beat end to end.
-var libraryCanonical func(members map[string]any) ([]byte, error)
-
-// jcsCanonical is the library's way to the same bytes: encoding/json, then
-// jcs.Transform.
-func jcsCanonical(members map[string]any) ([]byte, error) {
-	raw, err := json.Marshal(members)
-	if err != nil {
-		return nil, err
-	}
-	return jcs.Transform(raw)
+	generic map[string]any // the members' Go values, only while canonref.Builders is set
 }
 
 type member struct {
@@ -361,7 +358,7 @@ func newPayload(k Kind, c Common) *payload {
 	p.kind, p.err = k, nil
 	p.members, p.vals = p.arr[:0], p.valBuf[:0]
 	p.generic = nil
-	if libraryCanonical != nil {
+	if canonref.Builders != nil {
 		p.generic = map[string]any{}
 	}
 	p.required("invocation_id", c.InvocationID)
@@ -425,7 +422,7 @@ func (p *payload) strOrNull(key, v string) {
 }
 
 func (p *payload) hash(key, v string) {
-	if v != "" && !isHash(v) {
+	if v != "" && !IsHash(v) {
 		p.fail(key, fmt.Errorf("want \"\" or 64 lowercase hex characters, got %q", v))
 	}
 	p.str(key, v)
@@ -439,7 +436,7 @@ func (p *payload) oneOf(key, v string, allowed []string) {
 }
 
 func (p *payload) count(key string, n int64) {
-	if n < 0 || n > maxJSONInt {
+	if n < 0 || n > MaxJSONInt {
 		p.fail(key, fmt.Errorf("want an integer in [0, 2^53), got %d", n))
 	}
 	if p.generic != nil {
@@ -510,9 +507,9 @@ func (p *payload) draft() Draft {
 	return d
 }
 
-// libraryDraft is draft through libraryCanonical.
+// libraryDraft is draft through canonref.Builders.
 func (p *payload) libraryDraft() Draft {
-	b, err := libraryCanonical(p.generic)
+	b, err := canonref.Builders(p.generic)
 	if err != nil && p.err == nil {
 		p.err = fmt.Errorf("%w: %s payload: %w", ErrInvalidRow, p.kind, err)
 	}
@@ -696,13 +693,13 @@ func (k Kind) Valid() bool {
 // Validate reports why d is not a valid row (the error wraps ErrInvalidRow),
 // or nil.
 func (d Draft) Validate() error {
-	_, err := d.canonical()
+	_, err := d.Canonical()
 	return err
 }
 
-// canonical validates d and returns its payload in RFC 8785 canonical form,
+// Canonical validates d and returns its payload in RFC 8785 canonical form,
 // the bytes the store keeps and hashes.
-func (d Draft) canonical() ([]byte, error) {
+func (d Draft) Canonical() ([]byte, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -839,13 +836,15 @@ func hexDigest(v json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	if s != "" && !isHash(s) {
+	if s != "" && !IsHash(s) {
 		return fmt.Errorf("want \"\" or 64 lowercase hex characters, got %q", s)
 	}
 	return nil
 }
 
-func isHash(s string) bool {
+// IsHash reports whether s is a hash as rows carry them: 64 lowercase hex
+// digits.
+func IsHash(s string) bool {
 	if len(s) != 64 {
 		return false
 	}
@@ -875,7 +874,7 @@ func oneOf(allowed []string) check {
 
 func nonNegativeInt(v json.RawMessage) error {
 	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil || n < 0 || n > maxJSONInt {
+	if err != nil || n < 0 || n > MaxJSONInt {
 		return fmt.Errorf("want an integer in [0, 2^53), got %s", truncate(v))
 	}
 	return nil

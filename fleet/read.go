@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 )
 
 // RowFilter selects shipped rows; zero fields select everything.
@@ -83,8 +84,8 @@ func EachRow(ctx context.Context, pool *pgxpool.Pool, f RowFilter, fn func(host 
 
 // HostReport is one host's chain as PostgreSQL holds it.
 type HostReport struct {
-	Host   string       `json:"host_id"`
-	Report audit.Report `json:"report"`
+	Host   string            `json:"host_id"`
+	Report auditstore.Report `json:"report"`
 }
 
 // Verify checks every host's shipped chain (only host's, when set) as
@@ -100,7 +101,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string, heads 
 		return nil, fmt.Errorf("fleet: heads name one host's chain: give the host")
 	}
 	var out []HostReport
-	var v *audit.Verifier
+	var v *auditstore.Verifier
 	cur := ""
 	var last int64
 	headHash := make([]string, len(heads))
@@ -114,7 +115,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string, heads 
 			case last < h.Seq:
 				rep.Notes = append(rep.Notes, fmt.Sprintf("the head recorded for seq %d is not shipped yet (PostgreSQL holds up to seq %d)", h.Seq, last))
 			case headHash[i] != h.RowHash:
-				rep.Problems = append(rep.Problems, audit.Problem{Seq: h.Seq, Field: "row_hash",
+				rep.Problems = append(rep.Problems, auditstore.Problem{Seq: h.Seq, Field: "row_hash",
 					Reason: fmt.Sprintf("the shipped row_hash is not the one the host recorded (%.12s…): the chain was rewritten", h.RowHash)})
 				rep.OK = false
 			}
@@ -124,7 +125,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string, heads 
 	err := EachRow(ctx, pool, RowFilter{Host: host}, func(h string, r audit.Row) error {
 		if v == nil || h != cur {
 			flush()
-			v, cur = audit.NewVerifier(), h
+			v, cur = auditstore.NewVerifier(), h
 			v.PinKey(pubkey)
 		}
 		v.Add(r)
@@ -141,7 +142,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string, heads 
 	}
 	flush()
 	if host != "" && len(out) == 0 && len(heads) > 0 {
-		out = append(out, HostReport{Host: host, Report: audit.Report{OK: false, Problems: []audit.Problem{{
+		out = append(out, HostReport{Host: host, Report: auditstore.Report{OK: false, Problems: []auditstore.Problem{{
 			Reason: fmt.Sprintf("no shipped rows, but heads up to seq %d were recorded", heads[len(heads)-1].Seq)}}}})
 	}
 	return out, nil
@@ -154,7 +155,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, host, pubkey string, heads 
 type Rows struct{ Pool *pgxpool.Pool }
 
 // Each calls fn for every shipped row f selects, by host then seq.
-func (r Rows) Each(ctx context.Context, f audit.Filter, fn func(audit.Row) error) error {
+func (r Rows) Each(ctx context.Context, f auditstore.Filter, fn func(audit.Row) error) error {
 	if f.AfterSeq != 0 || f.Limit != 0 {
 		return fmt.Errorf("fleet: rows across hosts have no one seq order (AfterSeq, Limit)")
 	}

@@ -12,12 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/telemetry"
 )
 
-// Source is the host's audit store, read in seq order (audit.Store).
+// Source is the host's audit store, read in seq order (auditstore.Store).
 type Source interface {
-	Rows(ctx context.Context, f audit.Filter) ([]audit.Row, error)
+	Rows(ctx context.Context, f auditstore.Filter) ([]audit.Row, error)
 	LastSeq(ctx context.Context) (int64, error)
 }
 
@@ -162,7 +163,7 @@ func (s *Shipper) shipOnce(ctx context.Context) (int, error) {
 	if err := s.connect(ctx); err != nil {
 		return 0, err
 	}
-	rows, err := s.Source.Rows(ctx, audit.Filter{AfterSeq: s.last.seq, Limit: s.batch()})
+	rows, err := s.Source.Rows(ctx, auditstore.Filter{AfterSeq: s.last.seq, Limit: s.batch()})
 	if err != nil {
 		return 0, fmt.Errorf("fleet: read the journal: %w", err)
 	}

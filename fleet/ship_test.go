@@ -14,6 +14,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/telemetry"
 )
@@ -33,11 +34,11 @@ func newPool(t testing.TB, dsn string) *pgxpool.Pool {
 	return pool
 }
 
-func newStore(t *testing.T) *audit.Store { return benchStore(t) }
+func newStore(t *testing.T) *auditstore.Store { return benchStore(t) }
 
-func benchStore(t testing.TB) *audit.Store {
+func benchStore(t testing.TB) *auditstore.Store {
 	t.Helper()
-	s, err := audit.Open(t.TempDir())
+	s, err := auditstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,9 +47,9 @@ func benchStore(t testing.TB) *audit.Store {
 }
 
 // emit writes n invocations (started + completed rows) to s.
-func emit(t *testing.T, s *audit.Store, tenant string, n int) { emitB(t, s, tenant, n) }
+func emit(t *testing.T, s *auditstore.Store, tenant string, n int) { emitB(t, s, tenant, n) }
 
-func emitB(t testing.TB, s *audit.Store, tenant string, n int) {
+func emitB(t testing.TB, s *auditstore.Store, tenant string, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		c := audit.Common{InvocationID: fmt.Sprintf("inv-%s-%d-%d", tenant[:8], time.Now().UnixNano(), i), RequestID: "req", SkillID: "s", TenantID: tenant, TraceID: strings.Repeat("a", 32)}
@@ -86,9 +87,9 @@ func pgRows(t *testing.T, pool *pgxpool.Pool, host string) map[int64]string {
 }
 
 // sameAsJournal fails unless PostgreSQL holds exactly the store's rows.
-func sameAsJournal(t *testing.T, pool *pgxpool.Pool, host string, s *audit.Store) {
+func sameAsJournal(t *testing.T, pool *pgxpool.Pool, host string, s *auditstore.Store) {
 	t.Helper()
-	local, err := s.Rows(context.Background(), audit.Filter{})
+	local, err := s.Rows(context.Background(), auditstore.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestShipCopiesTheJournalExactly(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT payload, tenant_id FROM audit_rows WHERE host_id = 'host-a' AND seq = 1`).Scan(&payload, &tenant); err != nil {
 		t.Fatal(err)
 	}
-	first, _ := st.Rows(context.Background(), audit.Filter{Limit: 1})
+	first, _ := st.Rows(context.Background(), auditstore.Filter{Limit: 1})
 	if payload != string(first[0].Payload) || tenant != "11111111-1111-1111-1111-111111111111" {
 		t.Errorf("row 1: payload %q tenant %q; journal %q", payload, tenant, first[0].Payload)
 	}
@@ -311,7 +312,7 @@ func TestFleetVerifyAndExport(t *testing.T) {
 	emit(t, a, "11111111-1111-1111-1111-111111111111", 3)
 	emit(t, a, "22222222-2222-2222-2222-222222222222", 1)
 	emit(t, b, "11111111-1111-1111-1111-111111111111", 2)
-	for host, st := range map[string]*audit.Store{"host-a": a, "host-b": b} {
+	for host, st := range map[string]*auditstore.Store{"host-a": a, "host-b": b} {
 		if err := (&Shipper{Pool: db.host(host), HostID: host, Source: st}).Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +387,7 @@ func TestFleetVerifyAgainstAnchors(t *testing.T) {
 	if err := (&Shipper{Pool: pool, HostID: "host-a", Source: st}).Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rows, _ := st.Rows(context.Background(), audit.Filter{})
+	rows, _ := st.Rows(context.Background(), auditstore.Filter{})
 	good := audit.Checkpoint{Seq: 4, RowHash: rows[3].RowHash}
 	ahead := audit.Checkpoint{Seq: 9, RowHash: strings.Repeat("c", 64)}
 	reps, err := Verify(context.Background(), pool, "host-a", "", []audit.Checkpoint{good, ahead})

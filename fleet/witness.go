@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 )
 
 // PostgreSQL as the witness of each host's chain: the rows a host shipped
@@ -60,7 +61,7 @@ func CheckHead(ctx context.Context, q queryRower, host string, src Source) error
 		return fmt.Errorf("fleet: the journal's head: %w", err)
 	}
 	if at := min(localSeq, shippedSeq); at > 0 {
-		rows, err := src.Rows(ctx, audit.Filter{AfterSeq: at - 1, Limit: 1})
+		rows, err := src.Rows(ctx, auditstore.Filter{AfterSeq: at - 1, Limit: 1})
 		if err != nil {
 			return fmt.Errorf("fleet: the journal's seq %d: %w", at, err)
 		}
@@ -123,9 +124,9 @@ type WitnessReport struct {
 	// Differ are rows both hold whose copies differ (the first maxListed;
 	// DifferCount counts them all); Gaps rows the journal holds that
 	// PostgreSQL lacks though it holds later ones.
-	Differ      []audit.Problem `json:"differ"`
-	DifferCount int             `json:"differ_count"`
-	Gaps        []SeqRange      `json:"gaps"`
+	Differ      []auditstore.Problem `json:"differ"`
+	DifferCount int                  `json:"differ_count"`
+	Gaps        []SeqRange           `json:"gaps"`
 	// Unshipped are the journal's rows past PostgreSQL's last: shipping's
 	// lag, not damage.
 	Unshipped []SeqRange `json:"unshipped"`
@@ -186,10 +187,10 @@ func Compare(ctx context.Context, pool *pgxpool.Pool, host string, each func(fn 
 			localOnly = addSeq(localOnly, l.Seq)
 			return nil
 		}
-		if field := audit.RowDiff(l, pg); field != "" {
+		if field := auditstore.RowDiff(l, pg); field != "" {
 			rep.DifferCount++
 			if len(rep.Differ) < maxListed {
-				rep.Differ = append(rep.Differ, audit.Problem{Seq: l.Seq, RowID: l.RowID, Field: field,
+				rep.Differ = append(rep.Differ, auditstore.Problem{Seq: l.Seq, RowID: l.RowID, Field: field,
 					Reason: fmt.Sprintf("differs from PostgreSQL's copy (%s: journal row_hash %.12s…, PostgreSQL's %.12s…)", field, l.RowHash, pg.RowHash)})
 			}
 		}
@@ -229,7 +230,7 @@ type RestoreResult struct {
 // the rows PostgreSQL holds for host: only when the journal is a prefix of
 // the shipped chain (every row it holds is PostgreSQL's, and what it
 // lacks is PostgreSQL's rows after its last). The shipped rows carry
-// every field a journal line holds, so audit.RestoreTail writes the lines
+// every field a journal line holds, so auditstore.RestoreTail writes the lines
 // as the writer had, each checked to continue the chain. A journal that
 // differs from the shipped rows anywhere is not touched.
 func RestoreFromWitness(ctx context.Context, pool *pgxpool.Pool, host, stateDir string) (RestoreResult, error) {
@@ -272,7 +273,7 @@ func RestoreFromWitness(ctx context.Context, pool *pgxpool.Pool, host, stateDir 
 	if err != nil {
 		return res, fmt.Errorf("fleet: read %s's rows %s: %w", host, tail, err)
 	}
-	if err := audit.RestoreTail(ctx, stateDir, rows); err != nil {
+	if err := auditstore.RestoreTail(ctx, stateDir, rows); err != nil {
 		return res, err
 	}
 	res.Restored = tail
@@ -284,21 +285,21 @@ func RestoreFromWitness(ctx context.Context, pool *pgxpool.Pool, host, stateDir 
 // has no rows; an index without its journal is for `audit repair`, which
 // rebuilds the journal from it.
 func journalRows(ctx context.Context, stateDir string) (each func(fn func(audit.Row) error) error, closeReader func(), err error) {
-	_, jerr := os.Stat(filepath.Join(stateDir, audit.JournalName))
-	_, ierr := os.Stat(filepath.Join(stateDir, audit.FileName))
+	_, jerr := os.Stat(filepath.Join(stateDir, auditstore.JournalName))
+	_, ierr := os.Stat(filepath.Join(stateDir, auditstore.FileName))
 	switch {
 	case errors.Is(jerr, fs.ErrNotExist) && errors.Is(ierr, fs.ErrNotExist):
 		if fi, err := os.Stat(stateDir); err != nil {
-			return nil, nil, fmt.Errorf("%w: state dir %s: not a directory (%w)", audit.ErrUnavailable, stateDir, err)
+			return nil, nil, fmt.Errorf("%w: state dir %s: not a directory (%w)", auditstore.ErrUnavailable, stateDir, err)
 		} else if !fi.IsDir() {
-			return nil, nil, fmt.Errorf("%w: state dir %s: not a directory", audit.ErrUnavailable, stateDir)
+			return nil, nil, fmt.Errorf("%w: state dir %s: not a directory", auditstore.ErrUnavailable, stateDir)
 		}
 		return func(func(audit.Row) error) error { return nil }, func() {}, nil
 	case errors.Is(jerr, fs.ErrNotExist):
 		return nil, nil, fmt.Errorf("%w: %s has an index and no journal: `%s` rebuilds the journal from the index first",
-			audit.ErrNeedsRepair, stateDir, audit.RepairCommand(stateDir))
+			auditstore.ErrNeedsRepair, stateDir, auditstore.RepairCommand(stateDir))
 	}
-	r, err := audit.OpenReader(stateDir)
+	r, err := auditstore.OpenReader(stateDir)
 	if err != nil {
 		return nil, nil, err
 	}

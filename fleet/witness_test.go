@@ -12,6 +12,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/telemetry"
 )
@@ -19,7 +20,7 @@ import (
 // rowSource is a journal as a slice of rows (a cut or replaced one).
 type rowSource []audit.Row
 
-func (s rowSource) Rows(_ context.Context, f audit.Filter) ([]audit.Row, error) {
+func (s rowSource) Rows(_ context.Context, f auditstore.Filter) ([]audit.Row, error) {
 	var out []audit.Row
 	for _, r := range s {
 		if r.Seq > f.AfterSeq && (f.Limit == 0 || len(out) < f.Limit) {
@@ -45,9 +46,9 @@ func (s rowSource) each(fn func(audit.Row) error) error {
 	return nil
 }
 
-func storeRows(t *testing.T, s *audit.Store) rowSource {
+func storeRows(t *testing.T, s *auditstore.Store) rowSource {
 	t.Helper()
-	rows, err := s.Rows(context.Background(), audit.Filter{})
+	rows, err := s.Rows(context.Background(), auditstore.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestWitnessRefusesARoleBlindToTheHost(t *testing.T) {
 	ctx := context.Background()
 	db := newFleetDB(t, pg, "witness4")
 	dir := t.TempDir()
-	st, err := audit.Open(dir)
+	st, err := auditstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestRestoreFromWitness(t *testing.T) {
 	pool := newFleetDB(t, pg, "witness3").host("host-a")
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := audit.Open(dir)
+	st, err := auditstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,12 +226,12 @@ func TestRestoreFromWitness(t *testing.T) {
 	if a, b := journalOf(t, dir), journalOf(t, fresh); !bytes.Equal(a, b) {
 		t.Errorf("the restored journal (%d bytes) is not the shipped host's (%d bytes)", len(b), len(a))
 	}
-	if rep, err := audit.VerifyDir(ctx, fresh); err != nil || !rep.OK || rep.Rows != 12 {
+	if rep, err := auditstore.VerifyDir(ctx, fresh); err != nil || !rep.OK || rep.Rows != 12 {
 		t.Errorf("the restored state dir: %+v %v", rep, err)
 	}
 
 	other := t.TempDir()
-	os2, err := audit.Open(other)
+	os2, err := auditstore.Open(other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestRestoreFromWitness(t *testing.T) {
 // journalOf is the journal's lines in dir (its end is its first NUL byte).
 func journalOf(t *testing.T, dir string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, audit.JournalName))
+	b, err := os.ReadFile(filepath.Join(dir, auditstore.JournalName))
 	if err != nil {
 		t.Fatal(err)
 	}

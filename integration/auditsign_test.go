@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/internal/testutil"
 )
 
@@ -132,7 +133,7 @@ func TestAuditRechainedRewriteIsCaught(t *testing.T) {
 	}
 
 	// The forger signs the rewritten head with a key of its own.
-	evil, err := audit.LoadSigningKey(filepath.Join(t.TempDir(), "evil.key"), true)
+	evil, err := auditstore.LoadSigningKey(filepath.Join(t.TempDir(), "evil.key"), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/internal/testutil"
 )
 
@@ -150,7 +150,7 @@ func adminRoundTrip(b *testing.B, d *daemonProc) {
 // the same writes give row-fdatasync-b2b-p50-ms. Also the row's size
 // (row-bytes).
 func rowSyncFloor(b *testing.B, stateDir string) {
-	f, err := os.OpenFile(filepath.Join(stateDir, audit.JournalName), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(stateDir, auditstore.JournalName), os.O_RDWR, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

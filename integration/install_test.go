@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 )
 
 // TestServeCheckRefusesWhatServeRefuses: for each config that names a path
@@ -90,7 +90,7 @@ func TestServeCheckRefusesWhatServeRefuses(t *testing.T) {
 			if _, err := os.Lstat(admin); err == nil {
 				t.Errorf("serve made the admin socket %s before refusing the config", admin)
 			}
-			if _, err := os.Stat(filepath.Join(state, audit.FileName)); err == nil {
+			if _, err := os.Stat(filepath.Join(state, auditstore.FileName)); err == nil {
 				t.Errorf("serve opened an audit store in %s before refusing the config", state)
 			}
 		})

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/internal/testutil"
 )
 
@@ -52,14 +52,14 @@ func TestFleetWitnessCutTail(t *testing.T) {
 	}
 
 	// Cut every row after shipped-10 and delete what records the head.
-	journal := filepath.Join(e.stateDir, audit.JournalName)
+	journal := filepath.Join(e.stateDir, auditstore.JournalName)
 	orig := journalText(t, journal)
 	keep := shipped - 10
 	cutAt, shippedEnd := lineEnd(t, orig, keep), lineEnd(t, orig, shipped)
 	if err := os.Truncate(journal, int64(cutAt)); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{audit.AnchorName, audit.FileName, audit.FileName + "-wal", audit.FileName + "-shm"} {
+	for _, f := range []string{auditstore.AnchorName, auditstore.FileName, auditstore.FileName + "-wal", auditstore.FileName + "-shm"} {
 		os.Remove(filepath.Join(e.stateDir, f))
 	}
 	if out, err := cyberos("audit", "verify", "--state-dir", e.stateDir).CombinedOutput(); err != nil {
@@ -171,7 +171,7 @@ func TestFleetWitnessReplacedJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.run(dir).mustOutcome(t, "success")
-	journal := filepath.Join(e.stateDir, audit.JournalName)
+	journal := filepath.Join(e.stateDir, auditstore.JournalName)
 	replaced := journalText(t, journal)
 
 	code, logs := serveOnce(t, e, cfg)

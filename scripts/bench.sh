@@ -49,7 +49,7 @@ echo "   references, same run: BenchmarkEmitFloor (the same emitters into the le
 echo "   and BenchmarkEmitFlush (the disk alone: one 16 KiB write + fdatasync; at 100 emitters a row waits for one, its batch's, once the emitters woken with it have run)"
 echo "   40 000 rows per run: some 400 commits at 100 emitters (see BenchmarkEmit)"
 echo "   3 rounds, each: the store, then its floor, then the disk (so a drift of this machine's disk between rounds moves both)"
-go test -c -o "$tmp/audit.test" ./audit/
+go test -c -o "$tmp/audit.test" ./audit/auditstore/
 for round in 1 2 3; do
   "$tmp/audit.test" -test.run '^$' -test.bench '^BenchmarkEmit(Floor|Flush)?$' -test.benchtime 40000x -test.count 1 | grep -E '^Benchmark'
 done | tee -a "$tmp/emit.txt" "$raw"
@@ -65,7 +65,7 @@ awk '/^BenchmarkEmitCanon\// { for (i = 3; i < NF; i++) if ($(i+1) == "p95-ms") 
 echo "   the index applier's work per row (one transaction of 500 rows; issue 42's eight-caller floor):"
 go test -run '^$' -bench 'BenchmarkApply/rows=500$' -benchtime 3x -count 3 ./audit/ | grep -E '^Benchmark' | tee -a "$raw"
 echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids, hashes, journal lines):"
-go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/ | grep -E '^Benchmark' | tee -a "$raw"
+go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/auditstore/ | grep -E '^Benchmark' | tee -a "$raw"
 echo
 echo "== whole invocation in a real sandbox, durable audit vs a no-op sink, interleaved (20 rounds)"
 go test "${static[@]}" -run '^$' -bench BenchmarkRunAuditVsNoop -benchtime 20x -count 1 ./supervisor/ | grep -E '^Benchmark' | tee -a "$raw"

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor/sandbox"
 )
@@ -35,18 +36,18 @@ type faultyAuditor struct {
 
 func (f faultyAuditor) Emit(ctx context.Context, d audit.Draft) (audit.Row, error) {
 	if d.Kind == f.fail {
-		return audit.Row{}, fmt.Errorf("injected failure for %s: %w", d.Kind, audit.ErrUnavailable)
+		return audit.Row{}, fmt.Errorf("injected failure for %s: %w", d.Kind, auditstore.ErrUnavailable)
 	}
 	return f.inner.Emit(ctx, d)
 }
 
-func (s *Supervisor) store(t *testing.T) *audit.Store {
+func (s *Supervisor) store(t *testing.T) *auditstore.Store {
 	t.Helper()
 	switch a := s.Audit.(type) {
-	case *audit.Store:
+	case *auditstore.Store:
 		return a
 	case faultyAuditor:
-		return a.inner.(*audit.Store)
+		return a.inner.(*auditstore.Store)
 	}
 	t.Fatalf("no store behind %T", s.Audit)
 	return nil
@@ -54,7 +55,7 @@ func (s *Supervisor) store(t *testing.T) *audit.Store {
 
 func rowsOf(t *testing.T, s *Supervisor, id string) []audit.Row {
 	t.Helper()
-	rows, err := s.store(t).Rows(context.Background(), audit.Filter{InvocationID: id})
+	rows, err := s.store(t).Rows(context.Background(), auditstore.Filter{InvocationID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestAC03StartedFailureBlocksDispatch(t *testing.T) {
 	if f.lastSpec.ID != "" {
 		t.Fatal("the skill was dispatched although its started row was not written")
 	}
-	if rows, _ := s.store(t).Rows(context.Background(), audit.Filter{}); len(rows) != 0 {
+	if rows, _ := s.store(t).Rows(context.Background(), auditstore.Filter{}); len(rows) != 0 {
 		t.Errorf("%d rows written", len(rows))
 	}
 	// The broker started beside the row is closed: no socket is left.
@@ -253,7 +254,7 @@ func TestAC10TimeoutIsRecorded(t *testing.T) {
 	}
 }
 
-// AC 11 (emit p95 < 50 ms) is a speed property: audit.BenchmarkEmit measures
+// AC 11 (emit p95 < 50 ms) is a speed property: auditstore.BenchmarkEmit measures
 // it (see the issue note), not a timed test.
 
 func TestAC12TenantInBothRows(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/internal/tools"
 	"cyberos.dev/supervisor/sandbox"
@@ -67,7 +68,7 @@ func benchSetup(b *testing.B) (runner *sandbox.LinuxRunner, skill, state, profil
 // go test -tags seccomp -run '^$' -bench RunAuditVsNoop -benchtime 30x ./supervisor/
 func BenchmarkRunAuditVsNoop(b *testing.B) {
 	runner, skill, state, profiles := benchSetup(b)
-	store, err := audit.Open(state)
+	store, err := auditstore.Open(state)
 	if err != nil {
 		b.Fatal(err)
 	}

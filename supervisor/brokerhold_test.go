@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/sandbox"
 )
@@ -72,7 +73,7 @@ func TestNoCallReadBeforeTheStartedRowIsDurable(t *testing.T) {
 	if n, err := c.Read(make([]byte, 1)); err == nil || n > 0 {
 		t.Fatal("the broker answered a call before the started row was durable")
 	}
-	if rows, _ := store.(*audit.Store).Rows(context.Background(), audit.Filter{}); len(rows) != 0 {
+	if rows, _ := store.(*auditstore.Store).Rows(context.Background(), auditstore.Filter{}); len(rows) != 0 {
 		t.Fatalf("%d rows before the started row was durable: %s", len(rows), kinds(rows))
 	}
 	close(gate)

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 )
 
 // An invocation holds an exclusive flock on <state>/inflight/<id>.lock from
@@ -48,7 +49,7 @@ func releaseInflight(stateDir, id string, f *os.File) {
 type Reconciler interface {
 	Auditor
 	Unterminated(ctx context.Context) ([]audit.Row, error)
-	Rows(ctx context.Context, f audit.Filter) ([]audit.Row, error)
+	Rows(ctx context.Context, f auditstore.Filter) ([]audit.Row, error)
 }
 
 // Reconcile closes every invocation left started by a supervisor that died:
@@ -83,7 +84,7 @@ func (s *Supervisor) Reconcile(ctx context.Context, store Reconciler) ([]string,
 		}
 		// Holding the lock, look again: its supervisor may have written the
 		// completed row and released the lock since Unterminated read.
-		if done, err := store.Rows(ctx, audit.Filter{InvocationID: c.InvocationID, Kind: audit.KindInvokedCompleted}); err != nil || len(done) > 0 {
+		if done, err := store.Rows(ctx, auditstore.Filter{InvocationID: c.InvocationID, Kind: audit.KindInvokedCompleted}); err != nil || len(done) > 0 {
 			releaseInflight(s.StateDir, c.InvocationID, lock)
 			if err != nil {
 				errs = append(errs, err)

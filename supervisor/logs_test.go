@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 )
 
 // TestLogBudgetRemovesOldest: kept logs never exceed the budget; the
@@ -99,7 +99,7 @@ func TestLowDiskRefusesBeforeDispatch(t *testing.T) {
 	if f.lastSpec.ID != "" {
 		t.Error("the skill was dispatched")
 	}
-	rows, _ := s.store(t).Rows(context.Background(), audit.Filter{})
+	rows, _ := s.store(t).Rows(context.Background(), auditstore.Filter{})
 	if len(rows) != 0 {
 		t.Errorf("%d rows written", len(rows))
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/skillclient"
 	"cyberos.dev/supervisor/internal/broker"
 	"cyberos.dev/supervisor/sandbox"
@@ -141,7 +142,7 @@ func (o *recObserver) ToolCall(d broker.Decided) {
 // rowKinds are the kinds of the invocation's rows, in order.
 func rowKinds(t *testing.T, sup *Supervisor, id string) []audit.Kind {
 	t.Helper()
-	rows, err := sup.Audit.(*audit.Store).Rows(context.Background(), audit.Filter{InvocationID: id})
+	rows, err := sup.Audit.(*auditstore.Store).Rows(context.Background(), auditstore.Filter{InvocationID: id})
 	if err != nil {
 		t.Fatal(err)
 	}

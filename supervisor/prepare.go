@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor/internal/tools"
 	"cyberos.dev/supervisor/sandbox"
@@ -179,7 +180,7 @@ func (s *Supervisor) checkStateDir() error {
 	if err := unix.Access(s.StateDir, unix.W_OK); err != nil {
 		return fmt.Errorf("%w: state dir %s is not writable: %w", ErrRefused, s.StateDir, err)
 	}
-	if free, size, ok := audit.FreeSpace(s.StateDir); ok && free < s.minFree(size) {
+	if free, size, ok := auditstore.FreeSpace(s.StateDir); ok && free < s.minFree(size) {
 		return fmt.Errorf("%w: state dir %s has %d KiB free, below the %d KiB kept for the audit rows of running invocations", ErrRefused, s.StateDir, free>>10, s.minFree(size)>>10)
 	}
 	return nil

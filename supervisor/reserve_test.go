@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/supervisor/sandbox"
 )
 
@@ -24,7 +25,7 @@ func TestReserveHeldWhileRunning(t *testing.T) {
 	var during []string
 	f := &fakeRunner{stdout: "{}"}
 	s := newSup(t, f)
-	dir := filepath.Join(s.StateDir, audit.ReserveDirName)
+	dir := filepath.Join(s.StateDir, auditstore.ReserveDirName)
 	f.during = func(sandbox.Spec) {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
@@ -48,7 +49,7 @@ func TestReserveHeldWhileRunning(t *testing.T) {
 type refusingReserver struct{ Auditor }
 
 func (refusingReserver) Reserve(string) (func(), error) {
-	return nil, fmt.Errorf("injected: %w", audit.ErrNoSpace)
+	return nil, fmt.Errorf("injected: %w", auditstore.ErrNoSpace)
 }
 
 // TestReserveFailureBlocksDispatch: no reservation → refused before
@@ -56,17 +57,17 @@ func (refusingReserver) Reserve(string) (func(), error) {
 func TestReserveFailureBlocksDispatch(t *testing.T) {
 	f := &fakeRunner{stdout: "{}"}
 	s := newSup(t, f)
-	store := s.Audit.(*audit.Store)
+	store := s.Audit.(*auditstore.Store)
 	s.Audit = refusingReserver{store}
 	_, err := s.Run(t.Context(), Request{SkillDir: skillDir(t, "")})
 	var ae *AuditEmitError
-	if !errors.As(err, &ae) || ae.Stage != "reserve" || !errors.Is(err, ErrRefused) || !errors.Is(err, audit.ErrNoSpace) {
+	if !errors.As(err, &ae) || ae.Stage != "reserve" || !errors.Is(err, ErrRefused) || !errors.Is(err, auditstore.ErrNoSpace) {
 		t.Fatalf("err %v, want AuditEmitError{Stage: reserve} wrapping ErrNoSpace", err)
 	}
 	if f.lastSpec.ID != "" {
 		t.Fatal("the skill was dispatched without a reservation")
 	}
-	if rows, _ := store.Rows(context.Background(), audit.Filter{}); len(rows) != 0 {
+	if rows, _ := store.Rows(context.Background(), auditstore.Filter{}); len(rows) != 0 {
 		t.Errorf("%d rows written", len(rows))
 	}
 }
@@ -74,7 +75,7 @@ func TestReserveFailureBlocksDispatch(t *testing.T) {
 // startedRowWatcher checks, as the started row is emitted, that the
 // invocation's in-flight lock is held and its reservation stands.
 type startedRowWatcher struct {
-	*audit.Store
+	*auditstore.Store
 	state string
 	saw   []string // what was missing, or "held"
 }
@@ -94,7 +95,7 @@ func (w *startedRowWatcher) Emit(ctx context.Context, d audit.Draft) (audit.Row,
 		switch {
 		case !lockedByAnother(filepath.Join(w.state, "inflight", id+".lock")):
 			w.saw = append(w.saw, "in-flight lock not held")
-		case !exists(filepath.Join(w.state, audit.ReserveDirName, id)):
+		case !exists(filepath.Join(w.state, auditstore.ReserveDirName, id)):
 			w.saw = append(w.saw, "no reservation")
 		default:
 			w.saw = append(w.saw, "held")
@@ -125,7 +126,7 @@ func exists(path string) bool {
 func TestHoldsTakenBeforeTheStartedRow(t *testing.T) {
 	f := &fakeRunner{stdout: "{}"}
 	s := newSup(t, f)
-	w := &startedRowWatcher{Store: s.Audit.(*audit.Store), state: s.StateDir}
+	w := &startedRowWatcher{Store: s.Audit.(*auditstore.Store), state: s.StateDir}
 	s.Audit = w
 	dir := skillDir(t, "")
 	for range 20 {
@@ -169,10 +170,10 @@ func TestNothingHeldAfterARefusal(t *testing.T) {
 	if l := left(filepath.Join(s.StateDir, "inflight")); len(l) > 0 {
 		t.Errorf("in-flight locks left: %v", l)
 	}
-	if l := left(filepath.Join(s.StateDir, audit.ReserveDirName)); len(l) > 0 {
+	if l := left(filepath.Join(s.StateDir, auditstore.ReserveDirName)); len(l) > 0 {
 		t.Errorf("reservations left: %v", l)
 	}
-	if rows, err := s.store(t).Rows(context.Background(), audit.Filter{}); err != nil || len(rows) != 0 {
+	if rows, err := s.store(t).Rows(context.Background(), auditstore.Filter{}); err != nil || len(rows) != 0 {
 		t.Errorf("%d rows written for refused requests (%v)", len(rows), err)
 	}
 }

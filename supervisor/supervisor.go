@@ -221,14 +221,14 @@ type Envelope struct {
 }
 
 // Auditor takes audit rows and returns once they are durable: the
-// audit.Store in production; tests wrap it to make a stage fail.
+// auditstore.Store in production; tests wrap it to make a stage fail.
 type Auditor interface {
 	Emit(ctx context.Context, d audit.Draft) (audit.Row, error)
 }
 
 // Reserver is the optional side of an Auditor that holds journal space for
 // an invocation's terminal rows from before its started row until its
-// completed row is durable (audit.Store.Reserve); Auditors without it
+// completed row is durable (auditstore.Store.Reserve); Auditors without it
 // (tests' fakes) reserve nothing.
 type Reserver interface {
 	Reserve(invocationID string) (release func(), err error)

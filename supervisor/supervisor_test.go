@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/cgroups"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/policy"
@@ -163,7 +164,7 @@ func newSup(t *testing.T, f *fakeRunner) *Supervisor {
 func newSupWith(t *testing.T, r sandbox.Runner) *Supervisor {
 	t.Helper()
 	state := t.TempDir()
-	store, err := audit.Open(state)
+	store, err := auditstore.Open(state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestAnswerBeforeTeardown(t *testing.T) {
 	if err != nil || env.Outcome != OutcomeSuccess {
 		t.Fatalf("%v %+v", err, env)
 	}
-	rows, err := s.store(t).Rows(context.Background(), audit.Filter{InvocationID: env.InvocationID, Kind: audit.KindInvokedCompleted})
+	rows, err := s.store(t).Rows(context.Background(), auditstore.Filter{InvocationID: env.InvocationID, Kind: audit.KindInvokedCompleted})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("completed rows before the teardown: %v %v", rows, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/cgroups"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/sandbox"
@@ -159,7 +159,7 @@ func TestStartSlotRefusalRunsNothing(t *testing.T) {
 	if !errors.Is(err, ErrNotStarted) || !errors.Is(err, ErrRefused) {
 		t.Fatalf("err %v, want ErrNotStarted (an ErrRefused)", err)
 	}
-	rows, err := s.Audit.(*audit.Store).Rows(context.Background(), audit.Filter{})
+	rows, err := s.Audit.(*auditstore.Store).Rows(context.Background(), auditstore.Filter{})
 	if err != nil || len(rows) != 0 || r.cold.Load() != 0 {
 		t.Fatalf("%d rows (%v) and %d starts after a refused start slot, want none", len(rows), err, r.cold.Load())
 	}

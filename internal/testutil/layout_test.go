@@ -172,3 +172,69 @@ func TestWireImportsOnlyStdlib(t *testing.T) {
 		}
 	}
 }
+
+// TestRowModelLinksNoStore: packages that only need the audit row model
+// (outcomes, kinds, rows, drafts, hashes) link neither the audit store
+// (journal, SQLite index: audit/auditstore) nor, for telemetry and policy,
+// any SQLite driver. The broker and the tools link SQLite only through
+// memory, the skills' memory store. Imports are read from every non-test
+// file of the module, whatever its build tags.
+func TestRowModelLinksNoStore(t *testing.T) {
+	const module = "cyberos.dev/"
+	imports := map[string][]string{} // import path → its imports
+	for dir, files := range packages(t) {
+		pkg := module + filepath.ToSlash(dir)
+		for _, f := range files {
+			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range af.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				imports[pkg] = append(imports[pkg], path)
+			}
+		}
+	}
+	// via returns, for each package pkg links, the import chain to it.
+	via := func(pkg string) map[string]string {
+		seen := map[string]string{pkg: pkg}
+		queue := []string{pkg}
+		for len(queue) > 0 {
+			p := queue[0]
+			queue = queue[1:]
+			for _, imp := range imports[p] {
+				if _, ok := seen[imp]; !ok {
+					seen[imp] = seen[p] + " → " + imp
+					queue = append(queue, imp)
+				}
+			}
+		}
+		return seen
+	}
+	if _, ok := imports[module+"audit/auditstore"]; !ok {
+		t.Fatal("no package audit/auditstore: the store moved, update this test")
+	}
+	for _, c := range []struct {
+		pkg    string
+		sqlite bool // may link a SQLite driver (through memory)
+	}{
+		{"telemetry", false},
+		{"policy", false},
+		{"supervisor/internal/broker", true},
+		{"supervisor/internal/tools", true},
+	} {
+		deps := via(module + c.pkg)
+		if chain, ok := deps[module+"audit/auditstore"]; ok {
+			t.Errorf("%s links the audit store: %s", c.pkg, chain)
+		}
+		for dep, chain := range deps {
+			if strings.HasPrefix(dep, "modernc.org/sqlite") || strings.HasPrefix(dep, "github.com/mattn/go-sqlite3") {
+				if !c.sqlite {
+					t.Errorf("%s links a SQLite driver: %s", c.pkg, chain)
+				} else if !strings.Contains(chain, module+"memory") {
+					t.Errorf("%s links a SQLite driver other than through memory: %s", c.pkg, chain)
+				}
+			}
+		}
+	}
+}

@@ -5,7 +5,7 @@ import (
 	"io"
 	"log/slog"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/memory"
 	"cyberos.dev/supervisor"
 	"cyberos.dev/supervisor/internal/tools"
@@ -20,7 +20,7 @@ type assembly struct {
 	StateDir string
 	// AuditOptions and AuditErr: how the store is opened and how its
 	// failure to open is worded.
-	AuditOptions []audit.Option
+	AuditOptions []auditstore.Option
 	AuditErr     string
 	// SocketDir is the flag or config value, SocketDirDefault its fallback.
 	SocketDir, SocketDirDefault string
@@ -39,7 +39,7 @@ type assembly struct {
 // store (if a skill opened it), the audit store, and then the runner, which
 // ends and reaps its creation helper (orphaned, it would be left for init
 // to reap, in the daemon's cgroup).
-func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *audit.Store, closeAll func(), err error) {
+func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *auditstore.Store, closeAll func(), err error) {
 	runner, err := sandbox.New(a.Sandbox)
 	if err != nil {
 		return nil, nil, nil, &exitError{exitRefused, err}
@@ -49,7 +49,7 @@ func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *audit.Store, 
 			_ = c.Close()
 		}
 	}
-	store, err = audit.Open(a.StateDir, a.AuditOptions...)
+	store, err = auditstore.Open(a.StateDir, a.AuditOptions...)
 	if err != nil {
 		closeRunner()
 		return nil, nil, nil, &exitError{exitRefused, fmt.Errorf("%s: %w", a.AuditErr, err)}

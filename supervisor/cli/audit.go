@@ -14,24 +14,31 @@ import (
 	"github.com/spf13/cobra"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/fleet"
 )
 
+// newAuditCmd is `cyberos audit`: export, verify and repair a state dir's
+// audit store (or, with --dsn, a fleet's shipped rows).
 func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "audit", Short: "Export and verify the audit chain"}
-	var stateDir string
-	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "/var/lib/cyberos", "where the audit store lives")
+	stateDir := cmd.PersistentFlags().String("state-dir", "/var/lib/cyberos", "where the audit store lives")
+	cmd.AddCommand(newAuditExportCmd(stateDir), newAuditVerifyCmd(stateDir), newAuditRepairCmd(stateDir))
+	return cmd
+}
 
+// newAuditExportCmd is `cyberos audit export`.
+func newAuditExportCmd(stateDir *string) *cobra.Command {
 	var invocation, kind, host, tenant, since string
-	var exportDSN, verifyDSN *dsnFlag
-	export := &cobra.Command{
+	var dsn *dsnFlag
+	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Print audit rows as JSON lines (all of them, or filtered)",
 		Long: "Prints this host's rows (--state-dir), or with --dsn the rows every host of a fleet shipped to " +
 			"PostgreSQL, each line then with its host_id, by host and seq.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if exportDSN.set() {
+			if dsn.set() {
 				f := fleet.RowFilter{Host: host, Tenant: tenant, InvocationID: invocation, Kind: audit.Kind(kind)}
 				if since != "" {
 					t, err := parseSince(since)
@@ -40,37 +47,53 @@ func newAuditCmd() *cobra.Command {
 					}
 					f.Since = t
 				}
-				return exportFleet(cmd, exportDSN, f)
+				return exportFleet(cmd, dsn, f)
 			}
 			if host != "" || tenant != "" || since != "" {
 				return &exitError{exitUsage, errors.New("--host, --tenant and --since select a fleet's rows: they need --dsn")}
 			}
-			r, err := audit.OpenReader(stateDir)
-			if err != nil {
-				return &exitError{exitRefused, err}
-			}
-			defer r.Close()
-			var rows []audit.Row
-			err = r.Each(context.Background(), audit.Filter{InvocationID: invocation, Kind: audit.Kind(kind)}, func(row audit.Row) error {
-				rows = append(rows, row)
-				return nil
-			})
-			if err != nil {
-				return &exitError{exitOutcome, err}
-			}
-			return audit.WriteJSONL(cmd.OutOrStdout(), rows)
+			return exportStateDir(cmd, *stateDir, auditstore.Filter{InvocationID: invocation, Kind: audit.Kind(kind)})
 		},
 	}
-	export.Flags().StringVar(&invocation, "invocation", "", "only this invocation's rows")
-	export.Flags().StringVar(&kind, "kind", "", "only rows of this kind (e.g. skill.invoked_completed)")
-	exportDSN = addDSNFlags(export.Flags(), "dsn", "read the rows a fleet shipped to this PostgreSQL (as its auditor role)")
-	export.Flags().StringVar(&host, "host", "", "with --dsn: only this host's rows")
-	export.Flags().StringVar(&tenant, "tenant", "", "with --dsn: only this tenant's rows")
-	export.Flags().StringVar(&since, "since", "", "with --dsn: only rows from this time on (RFC 3339, or a UTC date YYYY-MM-DD)")
+	cmd.Flags().StringVar(&invocation, "invocation", "", "only this invocation's rows")
+	cmd.Flags().StringVar(&kind, "kind", "", "only rows of this kind (e.g. skill.invoked_completed)")
+	dsn = addDSNFlags(cmd.Flags(), "dsn", "read the rows a fleet shipped to this PostgreSQL (as its auditor role)")
+	cmd.Flags().StringVar(&host, "host", "", "with --dsn: only this host's rows")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "with --dsn: only this tenant's rows")
+	cmd.Flags().StringVar(&since, "since", "", "with --dsn: only rows from this time on (RFC 3339, or a UTC date YYYY-MM-DD)")
+	return cmd
+}
 
-	var file, pubkeyFile string
-	var anchors []string
-	verify := &cobra.Command{
+// exportStateDir prints the rows of the store in stateDir that f selects
+// as JSON lines.
+func exportStateDir(cmd *cobra.Command, stateDir string, f auditstore.Filter) error {
+	r, err := auditstore.OpenReader(stateDir)
+	if err != nil {
+		return &exitError{exitRefused, err}
+	}
+	defer r.Close()
+	var rows []audit.Row
+	err = r.Each(context.Background(), f, func(row audit.Row) error {
+		rows = append(rows, row)
+		return nil
+	})
+	if err != nil {
+		return &exitError{exitOutcome, err}
+	}
+	return audit.WriteJSONL(cmd.OutOrStdout(), rows)
+}
+
+// auditVerifyFlags are `audit verify`'s flags.
+type auditVerifyFlags struct {
+	file, pubkeyFile, host string
+	anchors                []string
+	dsn                    *dsnFlag
+}
+
+// newAuditVerifyCmd is `cyberos audit verify`.
+func newAuditVerifyCmd(stateDir *string) *cobra.Command {
+	var f auditVerifyFlags
+	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Check the hash chain, its signed checkpoints, and that every completed row has its started row",
 		Long: "Checks the store (or --file, an unfiltered `audit export`): every row's hash, the chain, " +
@@ -81,61 +104,20 @@ func newAuditCmd() *cobra.Command {
 			"and every --anchor. Nothing in the state dir is written, so it works on a read-only or full disk.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var opts audit.VerifyOptions
-			if verifyDSN.set() && file != "" {
-				return &exitError{exitUsage, errors.New("--dsn verifies the fleet's rows in PostgreSQL, --file an export: one of them")}
+			opts, err := f.options()
+			if err != nil {
+				return err
 			}
-			if verifyDSN.set() && len(anchors) > 0 && host == "" {
-				return &exitError{exitUsage, errors.New("--anchor with --dsn needs --host: an anchor is one host's head")}
+			if f.dsn.set() {
+				return verifyFleet(cmd, f.dsn, f.host, opts.PublicKey, opts.Heads, *stateDir)
 			}
-			if !verifyDSN.set() && host != "" {
-				return &exitError{exitUsage, errors.New("--host selects a fleet's host: it needs --dsn")}
-			}
-			if verifyDSN.set() && pubkeyFile != "" && host == "" {
-				return &exitError{exitUsage, errors.New("--pubkey with --dsn needs --host: each host signs with its own key")}
-			}
-			if pubkeyFile != "" {
-				k, err := audit.ReadPublicKey(pubkeyFile)
-				if err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--pubkey: %w", err)}
+			var rep auditstore.Report
+			if f.file != "" {
+				if rep, err = verifyExport(f.file, opts); err != nil {
+					return err
 				}
-				opts.PublicKey = k
-			}
-			for _, a := range anchors {
-				h, err := parseAnchor(a)
-				if err != nil {
-					return &exitError{exitUsage, err}
-				}
-				opts.Heads = append(opts.Heads, h)
-			}
-			if verifyDSN.set() {
-				return verifyFleet(cmd, verifyDSN, host, opts.PublicKey, opts.Heads, stateDir)
-			}
-			var rep audit.Report
-			if file != "" {
-				if len(opts.Heads) > 0 {
-					return &exitError{exitUsage, errors.New("--anchor checks a state dir, not --file")}
-				}
-				f, err := openInput(file)
-				if err != nil {
-					return &exitError{exitUsage, err}
-				}
-				defer f.Close()
-				rows, err := audit.ReadJSONL(f)
-				if err != nil {
-					return &exitError{exitOutcome, fmt.Errorf("%s: %w", file, err)}
-				}
-				v := audit.NewVerifier()
-				v.PinKey(opts.PublicKey)
-				for _, r := range rows {
-					v.Add(r)
-				}
-				rep = v.Report()
-			} else {
-				var err error
-				if rep, err = audit.VerifyDirWith(context.Background(), stateDir, opts); err != nil {
-					return &exitError{exitRefused, err}
-				}
+			} else if rep, err = auditstore.VerifyDirWith(context.Background(), *stateDir, opts); err != nil {
+				return &exitError{exitRefused, err}
 			}
 			printReport(cmd.OutOrStdout(), rep, opts.PublicKey != "")
 			if !rep.OK {
@@ -144,19 +126,77 @@ func newAuditCmd() *cobra.Command {
 			return nil
 		},
 	}
-	verify.Flags().StringVar(&pubkeyFile, "pubkey", "",
+	cmd.Flags().StringVar(&f.pubkeyFile, "pubkey", "",
 		"the public key every checkpoint must be signed with (KEY.pub, written beside the daemon's audit.signing_key)")
-	verify.Flags().StringArrayVar(&anchors, "anchor", nil,
+	cmd.Flags().StringArrayVar(&f.anchors, "anchor", nil,
 		"SEQ:ROW_HASH of a head recorded outside the state dir (the daemon's syslog lines say anchor=SEQ:ROW_HASH); the chain must reach it")
-	verify.Flags().StringVar(&file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
-	verifyDSN = addDSNFlags(verify.Flags(), "dsn", "verify every host's chain a fleet shipped to this PostgreSQL instead (as its auditor role), and compare this host's journal "+
+	cmd.Flags().StringVar(&f.file, "file", "", "verify this export (JSON lines, - for stdin) instead of the store")
+	f.dsn = addDSNFlags(cmd.Flags(), "dsn", "verify every host's chain a fleet shipped to this PostgreSQL instead (as its auditor role), and compare this host's journal "+
 		"(--state-dir) with the rows shipped under its host id (--host; default $CYBEROS_HOST_ID, else the hostname) both ways")
-	verify.Flags().StringVar(&host, "host", "", "with --dsn: only this host's chain (and --anchor: that host's recorded heads)")
+	cmd.Flags().StringVar(&f.host, "host", "", "with --dsn: only this host's chain (and --anchor: that host's recorded heads)")
+	return cmd
+}
 
+// options checks that the flags go together and reads what they bring:
+// the pinned public key and the recorded heads.
+func (f *auditVerifyFlags) options() (auditstore.VerifyOptions, error) {
+	var opts auditstore.VerifyOptions
+	switch {
+	case f.dsn.set() && f.file != "":
+		return opts, &exitError{exitUsage, errors.New("--dsn verifies the fleet's rows in PostgreSQL, --file an export: one of them")}
+	case f.dsn.set() && len(f.anchors) > 0 && f.host == "":
+		return opts, &exitError{exitUsage, errors.New("--anchor with --dsn needs --host: an anchor is one host's head")}
+	case !f.dsn.set() && f.host != "":
+		return opts, &exitError{exitUsage, errors.New("--host selects a fleet's host: it needs --dsn")}
+	case f.dsn.set() && f.pubkeyFile != "" && f.host == "":
+		return opts, &exitError{exitUsage, errors.New("--pubkey with --dsn needs --host: each host signs with its own key")}
+	}
+	if f.pubkeyFile != "" {
+		k, err := auditstore.ReadPublicKey(f.pubkeyFile)
+		if err != nil {
+			return opts, &exitError{exitUsage, fmt.Errorf("--pubkey: %w", err)}
+		}
+		opts.PublicKey = k
+	}
+	for _, a := range f.anchors {
+		h, err := parseAnchor(a)
+		if err != nil {
+			return opts, &exitError{exitUsage, err}
+		}
+		opts.Heads = append(opts.Heads, h)
+	}
+	return opts, nil
+}
+
+// verifyExport verifies the rows of an export (file, - for stdin): an
+// unfiltered one is a whole chain.
+func verifyExport(file string, opts auditstore.VerifyOptions) (auditstore.Report, error) {
+	if len(opts.Heads) > 0 {
+		return auditstore.Report{}, &exitError{exitUsage, errors.New("--anchor checks a state dir, not --file")}
+	}
+	f, err := openInput(file)
+	if err != nil {
+		return auditstore.Report{}, &exitError{exitUsage, err}
+	}
+	defer f.Close()
+	rows, err := audit.ReadJSONL(f)
+	if err != nil {
+		return auditstore.Report{}, &exitError{exitOutcome, fmt.Errorf("%s: %w", file, err)}
+	}
+	v := auditstore.NewVerifier()
+	v.PinKey(opts.PublicKey)
+	for _, r := range rows {
+		v.Add(r)
+	}
+	return v.Report(), nil
+}
+
+// newAuditRepairCmd is `cyberos audit repair`.
+func newAuditRepairCmd(stateDir *string) *cobra.Command {
 	var acceptLoss bool
-	var signingKey string
+	var signingKey, host string
 	var fromDSN *dsnFlag
-	repair := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "repair",
 		Short: "Rebuild the audit store row by row from whichever file's copy of each row verifies",
 		Long: "Checks the store; when it does not verify, each row is taken from the copy that verifies (its hash, " +
@@ -171,42 +211,47 @@ func newAuditCmd() *cobra.Command {
 				if acceptLoss || signingKey != "" {
 					return &exitError{exitUsage, errors.New("--from-dsn restores rows from PostgreSQL; --accept-loss and --signing-key are for a repair without it")}
 				}
-				return repairFromDSN(cmd, stateDir, fromDSN, host)
+				return repairFromDSN(cmd, *stateDir, fromDSN, host)
 			}
 			if host != "" {
 				return &exitError{exitUsage, errors.New("--host names the host whose rows --from-dsn restores: it needs --from-dsn")}
 			}
-			var signer *audit.Signer
-			if signingKey != "" {
-				var err error
-				if signer, err = audit.LoadSigningKey(signingKey, false); err != nil {
-					return &exitError{exitUsage, fmt.Errorf("--signing-key: %w", err)}
-				}
-			}
-			res, err := audit.RepairSigned(context.Background(), stateDir, acceptLoss, signer)
-			for _, m := range res.Moved {
-				fmt.Fprintf(cmd.OutOrStdout(), "kept the replaced file as %s\n", m)
-			}
-			if err != nil {
-				return &exitError{exitOutcome, err}
-			}
-			switch res.Action {
-			case "none":
-				fmt.Fprintf(cmd.OutOrStdout(), "nothing to repair: %d rows, chain intact\n", res.Rows)
-			default:
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d rows, chain intact\n", res.Action, res.Rows)
-			}
-			return nil
+			return repairStateDir(cmd, *stateDir, acceptLoss, signingKey)
 		},
 	}
-	repair.Flags().BoolVar(&acceptLoss, "accept-loss", false,
+	cmd.Flags().BoolVar(&acceptLoss, "accept-loss", false,
 		"when rows past the anchor (audit.anchor) are gone for good, accept the loss: reset the anchor to the chain's head")
-	repair.Flags().StringVar(&signingKey, "signing-key", "", "sign the anchor --accept-loss resets with this key (the daemon's audit.signing_key)")
-	fromDSN = addDSNFlags(repair.Flags(), "from-dsn",
+	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign the anchor --accept-loss resets with this key (the daemon's audit.signing_key)")
+	fromDSN = addDSNFlags(cmd.Flags(), "from-dsn",
 		"restore a cut tail of the journal from the rows this host shipped to the fleet's PostgreSQL (as this host's role, or the auditor's)")
-	repair.Flags().StringVar(&host, "host", "", "with --from-dsn: the host id the rows were shipped under (default: $CYBEROS_HOST_ID, else the hostname)")
-	cmd.AddCommand(export, verify, repair)
+	cmd.Flags().StringVar(&host, "host", "", "with --from-dsn: the host id the rows were shipped under (default: $CYBEROS_HOST_ID, else the hostname)")
 	return cmd
+}
+
+// repairStateDir repairs the store in stateDir from its own two files,
+// signing a reset anchor with signingKey ("": unsigned).
+func repairStateDir(cmd *cobra.Command, stateDir string, acceptLoss bool, signingKey string) error {
+	var signer *audit.Signer
+	if signingKey != "" {
+		var err error
+		if signer, err = auditstore.LoadSigningKey(signingKey, false); err != nil {
+			return &exitError{exitUsage, fmt.Errorf("--signing-key: %w", err)}
+		}
+	}
+	res, err := auditstore.RepairSigned(context.Background(), stateDir, acceptLoss, signer)
+	for _, m := range res.Moved {
+		fmt.Fprintf(cmd.OutOrStdout(), "kept the replaced file as %s\n", m)
+	}
+	if err != nil {
+		return &exitError{exitOutcome, err}
+	}
+	switch res.Action {
+	case "none":
+		fmt.Fprintf(cmd.OutOrStdout(), "nothing to repair: %d rows, chain intact\n", res.Rows)
+	default:
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: %d rows, chain intact\n", res.Action, res.Rows)
+	}
+	return nil
 }
 
 func openInput(name string) (io.ReadCloser, error) {
@@ -309,7 +354,7 @@ func verifyFleet(cmd *cobra.Command, dsn *dsnFlag, host, pubkey string, heads []
 	return nil
 }
 
-func printReport(w io.Writer, rep audit.Report, pinned bool) {
+func printReport(w io.Writer, rep auditstore.Report, pinned bool) {
 	for _, p := range rep.Problems {
 		where := ""
 		if p.File != "" {

@@ -7,25 +7,26 @@ import (
 	"sync"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/supervisor/config"
 )
 
 // signingOptions are the audit store's options that sign its chain head
 // with the config's audit.signing_key (made on the first start) and, when
 // audit.syslog is set, send each signed head there.
-func signingOptions(cfg config.Config, configPath string, log *slog.Logger) ([]audit.Option, error) {
+func signingOptions(cfg config.Config, configPath string, log *slog.Logger) ([]auditstore.Option, error) {
 	if err := cfg.CheckSigningKeyPath(configPath); err != nil {
 		return nil, err
 	}
 	path := cfg.SigningKeyPath(configPath)
-	signer, err := audit.LoadSigningKey(path, true)
+	signer, err := auditstore.LoadSigningKey(path, true)
 	if err != nil {
-		return nil, fmt.Errorf("%w: audit.signing_key: %v", config.ErrConfig, err)
+		return nil, fmt.Errorf("%w: audit.signing_key: %w", config.ErrConfig, err)
 	}
 	log.Info("audit checkpoints signed", "key", path, "public_key", signer.PublicKey())
-	opts := []audit.Option{audit.WithSigner(signer)}
+	opts := []auditstore.Option{auditstore.WithSigner(signer)}
 	if cfg.Audit.Syslog != "" {
-		opts = append(opts, audit.WithSink(syslogSink(cfg.Audit.Syslog, log)))
+		opts = append(opts, auditstore.WithSink(syslogSink(cfg.Audit.Syslog, log)))
 	}
 	return opts, nil
 }
@@ -33,7 +34,7 @@ func signingOptions(cfg config.Config, configPath string, log *slog.Logger) ([]a
 // syslogSink sends every signed chain head to the local syslog socket at
 // addr, as a line `audit verify --anchor` takes. A syslog that is down is
 // warned about once and dialled again at the next head.
-func syslogSink(addr string, log *slog.Logger) audit.Sink {
+func syslogSink(addr string, log *slog.Logger) auditstore.Sink {
 	var (
 		mu     sync.Mutex
 		w      *syslog.Writer

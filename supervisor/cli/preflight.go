@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/fleet"
 	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/internal/daemon"
@@ -74,7 +74,7 @@ func preflight(cfg config.Config, configPath string, sb sandbox.Options, placeme
 	if err := cfg.CheckSigningKeyPath(configPath); err != nil {
 		problems = append(problems, strings.TrimPrefix(err.Error(), config.ErrConfig.Error()+": "))
 	} else if key := cfg.SigningKeyPath(configPath); fileExists(key) {
-		if _, err := audit.LoadSigningKey(key, false); err != nil {
+		if _, err := auditstore.LoadSigningKey(key, false); err != nil {
 			bad("audit.signing_key", "%v", err)
 		}
 	} else if why := mustBeDir(filepath.Dir(key)); why != "" {

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/fleet"
 	"cyberos.dev/memory"
 	"cyberos.dev/supervisor"
@@ -130,7 +130,7 @@ func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *
 	sup, store, closeAll, err := newSupervisor(assembly{
 		Sandbox:          sb,
 		StateDir:         cfg.StateDir,
-		AuditOptions:     append([]audit.Option{audit.WithIndexCheck()}, auditOpts...),
+		AuditOptions:     append([]auditstore.Option{auditstore.WithIndexCheck()}, auditOpts...),
 		AuditErr:         "audit store",
 		SocketDir:        cfg.SocketDir,
 		SocketDirDefault: cfg.SocketDir,
@@ -337,7 +337,7 @@ const fleetCheck = 10 * time.Second
 // shipToFleet starts shipping the audit rows to the fleet's PostgreSQL in
 // the background. The returned stop, called once the last invocation has
 // ended, ships what is left (for at most fleetFlush).
-func shipToFleet(pool *pgxpool.Pool, host string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) (stop func()) {
+func shipToFleet(pool *pgxpool.Pool, host string, store *auditstore.Store, metrics *telemetry.Metrics, log *slog.Logger) (stop func()) {
 	sh := &fleet.Shipper{Pool: pool, HostID: host, Source: store, Log: log.With("component", "audit shipping"), Metrics: metrics,
 		// A journal the fleet did not witness takes no invocation, even
 		// when PostgreSQL was away at start and only the shipper sees it.

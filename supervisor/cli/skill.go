@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
 	"cyberos.dev/supervisor/sandbox"
@@ -130,7 +130,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		StateDir: f.stateDir,
 		// Many `skill run` processes may share one state dir; each waits its
 		// turn for SQLite's write lock rather than refusing the invocation.
-		AuditOptions:      []audit.Option{audit.WithBusyTimeout(cliBusyTimeout)},
+		AuditOptions:      []auditstore.Option{auditstore.WithBusyTimeout(cliBusyTimeout)},
 		AuditErr:          "audit store unavailable, skill not started",
 		SocketDir:         f.socketDir,
 		SocketDirDefault:  filepath.Join(f.runDir, "sockets"),

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/fleet"
 	"cyberos.dev/supervisor/config"
 	"cyberos.dev/telemetry"
@@ -40,7 +41,7 @@ const dsnPlaceholder = "DSN_FILE"
 // rows waiting in the journal): that is logged at WARN, and
 // cyberos_audit_witness_unchecked reads 1 until the shipper, which
 // compares the same way at its first connection, has done so.
-func witnessAtStart(pool *pgxpool.Pool, f config.Fleet, host, stateDir string, store *audit.Store, metrics *telemetry.Metrics, log *slog.Logger) error {
+func witnessAtStart(pool *pgxpool.Pool, f config.Fleet, host, stateDir string, store *auditstore.Store, metrics *telemetry.Metrics, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), witnessTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -93,7 +94,7 @@ func witnessHost(flag string) (string, error) {
 // holds for host and prints what differs; bad reports damage (rows missing
 // locally or differing), not rows waiting to be shipped.
 func verifyWitness(w io.Writer, pool *pgxpool.Pool, stateDir, host string) (bad bool, err error) {
-	r, err := audit.OpenReader(stateDir)
+	r, err := auditstore.OpenReader(stateDir)
 	if err != nil {
 		return false, err
 	}
@@ -139,7 +140,7 @@ func printWitness(w io.Writer, rep fleet.WitnessReport, stateDir string) {
 // journal: the one in --state-dir when given (it must hold one), else the
 // default state dir's when there is one there.
 func witnessStateDir(cmd *cobra.Command, stateDir string) (dir string, ok bool, err error) {
-	_, statErr := os.Stat(filepath.Join(stateDir, audit.JournalName))
+	_, statErr := os.Stat(filepath.Join(stateDir, auditstore.JournalName))
 	switch {
 	case statErr == nil:
 		return stateDir, true, nil
@@ -178,7 +179,7 @@ func repairFromDSN(cmd *cobra.Command, stateDir string, dsn *dsnFlag, hostFlag s
 	} else {
 		fmt.Fprintf(w, "restored rows %s of host %s from PostgreSQL: every line rebuilt from the shipped fields, its hash recomputed and linked to the row before\n", res.Restored, host)
 	}
-	rep, err := audit.VerifyDir(ctx, stateDir)
+	rep, err := auditstore.VerifyDir(ctx, stateDir)
 	if err != nil {
 		return &exitError{exitRefused, err}
 	}
@@ -196,7 +197,7 @@ func repairFromDSN(cmd *cobra.Command, stateDir string, dsn *dsnFlag, hostFlag s
 // what was shipped before the skill runs. There are no metrics here: an
 // unreachable PostgreSQL is a WARN on stderr, and the daemon's shipper
 // compares at its next start.
-func runWitness(cfg config.Config, stateDir string, store *audit.Store, log *slog.Logger) error {
+func runWitness(cfg config.Config, stateDir string, store *auditstore.Store, log *slog.Logger) error {
 	if !cfg.Fleet.Enabled() || !sameDir(cfg.StateDir, stateDir) {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/skillclient"
 	"cyberos.dev/supervisor/internal/tools"
 )
@@ -55,7 +56,7 @@ func BenchmarkNoopCall(b *testing.B) {
 }
 
 // BenchmarkDurableCall is BenchmarkNoopCall with every row durable in a
-// real audit.Store (one fdatasync per append), from 1 and 8 callers on
+// real auditstore.Store (one fdatasync per append), from 1 and 8 callers on
 // their own connections: MemoryRead is effect-free (its rows share the
 // reply's append), MemoryEmit is not (its started row is durable before
 // it runs). Reports calls/s and appends per call.
@@ -63,7 +64,7 @@ func BenchmarkDurableCall(b *testing.B) {
 	for _, tool := range []string{"MemoryRead", "MemoryEmit"} {
 		for _, callers := range []int{1, 8} {
 			b.Run(fmt.Sprintf("tool=%s/callers=%d", tool, callers), func(b *testing.B) {
-				store, err := audit.Open(b.TempDir())
+				store, err := auditstore.Open(b.TempDir())
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -104,7 +105,7 @@ func BenchmarkDurableCall(b *testing.B) {
 				elapsed := time.Since(start)
 				b.StopTimer()
 				e.b.Close()
-				rows, err := store.Rows(ctx, audit.Filter{InvocationID: e.cfg.Common.InvocationID})
+				rows, err := store.Rows(ctx, auditstore.Filter{InvocationID: e.cfg.Common.InvocationID})
 				if err != nil {
 					b.Fatal(err)
 				}

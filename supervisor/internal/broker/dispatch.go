@@ -53,7 +53,7 @@ const maxToolName = 128
 // label values never come from the skill.
 const metricUnknownTool = "unknown"
 
-// Auditor takes audit rows and returns once they are durable (audit.Store).
+// Auditor takes audit rows and returns once they are durable (auditstore.Store).
 type Auditor interface {
 	Emit(ctx context.Context, d audit.Draft) (audit.Row, error)
 }

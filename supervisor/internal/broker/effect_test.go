@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor/internal/tools"
 )
@@ -26,12 +27,12 @@ var (
 	effectfulTools  = []policy.Tool{policy.ToolBash, policy.ToolWrite, policy.ToolEdit, policy.ToolMemoryEmit, policy.ToolHttpFetch, policy.ToolHttpPost}
 )
 
-// storeEnv is a broker over a real audit.Store in a temporary state dir,
+// storeEnv is a broker over a real auditstore.Store in a temporary state dir,
 // every tool allowed, each fake tool a no-op unless fns replaces it. wrap,
 // when set, puts an Auditor between the broker and the store.
-func storeEnv(t *testing.T, fns map[policy.Tool]func(context.Context, *tools.Call) (any, error), wrap func(*audit.Store) Auditor) (*testEnv, *audit.Store) {
+func storeEnv(t *testing.T, fns map[policy.Tool]func(context.Context, *tools.Call) (any, error), wrap func(*auditstore.Store) Auditor) (*testEnv, *auditstore.Store) {
 	t.Helper()
-	store, err := audit.Open(t.TempDir())
+	store, err := auditstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +69,9 @@ func (r toolRow) String() string {
 
 // durableRows returns the invocation's durable rows (reads see exactly
 // the rows whose append was fdatasynced).
-func durableRows(t *testing.T, store *audit.Store, invocationID string, kind audit.Kind) []toolRow {
+func durableRows(t *testing.T, store *auditstore.Store, invocationID string, kind audit.Kind) []toolRow {
 	t.Helper()
-	rows, err := store.Rows(context.Background(), audit.Filter{InvocationID: invocationID, Kind: kind})
+	rows, err := store.Rows(context.Background(), auditstore.Filter{InvocationID: invocationID, Kind: kind})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func appends(rows []toolRow) int {
 	return len(ts)
 }
 
-func verifyStore(t *testing.T, store *audit.Store) {
+func verifyStore(t *testing.T, store *auditstore.Store) {
 	t.Helper()
 	rep, err := store.Verify(context.Background())
 	if err != nil {
@@ -111,7 +112,7 @@ func verifyStore(t *testing.T, store *audit.Store) {
 func TestEffectfulToolRunsAfterStartedRowIsDurable(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[policy.Tool]int{} // durable started rows of the tool when it ran
-	var store *audit.Store
+	var store *auditstore.Store
 	var invocationID string
 	fns := map[policy.Tool]func(context.Context, *tools.Call) (any, error){}
 	for _, name := range effectfulTools {
@@ -120,7 +121,7 @@ func TestEffectfulToolRunsAfterStartedRowIsDurable(t *testing.T) {
 			st, inv := store, invocationID
 			mu.Unlock()
 			n := 0
-			rows, err := st.Rows(ctx, audit.Filter{InvocationID: inv, Kind: audit.KindToolCallStarted})
+			rows, err := st.Rows(ctx, auditstore.Filter{InvocationID: inv, Kind: audit.KindToolCallStarted})
 			if err != nil {
 				return nil, err
 			}
@@ -320,7 +321,7 @@ func TestEffectFreeFailuresKeepRowOrder(t *testing.T) {
 // store closed, an invalid row), commitErr when the queued row's append
 // fails (ENOSPC, EIO), emitErr for rows added by Emit.
 type faultyQueue struct {
-	*audit.Store
+	*auditstore.Store
 	enqueueErr, commitErr, emitErr error
 	writeOrphan                    bool
 }
@@ -347,7 +348,7 @@ func (f *faultyQueue) EnqueueFollowed(ctx context.Context, d audit.Draft) (func(
 			if f.writeOrphan {
 				return f.Emit(ctx, next)
 			}
-			return audit.Row{}, fmt.Errorf("%w: the row it follows was not written: %w", audit.ErrUnavailable, f.commitErr)
+			return audit.Row{}, fmt.Errorf("%w: the row it follows was not written: %w", auditstore.ErrUnavailable, f.commitErr)
 		}
 		return func() (audit.Row, error) { return audit.Row{}, f.commitErr }, then, nil
 	}
@@ -365,14 +366,14 @@ func (f *faultyQueue) Emit(ctx context.Context, d audit.Draft) (audit.Row, error
 // one whose started row's append fails gets the same audit_unavailable
 // and never its result, whatever became of the completed row.
 func TestEffectFreeStartedRowFailure(t *testing.T) {
-	diskFull := fmt.Errorf("%w: append: no space left on device", audit.ErrUnavailable)
+	diskFull := fmt.Errorf("%w: append: no space left on device", auditstore.ErrUnavailable)
 	for _, tc := range []struct {
 		name    string
 		fq      faultyQueue
 		runs    bool // the tool may run (it has no effect but its reply)
 		written int  // durable rows of the call
 	}{
-		{"enqueue fails", faultyQueue{enqueueErr: audit.ErrClosed}, false, 0},
+		{"enqueue fails", faultyQueue{enqueueErr: auditstore.ErrClosed}, false, 0},
 		{"append fails", faultyQueue{commitErr: diskFull, emitErr: diskFull}, true, 0},
 		{"only the started append fails", faultyQueue{commitErr: diskFull}, true, 0},
 		// Were the store to write a completed row after its failed started
@@ -382,7 +383,7 @@ func TestEffectFreeStartedRowFailure(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, store := storeEnv(t, map[policy.Tool]func(context.Context, *tools.Call) (any, error){
 				policy.ToolRead: func(context.Context, *tools.Call) (any, error) { return "secret result", nil },
-			}, func(s *audit.Store) Auditor { fq := tc.fq; fq.Store = s; return &fq })
+			}, func(s *auditstore.Store) Auditor { fq := tc.fq; fq.Store = s; return &fq })
 			c := e.dial()
 			r := c.rpc(callBody(1, "Read", `{}`, ""))
 			if r.Error == nil || r.Error.Code != -32603 || r.reason() != "audit_unavailable" || r.Result != nil {

@@ -434,7 +434,7 @@ func (e *partialError) Error() string { return e.err.Error() }
 func (e *partialError) Unwrap() error { return e.err }
 
 // enqueuer is an audit sink that can queue a row without waiting for its
-// commit, and one that another row must follow (audit.Store).
+// commit, and one that another row must follow (auditstore.Store).
 type enqueuer interface {
 	Enqueue(ctx context.Context, d audit.Draft) (func() (audit.Row, error), error)
 	EnqueueFollowed(ctx context.Context, d audit.Draft) (func() (audit.Row, error), func(context.Context, audit.Draft) (audit.Row, error), error)
@@ -489,7 +489,7 @@ func (d *dispatcher) startedFailed(log *slog.Logger, metricTool string, obs *cal
 // one append, one fdatasync. Only then may the reply go. When the started
 // row failed, the result is withheld (the tool's only effect) and the call
 // is refused as if it had not run; the store never writes the completed
-// row then (it follows the started row: audit.Store.EnqueueFollowed).
+// row then (it follows the started row: auditstore.Store.EnqueueFollowed).
 func (d *dispatcher) pair(ctx context.Context, log *slog.Logger, callID string, row audit.Draft, startedWait func() (audit.Row, error), emitCompleted func(context.Context, audit.Draft) (audit.Row, error), metricTool string, obs *callObs) error {
 	_, cerr := emitCompleted(ctx, row)
 	if _, serr := startedWait(); serr != nil {

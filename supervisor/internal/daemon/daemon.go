@@ -22,6 +22,7 @@ import (
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/internal/unixsock"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
@@ -43,7 +44,7 @@ type APIError struct {
 type Daemon struct {
 	cfg      config.Config
 	sup      *supervisor.Supervisor
-	store    *audit.Store
+	store    *auditstore.Store
 	metrics  *telemetry.Metrics
 	log      *slog.Logger
 	adminGID int
@@ -78,7 +79,7 @@ type Daemon struct {
 // Options are what New needs besides the config.
 type Options struct {
 	Supervisor *supervisor.Supervisor // Audit must be Store; Metrics set
-	Store      *audit.Store
+	Store      *auditstore.Store
 	Log        *slog.Logger
 }
 

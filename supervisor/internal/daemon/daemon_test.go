@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
 	"cyberos.dev/supervisor/internal/broker"
@@ -83,7 +84,7 @@ func TestHubCountsAndDayRoll(t *testing.T) {
 // rows is an in-memory RowSource.
 type rows []audit.Row
 
-func (rs rows) Each(_ context.Context, f audit.Filter, fn func(audit.Row) error) error {
+func (rs rows) Each(_ context.Context, f auditstore.Filter, fn func(audit.Row) error) error {
 	for _, r := range rs {
 		if f.Kind != "" && r.Kind != f.Kind {
 			continue

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/supervisor"
 )
 
@@ -177,7 +178,7 @@ func lostEnvelope(rec *requestRecord) supervisor.Envelope {
 // without one: the started row became durable but the daemon died before
 // started() rewrote the record. The audit rows are the truth; a record
 // with no started row ran nothing and is forgotten, so a retry runs.
-func (r *requests) resolveUnnamed(ctx context.Context, store *audit.Store) error {
+func (r *requests) resolveUnnamed(ctx context.Context, store *auditstore.Store) error {
 	ents, err := os.ReadDir(r.dir)
 	if err != nil {
 		return err
@@ -192,7 +193,7 @@ func (r *requests) resolveUnnamed(ctx context.Context, store *audit.Store) error
 	if len(unnamed) == 0 {
 		return nil
 	}
-	err = store.Each(ctx, audit.Filter{Kind: audit.KindInvokedStarted}, func(row audit.Row) error {
+	err = store.Each(ctx, auditstore.Filter{Kind: audit.KindInvokedStarted}, func(row audit.Row) error {
 		var p struct {
 			InvocationID string `json:"invocation_id"`
 			RequestID    string `json:"request_id"`

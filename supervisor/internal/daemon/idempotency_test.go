@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 )
 
 func TestRequestsAnswerARepeatFromTheFirst(t *testing.T) {
@@ -109,7 +110,7 @@ func TestRequestsDropAndWindow(t *testing.T) {
 // started row ran nothing, and is forgotten so a retry runs.
 func TestRequestsNamedFromTheAuditAfterACrash(t *testing.T) {
 	dir := t.TempDir()
-	store, err := audit.Open(filepath.Join(dir, "audit"))
+	store, err := auditstore.Open(filepath.Join(dir, "audit"))
 	if err != nil {
 		t.Fatal(err)
 	}

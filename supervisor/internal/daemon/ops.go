@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 )
 
 // Operator read endpoints (issue 41.2): the recent invocations (`cyberos
@@ -53,7 +54,7 @@ func (d *Daemon) handleRecent(w http.ResponseWriter, r *http.Request) {
 // RecentEnded is the last limit ended invocations in src, newest first.
 func RecentEnded(ctx context.Context, src RowSource, limit int) ([]Recent, error) {
 	ring := make([]Recent, 0, limit)
-	err := src.Each(ctx, audit.Filter{Kind: audit.KindInvokedCompleted}, func(row audit.Row) error {
+	err := src.Each(ctx, auditstore.Filter{Kind: audit.KindInvokedCompleted}, func(row audit.Row) error {
 		var p Recent
 		if json.Unmarshal(row.Payload, &p) != nil {
 			return nil
@@ -101,7 +102,7 @@ func Inspect(ctx context.Context, src RowSource, id string) (map[string]any, boo
 	found := false
 	calls, denied := 0, 0
 	rp := NewReplayer()
-	err := src.Each(ctx, audit.Filter{InvocationID: id}, func(row audit.Row) error {
+	err := src.Each(ctx, auditstore.Filter{InvocationID: id}, func(row audit.Row) error {
 		found = true
 		if c, ok := rp.Add(row); ok {
 			calls++

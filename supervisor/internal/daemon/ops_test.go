@@ -41,7 +41,7 @@ func TestRecentEndedAndInspect(t *testing.T) {
 	}
 }
 
-// byInvocation is rs filtered as audit.Filter{InvocationID: id} would.
+// byInvocation is rs filtered as auditstore.Filter{InvocationID: id} would.
 func byInvocation(rs rows, id string) rows {
 	var out rows
 	for _, r := range rs {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor/internal/broker"
 )
@@ -74,9 +75,9 @@ func (r *Replayer) Add(row audit.Row) (broker.Decided, bool) {
 	return broker.Decided{}, false
 }
 
-// RowSource reads audit rows (audit.Store).
+// RowSource reads audit rows (auditstore.Store).
 type RowSource interface {
-	Each(ctx context.Context, f audit.Filter, fn func(audit.Row) error) error
+	Each(ctx context.Context, f auditstore.Filter, fn func(audit.Row) error) error
 }
 
 // Replay reads an invocation's decided tool calls from the audit rows, in
@@ -84,7 +85,7 @@ type RowSource interface {
 func Replay(ctx context.Context, src RowSource, invocationID string) (calls []broker.Decided, found bool, err error) {
 	r := NewReplayer()
 	calls = []broker.Decided{}
-	err = src.Each(ctx, audit.Filter{InvocationID: invocationID}, func(row audit.Row) error {
+	err = src.Each(ctx, auditstore.Filter{InvocationID: invocationID}, func(row audit.Row) error {
 		found = true
 		if d, ok := r.Add(row); ok {
 			calls = append(calls, d)
@@ -98,7 +99,7 @@ func Replay(ctx context.Context, src RowSource, invocationID string) (calls []br
 // carry a ts of day (YYYY-MM-DD, UTC): what status reports as *_today.
 func CountDay(ctx context.Context, src RowSource, day string) (calls, denied int64, err error) {
 	for _, k := range []audit.Kind{audit.KindToolCallCompleted, audit.KindToolDenied} {
-		err = src.Each(ctx, audit.Filter{Kind: k}, func(row audit.Row) error {
+		err = src.Each(ctx, auditstore.Filter{Kind: k}, func(row audit.Row) error {
 			if !strings.HasPrefix(row.TS, day) {
 				return nil
 			}
@@ -123,7 +124,7 @@ func CountDay(ctx context.Context, src RowSource, day string) (calls, denied int
 
 // CountDayKind counts the rows of kind written on day (YYYY-MM-DD, UTC).
 func CountDayKind(ctx context.Context, src RowSource, day string, kind audit.Kind) (n int64, err error) {
-	err = src.Each(ctx, audit.Filter{Kind: kind}, func(row audit.Row) error {
+	err = src.Each(ctx, auditstore.Filter{Kind: kind}, func(row audit.Row) error {
 		if strings.HasPrefix(row.TS, day) {
 			n++
 		}

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"cyberos.dev/audit"
+	"cyberos.dev/audit/auditstore"
 )
 
-// scrubLoop verifies the whole audit chain (audit.Store.Scrub) once at
+// scrubLoop verifies the whole audit chain (auditstore.Store.Scrub) once at
 // start and then every interval, until ctx ends. Damage found makes the
 // store refuse new invocations (handleInvoke answers 503); each scrub's
 // result is in the cyberos_audit_scrub_* metrics and the log.
@@ -45,7 +45,7 @@ func (d *Daemon) scrubOnce(ctx context.Context) {
 	case !rep.OK:
 		m.AuditScrubOK.Set(0)
 		d.log.Error("audit scrub: the chain is damaged; no invocation is taken until it is repaired",
-			"problems", len(rep.Problems), "rows", rep.Rows, "repair", audit.RepairCommand(d.cfg.StateDir), "err", d.store.Damage(), "severity", "sev-1")
+			"problems", len(rep.Problems), "rows", rep.Rows, "repair", auditstore.RepairCommand(d.cfg.StateDir), "err", d.store.Damage(), "severity", "sev-1")
 	default:
 		m.AuditScrubOK.Set(1)
 		d.log.Info("audit scrub: the chain verifies", "rows", rep.Rows, "checkpoints", rep.Checkpoints, "took", took)
