@@ -30,7 +30,7 @@ func SpawnBinary(tb testing.TB) string {
 			return
 		}
 		path := filepath.Join(dir, "cyberos-spawn")
-		cmd := exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", path, "cyberos.dev/supervisor/cli-spawn")
+		cmd := exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", path, "cyberos.dev/cmd/cyberos-spawn")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(dir)

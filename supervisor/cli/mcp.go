@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,10 +24,11 @@ import (
 const mcpStderrCap = 8 << 20
 
 // newMCPPool runs cfg's mcp_servers: each stdio server in a sandbox of its
-// own made by runner, on first use. nil when none is configured. Remote
-// servers are refused here until the supervisor dials them through the
-// Http tools' egress address filter.
-func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) (*mcpclient.Pool, error) {
+// own made by runner, on first use, and each remote one dialled through
+// the Http tools' egress filter. nil when none is configured.
+// allowLoopback lets the stdio servers' egress proxies reach the host's
+// loopback (--allow-loopback-http, tests only).
+func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, log *slog.Logger) (*mcpclient.Pool, error) {
 	names := cfg.MCPServerNames()
 	if len(names) == 0 {
 		return nil, nil
@@ -37,21 +40,23 @@ func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir 
 	var specs []mcpclient.Spec
 	for _, name := range names {
 		s, _ := cfg.MCPServer(name)
-		if s.URL != "" {
-			return nil, fmt.Errorf("%w: mcp_servers.%s: remote servers are not yet supported by serve and skill run (the supervisor must dial them through the egress address filter)", daemon.ErrConfig, name)
-		}
 		share := map[string]mcpclient.Share{daemon.MCPSharePerTenant: mcpclient.SharePerTenant,
 			daemon.MCPSharePerInvocation: mcpclient.SharePerInvocation, daemon.MCPShareGlobal: mcpclient.ShareGlobal}[s.Share]
+		tr := stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, allowLoopback, log)
+		if s.URL != "" {
+			if tr, err = remoteTransport(name, s, allowLoopback, log); err != nil {
+				return nil, err
+			}
+		}
 		specs = append(specs, mcpclient.Spec{Name: name, Share: share, Idle: time.Duration(s.Idle),
-			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == daemon.MCPApproveAuto,
-			Transport: stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, log)})
+			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == daemon.MCPApproveAuto, Transport: tr})
 	}
 	return mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
 }
 
 // stdioTransport starts one instance of a stdio server: its secrets read
 // at each start, its stderr to <state>/logs/mcp/<server>-<instance>.log.
-func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
+func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
 	return func(instance string) (func(context.Context) (mcp.Transport, error), error) {
 		logDir := filepath.Join(stateDir, "logs", "mcp")
 		if err := os.MkdirAll(logDir, 0o700); err != nil {
@@ -70,6 +75,9 @@ func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner s
 		}
 		if sb.SeccompProfile == "" {
 			sb.SeccompProfile = d.SeccompProfile
+		}
+		if len(s.Domains) > 0 {
+			sb.Egress = &mcpclient.Egress{Domains: s.Domains, AllowLoopback: allowLoopback, Log: log}
 		}
 		for _, f := range s.Files {
 			sb.Binds = append(sb.Binds, sandbox.Bind{Path: f.Path, Writable: f.Mode == "rw"})
@@ -95,6 +103,30 @@ func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner s
 		sb.Env = env
 		return sb.Transport()
 	}
+}
+
+// remoteTransport dials a remote server over Streamable HTTP through the
+// Http tools' egress filter, its header values read at each connection.
+func remoteTransport(name string, s daemon.MCPServer, allowLoopback bool, log *slog.Logger) (func(string) (func(context.Context) (mcp.Transport, error), error), error) {
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mcp_servers.%s.url: %v", daemon.ErrConfig, name, err)
+	}
+	client := (&mcpclient.Egress{Domains: []string{u.Hostname()}, AllowLoopback: allowLoopback,
+		Log: log.With("mcp_server", name)}).Client()
+	return func(string) (func(context.Context) (mcp.Transport, error), error) {
+		return func(ctx context.Context) (mcp.Transport, error) {
+			h := http.Header{}
+			for _, k := range sortedMapKeys(s.Headers) {
+				v, err := daemon.ReadMCPSecret(s.Headers[k])
+				if err != nil {
+					return nil, err
+				}
+				h.Set(k, v)
+			}
+			return mcpclient.RemoteTransport(s.URL, h, client)(ctx)
+		}, nil
+	}, nil
 }
 
 func orDefault(v, d int64) int64 {

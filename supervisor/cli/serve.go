@@ -166,7 +166,7 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	sup.ResponseBudget = cfg.ResponseBudget()
-	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, log)
+	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, sup.AllowLoopbackHTTP, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}

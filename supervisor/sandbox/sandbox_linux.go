@@ -714,10 +714,32 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.activate(Activation{Env: spec.Env, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, Deadline: spec.Deadline}, start); err != nil {
+	env := spec.Env
+	if spec.Network != nil {
+		more, err := p.network(spec.Network)
+		if err != nil {
+			return nil, p.abort(fmt.Errorf("sandbox network: %w", err))
+		}
+		env = append(slices.Clip(env), more...)
+	}
+	if err := p.activate(Activation{Env: env, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, Deadline: spec.Deadline}, start); err != nil {
 		return nil, p.abort(err)
 	}
 	return p, nil
+}
+
+// network calls hook with the network namespace of p's init, which waits
+// for its activation: nothing of the sandbox's entrypoint runs yet.
+func (p *linuxProcess) network(hook func(*os.File) ([]string, error)) ([]string, error) {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", p.proc.Pid()))
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	if !p.Alive() {
+		return nil, errInitGone // the pid may name another process now
+	}
+	return hook(ns)
 }
 
 // Prewarm makes the sandbox for spec without its invocation: Env, stdio and
@@ -725,6 +747,9 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 func (r *LinuxRunner) Prewarm(spec Spec) (Warm, error) {
 	if spec.Recorder != nil {
 		return nil, errors.New("sandbox: a recording run is never prewarmed")
+	}
+	if spec.Network != nil {
+		return nil, errors.New("sandbox: a sandbox with a Network hook is never prewarmed")
 	}
 	spec.Env, spec.Stdin, spec.Stdout, spec.Stderr, spec.Deadline = nil, nil, nil, nil, 0
 	return r.prewarm(spec, time.Now())
