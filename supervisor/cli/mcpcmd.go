@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"text/tabwriter"
 
@@ -14,16 +15,21 @@ import (
 // newMCPCmd is `cyberos mcp`: serving the skills to MCP clients (serve),
 // and the configured MCP servers' recorded tool definitions (list, approve).
 func newMCPCmd() *cobra.Command {
-	var stateDir string
+	var stateDir, socket string
 	var asJSON bool
 	cmd := &cobra.Command{Use: "mcp", Short: "Serve the skills to MCP clients; MCP servers' tools: recorded definition hashes, approval of changed ones"}
 	cmd.AddCommand(newMCPServeCmd())
 	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "/var/lib/cyberos", "where the daemon keeps mcp-approvals.json")
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "Every MCP tool seen, with its approved definition hash and any changed definition waiting for approval",
+		Short: "The MCP servers: live from the running daemon (status, restarts, tools and their definition hashes), else every tool recorded",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			live, lerr := liveMCPServers(socket)
+			if lerr == nil {
+				return printLiveMCP(cmd, live, asJSON)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "no running daemon answered (%v): the definitions recorded in %s follow\n", lerr, stateDir)
 			a, err := mcpclient.OpenApprovals(stateDir)
 			if err != nil {
 				return &exitError{exitRefused, err}
@@ -49,7 +55,8 @@ func newMCPCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print {approved, pending}: server → tool → hash")
+	list.Flags().BoolVar(&asJSON, "json", false, "print the daemon's server list, or without a daemon {approved, pending}: server → tool → hash")
+	list.Flags().StringVar(&socket, "socket", defaultAdminSocket(), "the daemon's admin socket ($"+socketEnv+")")
 	approve := &cobra.Command{
 		Use:   "approve SERVER",
 		Short: "Accept SERVER's changed tool definitions (the running daemon serves them from the next call)",
@@ -84,4 +91,45 @@ func sortedKeysOf[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// liveMCPServers asks the daemon at socket for its MCP servers' status.
+func liveMCPServers(socket string) ([]mcpclient.InstanceStatus, error) {
+	resp, err := newAdminClient(socket).do(http.MethodGet, "/v1/mcp/servers", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out []mcpclient.InstanceStatus
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("daemon answer: %w", err)
+	}
+	return out, nil
+}
+
+// printLiveMCP prints one line per tool of each server instance (one line
+// for an instance without tools).
+func printLiveMCP(cmd *cobra.Command, live []mcpclient.InstanceStatus, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"servers": live})
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tINSTANCE\tSTATUS\tRESTARTS\tTOOL\tDEFINITION HASH\tAPPROVAL")
+	for _, s := range live {
+		inst := s.Instance
+		if inst == "" {
+			inst = "-"
+		}
+		if len(s.Tools) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t-\t-\t-\n", s.Server, inst, s.Status, s.Restarts)
+		}
+		for _, t := range s.Tools {
+			approval := "approved"
+			if t.Changed {
+				approval = "changed: refused until `cyberos mcp approve " + s.Server + "`"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Server, inst, s.Status, s.Restarts, t.Name, t.DefinitionHash, approval)
+		}
+	}
+	return tw.Flush()
 }

@@ -197,6 +197,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.Handle("/mcp", d.mcpH)
 	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
+	mux.HandleFunc("GET /v1/mcp/servers", d.handleMCPServers)
 	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
 	mux.HandleFunc("GET /v1/events", d.handleEvents)
 	mux.HandleFunc("GET /v1/skills", d.handleSkills)

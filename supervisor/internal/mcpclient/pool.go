@@ -249,3 +249,40 @@ func (s *invocationSource) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Status reports every configured server: one entry per instance (by
+// server, then instance), and one "stopped" entry for a server with none.
+// Nothing is started.
+func (p *Pool) Status() []InstanceStatus {
+	p.mu.Lock()
+	type inst struct {
+		k instanceKey
+		s *Server
+	}
+	var all []inst
+	for k, s := range p.instances {
+		all = append(all, inst{k, s})
+	}
+	p.mu.Unlock()
+	slices.SortFunc(all, func(a, b inst) int {
+		if c := strings.Compare(a.k.server, b.k.server); c != 0 {
+			return c
+		}
+		return strings.Compare(a.k.instance, b.k.instance)
+	})
+	var out []InstanceStatus
+	for _, name := range p.Servers() {
+		n := len(out)
+		for _, i := range all {
+			if i.k.server == name {
+				st := i.s.status()
+				st.Instance = i.k.instance
+				out = append(out, st)
+			}
+		}
+		if len(out) == n {
+			out = append(out, InstanceStatus{Server: name, Status: StatusStopped})
+		}
+	}
+	return out
+}

@@ -139,3 +139,47 @@ func TestPoolMetrics(t *testing.T) {
 	p.Close()
 	waitFor(t, 10*time.Second, func() bool { return promtest.ToFloat64(p.Metrics.Running.WithLabelValues("counted")) == 0 }, "the session's end to be counted")
 }
+
+// Status reports each server without starting it: stopped before its
+// first use, up with its tools and their definition hashes once used,
+// restarting after a crash, and up again with one restart.
+func TestPoolStatus(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("live", ShareGlobal, 0), hostileSpec("idle", ShareGlobal, 0)}, a, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if st := p.Status(); len(st) != 2 || st[0].Server != "idle" || st[0].Status != StatusStopped || st[1].Status != StatusStopped {
+		t.Fatalf("before use: %+v", st)
+	}
+	src := p.For("t", "i")
+	pidOf(t, src, "live")
+	find := func() InstanceStatus {
+		for _, s := range p.Status() {
+			if s.Server == "live" {
+				return s
+			}
+		}
+		t.Fatal("live: not in the status")
+		return InstanceStatus{}
+	}
+	st := find()
+	var echo *ToolStatus
+	for i := range st.Tools {
+		if st.Tools[i].Name == "mcp__live__echo" {
+			echo = &st.Tools[i]
+		}
+	}
+	if st.Status != StatusUp || st.Instance != "global" || st.Restarts != 0 || echo == nil || len(echo.DefinitionHash) != 64 {
+		t.Fatalf("after use: %+v", st)
+	}
+	if _, err := call(t, src, "mcp__live__crash", `{}`, ""); err == nil {
+		t.Fatal("crash answered")
+	}
+	waitFor(t, 10*time.Second, func() bool { return find().Status == StatusRestarting }, "the crash to show")
+	waitFor(t, 20*time.Second, func() bool { _, err := call(t, src, "mcp__live__echo", `{"text":"x"}`, ""); return err == nil }, "a restart")
+	if st := find(); st.Status != StatusUp || st.Restarts != 1 {
+		t.Errorf("after the restart: %+v", st)
+	}
+}
