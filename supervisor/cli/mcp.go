@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -37,6 +39,15 @@ func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir 
 	if err != nil {
 		return nil, err
 	}
+	specs, err := mcpSpecs(cfg, names, runner, stateDir, profilesDir, allowLoopback, log)
+	if err != nil {
+		return nil, err
+	}
+	return mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
+}
+
+// mcpSpecs are the pool's specs of cfg's servers names.
+func mcpSpecs(cfg daemon.Config, names []string, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, log *slog.Logger) ([]mcpclient.Spec, error) {
 	var specs []mcpclient.Spec
 	for _, name := range names {
 		s, _ := cfg.MCPServer(name)
@@ -44,6 +55,7 @@ func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir 
 			daemon.MCPSharePerInvocation: mcpclient.SharePerInvocation, daemon.MCPShareGlobal: mcpclient.ShareGlobal}[s.Share]
 		tr := stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, allowLoopback, log)
 		if s.URL != "" {
+			var err error
 			if tr, err = remoteTransport(name, s, allowLoopback, log); err != nil {
 				return nil, err
 			}
@@ -51,7 +63,45 @@ func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir 
 		specs = append(specs, mcpclient.Spec{Name: name, Share: share, Idle: time.Duration(s.Idle),
 			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == daemon.MCPApproveAuto, Transport: tr})
 	}
-	return mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
+	return specs, nil
+}
+
+// mcpReloader applies a reloaded mcp_servers to the running pool.
+type mcpReloader struct {
+	pool                  *mcpclient.Pool
+	runner                sandbox.Runner
+	stateDir, profilesDir string
+	allowLoopback         bool
+	log                   *slog.Logger
+}
+
+// apply retires the servers removed or changed from old to next (each
+// instance ends once its calls in flight are done) and serves the added
+// and changed ones from their next use, as next says.
+func (r *mcpReloader) apply(old *daemon.MCPServers, next daemon.Config) (added, removed, changed []string, err error) {
+	var was daemon.MCPServers
+	if old != nil {
+		was = *old
+	}
+	for _, name := range slices.Sorted(maps.Keys(was)) {
+		if _, ok := next.MCPServer(name); !ok {
+			removed = append(removed, name)
+		}
+	}
+	for _, name := range next.MCPServerNames() {
+		prev, ok := was[name]
+		switch {
+		case !ok:
+			added = append(added, name)
+		case !reflect.DeepEqual(prev, (*next.MCPServers)[name]):
+			changed = append(changed, name)
+		}
+	}
+	specs, err := mcpSpecs(next, append(slices.Clone(added), changed...), r.runner, r.stateDir, r.profilesDir, r.allowLoopback, r.log)
+	if err == nil {
+		err = r.pool.Apply(append(slices.Clone(removed), changed...), specs)
+	}
+	return added, removed, changed, err
 }
 
 // stdioTransport starts one instance of a stdio server: its secrets read

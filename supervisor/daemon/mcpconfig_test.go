@@ -200,3 +200,22 @@ func TestMCPMaxRunning(t *testing.T) {
 		t.Errorf("mcp_max_running 0: %v", err)
 	}
 }
+
+// serve --check (CheckConfigFile) reads mcp_servers: its servers are
+// loaded and their problems listed with the rest.
+func TestCheckConfigFileMCPServers(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte("version: 1\nmcp_servers:\n  ok: {command: /usr/bin/node}\n  bad: {command: node}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, problems := CheckConfigFile(p)
+	if err := errors.Join(problems...); err == nil || !strings.Contains(err.Error(), "mcp_servers.bad.command") {
+		t.Errorf("problems: %v", err)
+	}
+	if err := os.WriteFile(p, []byte("version: 1\nmcp_servers:\n  ok: {command: /usr/bin/node}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, problems := CheckConfigFile(p); len(problems) != 0 || !slices.Equal(cfg.MCPServerNames(), []string{"ok"}) {
+		t.Errorf("servers %v, problems %v", cfg.MCPServerNames(), problems)
+	}
+}

@@ -86,6 +86,9 @@ type Server struct {
 	lastUsed time.Time
 	inflight int
 	starts   int // sessions started, for Status' restarts
+	// retiring: the server was removed or changed by a reload; it closes
+	// once its calls in flight are done.
+	retiring bool
 }
 
 // New returns a server's client; it connects on first use.
@@ -310,7 +313,23 @@ func (s *Server) end() {
 	s.mu.Lock()
 	s.inflight--
 	s.lastUsed = s.o.Now()
+	last := s.retiring && s.inflight == 0
 	s.mu.Unlock()
+	if last {
+		_ = s.Close()
+	}
+}
+
+// retire closes the server once no call is in flight (now when none is);
+// a call that finds it closed fails as unavailable.
+func (s *Server) retire() {
+	s.mu.Lock()
+	s.retiring = true
+	idle := s.inflight == 0
+	s.mu.Unlock()
+	if idle {
+		_ = s.Close()
+	}
 }
 
 // idleFor is how long the server has had a session and no call.

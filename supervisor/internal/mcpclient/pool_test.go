@@ -183,3 +183,54 @@ func TestPoolStatus(t *testing.T) {
 		t.Errorf("after the restart: %+v", st)
 	}
 }
+
+// Apply (a reload): a changed server's new calls go to a new instance
+// while its old one finishes the call in flight and only then ends; a
+// removed server's tools are gone, an added one's served.
+func TestPoolApply(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("chg", ShareGlobal, 0), hostileSpec("gone", ShareGlobal, 0)}, a, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	src := p.For("t", "i")
+	before := pidOf(t, src, "chg")
+	pidOf(t, src, "gone")
+	old, err := p.instance("chg", "t", "i")
+	if err != nil || old == nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hung := make(chan error, 1)
+	go func() {
+		_, err := callCtx(ctx, t, src, "mcp__chg__hang", `{}`, "")
+		hung <- err
+	}()
+	waitFor(t, 10*time.Second, func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return old.inflight == 1
+	}, "the call in flight")
+	if err := p.Apply([]string{"chg", "gone"}, []Spec{hostileSpec("chg", ShareGlobal, 0), hostileSpec("added", ShareGlobal, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if after := pidOf(t, src, "chg"); after == before {
+		t.Error("the changed server's new call went to its old instance")
+	}
+	if !old.Running() {
+		t.Error("the old instance ended with a call in flight")
+	}
+	if _, ok, _ := src.Lookup(context.Background(), "mcp__gone__echo"); ok {
+		t.Error("a removed server's tool is still served")
+	}
+	pidOf(t, src, "added")
+	cancel()
+	if err := <-hung; err == nil {
+		t.Error("the cancelled call answered")
+	}
+	waitFor(t, 10*time.Second, func() bool { return !old.Running() }, "the old instance to end after its last call")
+	if got := p.Servers(); len(got) != 2 || got[0] != "added" || got[1] != "chg" {
+		t.Errorf("servers after Apply: %v", got)
+	}
+}
