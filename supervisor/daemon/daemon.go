@@ -85,10 +85,12 @@ type Daemon struct {
 	inflight atomic.Int64
 	// reloadedDefaults are the defaults of the last SIGHUP (reload.go).
 	reloadedDefaults atomic.Pointer[Defaults]
+	starts           startGate  // sandbox creations in progress
+	scav             *scavenger // hands a burst's memory back to the OS
+
 	// reloadedMCP is the mcp_servers of the last SIGHUP that applied one.
 	reloadedMCP atomic.Pointer[MCPServers]
-	starts      startGate  // sandbox creations in progress
-	scav        *scavenger // hands a burst's memory back to the OS
+
 	// gate orders the admission of an invocation (wg.Add) before shutdown's
 	// wg.Wait: once draining is set under it, nothing is added.
 	gate     sync.Mutex
