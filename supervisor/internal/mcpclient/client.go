@@ -157,7 +157,7 @@ func (s *Server) current(ctx context.Context) (*session, error) {
 		s.failures++
 		s.nextTry = s.o.Now().Add(min(maxBackoff, restartBackoff<<min(s.failures-1, 16)))
 		s.log.Warn("mcp: server did not start", "err", err, "failures", s.failures)
-		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, s.o.Name, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, s.o.Name, err)
 	}
 	s.failures = 0
 	s.starts++

@@ -168,7 +168,7 @@ func (p *Pool) instance(server, tenant, invocation string) (*Server, error) {
 	}
 	tr, err := spec.Transport(inst)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, server, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, server, err)
 	}
 	s, err := New(Options{Name: server, Transport: tr, CallTimeout: spec.CallTimeout, AutoApprove: spec.AutoApprove,
 		Approvals: p.approvals, Log: p.log.With("mcp_instance", inst), Slots: p.slots, Metrics: p.Metrics})
