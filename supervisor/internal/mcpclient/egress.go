@@ -24,6 +24,7 @@ const (
 	// once (tunnels included): each costs the supervisor a socket.
 	egressMaxConns      = 64
 	egressHeaderTimeout = 10 * time.Second
+	egressIdleTimeout   = time.Minute // a kept-alive connection with no request
 	egressMaxHeader     = 64 << 10
 )
 
@@ -83,7 +84,7 @@ func (e *Egress) serve(server string, ln net.Listener) *egressProxy {
 	}
 	p := &egressProxy{server: server, env: env, dial: tools.EgressDialer(env, egressTool), log: log,
 		slots: make(chan struct{}, egressMaxConns), tunnels: map[net.Conn]struct{}{}}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: egressHeaderTimeout, MaxHeaderBytes: egressMaxHeader,
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: egressHeaderTimeout, IdleTimeout: egressIdleTimeout, MaxHeaderBytes: egressMaxHeader,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	go func() { _ = p.srv.Serve(limitListener{ln, p.slots}) }()
 	return p
@@ -251,7 +252,8 @@ func (c *slotConn) Close() error {
 func proxyEnv(addr string) []string {
 	u := "http://" + addr
 	return []string{"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
-		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1"}
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+		"NODE_USE_ENV_PROXY=1"} // Node's own fetch and http use the variables only when told
 }
 
 // Client is an HTTP client for the supervisor's own requests to a remote
