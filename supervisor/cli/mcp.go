@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"cyberos.dev/supervisor/daemon"
 	"cyberos.dev/supervisor/internal/mcpclient"
@@ -29,8 +30,9 @@ const mcpStderrCap = 8 << 20
 // own made by runner, on first use, and each remote one dialled through
 // the Http tools' egress filter. nil when none is configured.
 // allowLoopback lets the stdio servers' egress proxies reach the host's
-// loopback (--allow-loopback-http, tests only).
-func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, log *slog.Logger) (*mcpclient.Pool, error) {
+// loopback (--allow-loopback-http, tests only). reg, when set, gets the
+// pool's metrics (the daemon's registry).
+func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, reg prometheus.Registerer, log *slog.Logger) (*mcpclient.Pool, error) {
 	names := cfg.MCPServerNames()
 	if len(names) == 0 {
 		return nil, nil
@@ -39,24 +41,35 @@ func newMCPPool(cfg daemon.Config, runner sandbox.Runner, stateDir, profilesDir 
 	if err != nil {
 		return nil, err
 	}
-	specs, err := mcpSpecs(cfg, names, runner, stateDir, profilesDir, allowLoopback, log)
+	var m *mcpclient.Metrics
+	if reg != nil {
+		if m, err = mcpclient.NewMetrics(reg); err != nil {
+			return nil, err
+		}
+	}
+	specs, err := mcpSpecs(cfg, names, runner, stateDir, profilesDir, allowLoopback, m, log)
 	if err != nil {
 		return nil, err
 	}
-	return mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
+	p, err := mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
+	if err != nil {
+		return nil, err
+	}
+	p.Metrics = m
+	return p, nil
 }
 
 // mcpSpecs are the pool's specs of cfg's servers names.
-func mcpSpecs(cfg daemon.Config, names []string, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, log *slog.Logger) ([]mcpclient.Spec, error) {
+func mcpSpecs(cfg daemon.Config, names []string, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) ([]mcpclient.Spec, error) {
 	var specs []mcpclient.Spec
 	for _, name := range names {
 		s, _ := cfg.MCPServer(name)
 		share := map[string]mcpclient.Share{daemon.MCPSharePerTenant: mcpclient.SharePerTenant,
 			daemon.MCPSharePerInvocation: mcpclient.SharePerInvocation, daemon.MCPShareGlobal: mcpclient.ShareGlobal}[s.Share]
-		tr := stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, allowLoopback, log)
+		tr := stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, allowLoopback, m, log)
 		if s.URL != "" {
 			var err error
-			if tr, err = remoteTransport(name, s, allowLoopback, log); err != nil {
+			if tr, err = remoteTransport(name, s, allowLoopback, m, log); err != nil {
 				return nil, err
 			}
 		}
@@ -97,7 +110,7 @@ func (r *mcpReloader) apply(old *daemon.MCPServers, next daemon.Config) (added, 
 			changed = append(changed, name)
 		}
 	}
-	specs, err := mcpSpecs(next, append(slices.Clone(added), changed...), r.runner, r.stateDir, r.profilesDir, r.allowLoopback, r.log)
+	specs, err := mcpSpecs(next, append(slices.Clone(added), changed...), r.runner, r.stateDir, r.profilesDir, r.allowLoopback, r.pool.Metrics, r.log)
 	if err == nil {
 		err = r.pool.Apply(append(slices.Clone(removed), changed...), specs)
 	}
@@ -106,7 +119,7 @@ func (r *mcpReloader) apply(old *daemon.MCPServers, next daemon.Config) (added, 
 
 // stdioTransport starts one instance of a stdio server: its secrets read
 // at each start, its stderr to <state>/logs/mcp/<server>-<instance>.log.
-func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
+func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
 	return func(instance string) (func(context.Context) (mcp.Transport, error), error) {
 		logDir := filepath.Join(stateDir, "logs", "mcp")
 		if err := os.MkdirAll(logDir, 0o700); err != nil {
@@ -127,7 +140,7 @@ func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner s
 			sb.SeccompProfile = d.SeccompProfile
 		}
 		if len(s.Domains) > 0 {
-			sb.Egress = &mcpclient.Egress{Domains: s.Domains, AllowLoopback: allowLoopback, Log: log}
+			sb.Egress = &mcpclient.Egress{Domains: s.Domains, AllowLoopback: allowLoopback, Log: log, Metrics: m}
 		}
 		for _, f := range s.Files {
 			sb.Binds = append(sb.Binds, sandbox.Bind{Path: f.Path, Writable: f.Mode == "rw"})
@@ -157,13 +170,13 @@ func stdioTransport(name string, s daemon.MCPServer, d daemon.Defaults, runner s
 
 // remoteTransport dials a remote server over Streamable HTTP through the
 // Http tools' egress filter, its header values read at each connection.
-func remoteTransport(name string, s daemon.MCPServer, allowLoopback bool, log *slog.Logger) (func(string) (func(context.Context) (mcp.Transport, error), error), error) {
+func remoteTransport(name string, s daemon.MCPServer, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) (func(string) (func(context.Context) (mcp.Transport, error), error), error) {
 	u, err := url.Parse(s.URL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: mcp_servers.%s.url: %v", daemon.ErrConfig, name, err)
 	}
 	client := (&mcpclient.Egress{Domains: []string{u.Hostname()}, AllowLoopback: allowLoopback,
-		Log: log.With("mcp_server", name)}).Client()
+		Log: log, Server: name, Metrics: m}).Client()
 	return func(string) (func(context.Context) (mcp.Transport, error), error) {
 		return func(ctx context.Context) (mcp.Transport, error) {
 			h := http.Header{}

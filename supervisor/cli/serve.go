@@ -23,7 +23,6 @@ import (
 	"cyberos.dev/memory"
 	"cyberos.dev/supervisor"
 	"cyberos.dev/supervisor/daemon"
-	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"
 )
@@ -167,14 +166,11 @@ func serveDaemon(cfg daemon.Config, configPath string, sb sandbox.Options, log *
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	sup.ResponseBudget = cfg.ResponseBudget()
-	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, sup.AllowLoopbackHTTP, log)
+	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, sup.AllowLoopbackHTTP, metrics.Registry, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
 	if pool != nil {
-		if pool.Metrics, err = mcpclient.NewMetrics(metrics.Registry); err != nil {
-			return err
-		}
 		sup.MCP = pool
 		defer pool.Close()
 	}

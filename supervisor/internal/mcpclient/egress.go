@@ -48,6 +48,10 @@ type Egress struct {
 	KernelRoute func(netip.Addr) (tools.RouteKind, error)
 	// Log gets one WARN line per refused request.
 	Log *slog.Logger
+	// Server names the server in the log and the metrics (the proxy's
+	// own server name when empty); Metrics, when set, count refusals.
+	Server  string
+	Metrics *Metrics
 }
 
 // egressTool is the tool the proxy's requests are judged as.
@@ -62,12 +66,13 @@ func (e *Egress) env() *tools.Env {
 
 // egressProxy is one server instance's proxy, serving one listener.
 type egressProxy struct {
-	server string
-	env    *tools.Env
-	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
-	log    *slog.Logger
-	srv    *http.Server
-	slots  chan struct{}
+	server  string
+	env     *tools.Env
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	log     *slog.Logger
+	metrics *Metrics
+	srv     *http.Server
+	slots   chan struct{}
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -82,7 +87,7 @@ func (e *Egress) serve(server string, ln net.Listener) *egressProxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &egressProxy{server: server, env: env, dial: tools.EgressDialer(env, egressTool), log: log,
+	p := &egressProxy{server: server, env: env, dial: tools.EgressDialer(env, egressTool), log: log, metrics: e.Metrics,
 		slots: make(chan struct{}, egressMaxConns), tunnels: map[net.Conn]struct{}{}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: egressHeaderTimeout, IdleTimeout: egressIdleTimeout, MaxHeaderBytes: egressMaxHeader,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
@@ -110,6 +115,7 @@ func (p *egressProxy) refuse(w http.ResponseWriter, host string, err error) {
 		reason, detail = string(d.Reason), d.Detail
 	}
 	p.log.Warn("mcp: egress refused", "mcp_server", p.server, "host", host, "reason", reason, "detail", detail)
+	p.metrics.egressRefused(p.server, reason)
 	code := http.StatusForbidden
 	if d == nil {
 		code = http.StatusBadGateway
@@ -270,7 +276,7 @@ func (e *Egress) Client() *http.Client {
 	tr := &http.Transport{Proxy: nil, DialContext: tools.EgressDialer(env, egressTool),
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}, TLSHandshakeTimeout: tools.HTTPTLSTimeout,
 		MaxResponseHeaderBytes: egressMaxHeader, ForceAttemptHTTP2: true}
-	return &http.Client{Transport: checkedTransport{env: env, base: tr, log: log},
+	return &http.Client{Transport: checkedTransport{env: env, base: tr, log: log, server: e.Server, metrics: e.Metrics},
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return errors.New("a remote MCP server's redirect is not followed")
 		}}
@@ -278,9 +284,11 @@ func (e *Egress) Client() *http.Client {
 
 // checkedTransport judges each request's URL before it is sent.
 type checkedTransport struct {
-	env  *tools.Env
-	base http.RoundTripper
-	log  *slog.Logger
+	env     *tools.Env
+	base    http.RoundTripper
+	log     *slog.Logger
+	server  string
+	metrics *Metrics
 }
 
 func (c checkedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -307,5 +315,6 @@ func (c checkedTransport) logRefusal(host string, err error) {
 	if errors.As(err, &d) {
 		reason, detail = string(d.Reason), d.Detail
 	}
-	c.log.Warn("mcp: egress refused", "host", host, "reason", reason, "detail", detail)
+	c.log.Warn("mcp: egress refused", "mcp_server", c.server, "host", host, "reason", reason, "detail", detail)
+	c.metrics.egressRefused(c.server, reason)
 }

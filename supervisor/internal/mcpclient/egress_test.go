@@ -16,6 +16,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // The egress proxy on its own (the sandboxed test puts it in a server's
@@ -33,7 +36,11 @@ func TestEgressProxy(t *testing.T) {
 	_, port, _ := net.SplitHostPort(backend.Listener.Addr().String())
 	names := map[string]string{"ok.test": "127.0.0.1", "other.test": "127.0.0.1", "meta.ok.test": "169.254.169.254"}
 	var logs syncBuf
-	e := &Egress{Domains: []string{"ok.test", "*.ok.test"}, AllowLoopback: true, Log: slog.New(slog.NewTextHandler(&logs, nil)),
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Egress{Domains: []string{"ok.test", "*.ok.test"}, AllowLoopback: true, Log: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m,
 		Resolve: func(_ context.Context, h string) ([]netip.Addr, error) {
 			if a, ok := names[h]; ok {
 				return []netip.Addr{netip.MustParseAddr(a)}, nil
@@ -108,6 +115,9 @@ func TestEgressProxy(t *testing.T) {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
+	}
+	if n := promtest.ToFloat64(m.EgressRefused.WithLabelValues("unit", "domain_violation")); n != 6 {
+		t.Errorf("cyberos_mcp_egress_refused_total{server=unit,reason=domain_violation} = %v, want 6", n)
 	}
 	// Closing the proxy ends its tunnels.
 	p.Close()
