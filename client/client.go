@@ -202,6 +202,15 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	return &st, nil
 }
 
+// MCPServers is the daemon's MCP server instances (GET /v1/mcp/servers).
+func (c *Client) MCPServers(ctx context.Context) ([]MCPServer, error) {
+	var out []MCPServer
+	if err := c.call(ctx, http.MethodGet, "/v1/mcp/servers", nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // Recent is the last limit ended invocations, newest first (GET
 // /v1/invocations?limit=N; the daemon takes 1 to 1000).
 func (c *Client) Recent(ctx context.Context, limit int) ([]Recent, error) {

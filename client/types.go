@@ -127,3 +127,23 @@ type SkillFile struct {
 	Path string `json:"path"` // slash-separated, relative to the folder
 	Size int64  `json:"size"`
 }
+
+// MCPServer is one MCP server instance as the daemon runs it (GET
+// /v1/mcp/servers): its status, restarts, and tools with their definition
+// hashes.
+type MCPServer struct {
+	Server   string    `json:"server"`
+	Instance string    `json:"instance,omitempty"` // the tenant or invocation of a shared-by instance
+	Status   string    `json:"status"`             // up, restarting, stopped
+	Restarts int       `json:"restarts"`
+	Tools    []MCPTool `json:"tools,omitempty"`
+}
+
+// MCPTool is one tool of an MCP server instance.
+type MCPTool struct {
+	Name           string `json:"name"`
+	DefinitionHash string `json:"definition_hash"`
+	// Changed: the definition differs from the approved one and is refused
+	// until approved.
+	Changed bool `json:"changed,omitempty"`
+}

@@ -263,9 +263,43 @@ func TestMCPHostileServerDaemon(t *testing.T) {
 	if !refused {
 		t.Fatal("the changed definition was served")
 	}
-	out, err := cyberos("mcp", "list", "--state-dir", e.stateDir).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "changed: refused until `cyberos mcp approve hostile`") {
+	// Without a daemon: the recorded definitions.
+	out, err := cyberos("mcp", "list", "--state-dir", e.stateDir, "--socket", filepath.Join(e.base, "nodaemon.sock")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "changed: refused until `cyberos mcp approve hostile`") || !strings.Contains(string(out), "no running daemon answered") {
 		t.Errorf("mcp list: %v\n%s", err, out)
+	}
+	// From the daemon: each instance's state, restarts (the crash and the
+	// huge answer ended sessions) and tools with their hashes.
+	out, err = cyberos("mcp", "list", "--json", "--socket", d.adminSocket).Output()
+	var live struct {
+		Servers []struct {
+			Server, Instance, Status string
+			Restarts                 int
+			Tools                    []struct {
+				Name           string `json:"name"`
+				DefinitionHash string `json:"definition_hash"`
+				Changed        bool   `json:"changed"`
+			}
+		}
+	}
+	if err != nil || json.Unmarshal(out, &live) != nil {
+		t.Fatalf("mcp list from the daemon: %v\n%s", err, out)
+	}
+	var restarted, changedShown, hashed bool
+	for _, s := range live.Servers {
+		if s.Server == "hostile" && s.Status == "up" {
+			restarted = restarted || s.Restarts >= 2
+			for _, tl := range s.Tools {
+				changedShown = changedShown || tl.Name == "mcp__hostile__mutable" && tl.Changed
+				hashed = hashed || tl.Name == "mcp__hostile__echo" && len(tl.DefinitionHash) == 64
+			}
+		}
+	}
+	if !restarted || !changedShown || !hashed {
+		t.Errorf("live mcp list: restarts %v, the changed tool %v, echo's hash %v:\n%s", restarted, changedShown, hashed, out)
+	}
+	if out, err := cyberos("mcp", "list", "--socket", d.adminSocket).Output(); err != nil || !strings.Contains(string(out), "hanger") || !strings.Contains(string(out), "changed: refused until `cyberos mcp approve hostile`") {
+		t.Errorf("live mcp list (table): %v\n%s", err, out)
 	}
 	if out, err := cyberos("mcp", "approve", "hostile", "--state-dir", e.stateDir).CombinedOutput(); err != nil || !strings.Contains(string(out), "approved mcp__hostile__mutable") {
 		t.Fatalf("mcp approve: %v\n%s", err, out)

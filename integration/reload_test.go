@@ -66,3 +66,66 @@ func TestDaemonReloadsOnSIGHUP(t *testing.T) {
 		t.Fatal("the daemon exited on SIGHUP")
 	}
 }
+
+// Issue 41.6 for mcp_servers: SIGHUP adds, changes and removes MCP
+// servers in a running daemon. A changed server's next call goes to a new
+// instance started with its new config, an added one is served, a removed
+// one's tools are gone; a new secret file needs a restart.
+func TestDaemonReloadsMCPServers(t *testing.T) {
+	e := newEnv(t)
+	srv := filepath.Join(probeDir, "mcphostile")
+	e.skill("mcp", "allowed_tools: [mcp__hostile__pid, mcp__added__echo]\n", callScript(
+		[3]string{"pid", "mcp__hostile__pid", `{}`}, [3]string{"added", "mcp__added__echo", `{"text":"new server"}`}))
+	server := func(name string, extra ...string) []string {
+		return append([]string{"  " + name + ":", "    command: " + srv, "    files: [{path: " + probeDir + "}]", "    share: global"}, extra...)
+	}
+	d := startDaemon(t, e, append([]string{"mcp_servers:"}, server("hostile")...)...)
+	invoke := func() map[string]callResult {
+		t.Helper()
+		code, env, raw := d.invoke(map[string]any{"skill_id": "mcp"})
+		if code != 200 {
+			t.Fatalf("invoke: %d %s", code, raw)
+		}
+		return calls(t, result{env: env})
+	}
+	hupAndWait := func(logLine string, cfg ...string) {
+		t.Helper()
+		must(t, os.WriteFile(d.cfgPath, []byte(e.daemonConfig(d.metricsAddr, cfg...)), 0o644))
+		n := strings.Count(d.logs.String(), logLine)
+		must(t, d.cmd.Process.Signal(syscall.SIGHUP))
+		for end := time.Now().Add(10 * time.Second); strings.Count(d.logs.String(), logLine) == n; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("no %q logged after SIGHUP:\n%s", logLine, d.logs.String())
+			}
+		}
+	}
+	m := invoke()
+	pid1 := string(mustOK(t, m, "pid"))
+	if m["added"].Err == nil {
+		t.Fatalf("a server not yet configured answered: %s", m["added"].OK)
+	}
+	// hostile changed (an env var), added added.
+	hupAndWait("SIGHUP: MCP servers reloaded", append(append([]string{"mcp_servers:"}, server("hostile", "    env: {RELOADED: \"1\"}")...), server("added")...)...)
+	if logs := d.logs.String(); !strings.Contains(logs, "added=added removed=\"\" changed=hostile") || !strings.Contains(logs, "applied=mcp_servers") {
+		t.Errorf("reload log:\n%s", logs)
+	}
+	m = invoke()
+	if pid2 := string(mustOK(t, m, "pid")); pid2 == pid1 {
+		t.Error("the changed server still answers from its old instance")
+	}
+	if ok := mustOK(t, m, "added"); !strings.Contains(string(ok), "new server") {
+		t.Errorf("added server: %s", ok)
+	}
+	// added removed.
+	hupAndWait("SIGHUP: MCP servers reloaded", append([]string{"mcp_servers:"}, server("hostile", "    env: {RELOADED: \"1\"}")...)...)
+	if m = invoke(); m["added"].Err == nil {
+		t.Errorf("a removed server answered: %s", m["added"].OK)
+	}
+	// A new secret file: not applied, named as needing a restart.
+	secret := filepath.Join(e.base, "tok")
+	must(t, os.WriteFile(secret, []byte("x\n"), 0o600))
+	hupAndWait("SIGHUP: changed keys need a restart to take effect", append([]string{"mcp_servers:"}, server("hostile", "    secrets: {TOKEN: "+secret+"}")...)...)
+	if logs := d.logs.String(); !strings.Contains(logs, "mcp_servers: a new secret or header file ("+secret+")") {
+		t.Errorf("restart log:\n%s", logs)
+	}
+}

@@ -521,3 +521,11 @@ func hostName(h string) string {
 	}
 	return ""
 }
+
+// DomainProblem says why s is not an x-allowed-domains entry ("" when it
+// is one): the same check as a SKILL.md's, for other lists of domains (an
+// MCP server's).
+func DomainProblem(s string) string {
+	_, reason := hostGlob(s)
+	return reason
+}

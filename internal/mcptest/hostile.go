@@ -6,9 +6,12 @@ package mcptest
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -142,6 +145,28 @@ func NewServer() *mcp.Server {
 			}
 			c.Close()
 			return text("connected"), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "fetch", Description: "GETs a URL the way most programs do: through HTTP(S)_PROXY when set.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ URL string }
+			_ = json.Unmarshal(req.Params.Arguments, &in)
+			c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment,
+				TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a test server's own certificate
+			hr, err := http.NewRequestWithContext(ctx, http.MethodGet, in.URL, nil)
+			if err == nil {
+				var resp *http.Response
+				if resp, err = c.Do(hr); err == nil {
+					defer resp.Body.Close()
+					b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+					r := text(fmt.Sprintf("%d %s", resp.StatusCode, b))
+					r.IsError = resp.StatusCode != http.StatusOK
+					return r, nil
+				}
+			}
+			r := text("fetch: " + err.Error())
+			r.IsError = true
+			return r, nil
 		})
 	s.AddTool(&mcp.Tool{Name: "forkbomb", Description: "Starts sleeping children until it cannot; answers how many.", InputSchema: objectSchema},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

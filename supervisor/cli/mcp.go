@@ -5,13 +5,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/internal/mcpclient"
@@ -22,10 +27,12 @@ import (
 const mcpStderrCap = 8 << 20
 
 // newMCPPool runs cfg's mcp_servers: each stdio server in a sandbox of its
-// own made by runner, on first use. nil when none is configured. Remote
-// servers are refused here until the supervisor dials them through the
-// Http tools' egress address filter.
-func newMCPPool(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) (*mcpclient.Pool, error) {
+// own made by runner, on first use, and each remote one dialled through
+// the Http tools' egress filter. nil when none is configured.
+// allowLoopback lets the stdio servers' egress proxies reach the host's
+// loopback (--allow-loopback-http, tests only). reg, when set, gets the
+// pool's metrics (the daemon's registry).
+func newMCPPool(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, reg prometheus.Registerer, log *slog.Logger) (*mcpclient.Pool, error) {
 	names := cfg.MCPServerNames()
 	if len(names) == 0 {
 		return nil, nil
@@ -34,24 +41,85 @@ func newMCPPool(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir 
 	if err != nil {
 		return nil, err
 	}
+	var m *mcpclient.Metrics
+	if reg != nil {
+		if m, err = mcpclient.NewMetrics(reg); err != nil {
+			return nil, err
+		}
+	}
+	specs, err := mcpSpecs(cfg, names, runner, stateDir, profilesDir, allowLoopback, m, log)
+	if err != nil {
+		return nil, err
+	}
+	p, err := mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
+	if err != nil {
+		return nil, err
+	}
+	p.Metrics = m
+	return p, nil
+}
+
+// mcpSpecs are the pool's specs of cfg's servers names.
+func mcpSpecs(cfg config.Config, names []string, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) ([]mcpclient.Spec, error) {
 	var specs []mcpclient.Spec
 	for _, name := range names {
 		s, _ := cfg.MCPServer(name)
-		if s.URL != "" {
-			return nil, fmt.Errorf("%w: mcp_servers.%s: remote servers are not yet supported by serve and skill run (the supervisor must dial them through the egress address filter)", config.ErrConfig, name)
-		}
 		share := map[string]mcpclient.Share{config.MCPSharePerTenant: mcpclient.SharePerTenant,
 			config.MCPSharePerInvocation: mcpclient.SharePerInvocation, config.MCPShareGlobal: mcpclient.ShareGlobal}[s.Share]
+		tr := stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, allowLoopback, m, log)
+		if s.URL != "" {
+			var err error
+			if tr, err = remoteTransport(name, s, allowLoopback, m, log); err != nil {
+				return nil, err
+			}
+		}
 		specs = append(specs, mcpclient.Spec{Name: name, Share: share, Idle: time.Duration(s.Idle),
-			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == config.MCPApproveAuto,
-			Transport: stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, log)})
+			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == config.MCPApproveAuto, Transport: tr})
 	}
-	return mcpclient.NewPool(specs, approvals, cfg.MCPMaxRunning, log)
+	return specs, nil
+}
+
+// mcpReloader applies a reloaded mcp_servers to the running pool.
+type mcpReloader struct {
+	pool                  *mcpclient.Pool
+	runner                sandbox.Runner
+	stateDir, profilesDir string
+	allowLoopback         bool
+	log                   *slog.Logger
+}
+
+// apply retires the servers removed or changed from old to next (each
+// instance ends once its calls in flight are done) and serves the added
+// and changed ones from their next use, as next says.
+func (r *mcpReloader) apply(old *config.MCPServers, next config.Config) (added, removed, changed []string, err error) {
+	var was config.MCPServers
+	if old != nil {
+		was = *old
+	}
+	for _, name := range slices.Sorted(maps.Keys(was)) {
+		if _, ok := next.MCPServer(name); !ok {
+			removed = append(removed, name)
+		}
+	}
+	for _, name := range next.MCPServerNames() {
+		prev, ok := was[name]
+		switch {
+		case !ok:
+			added = append(added, name)
+		case !reflect.DeepEqual(prev, (*next.MCPServers)[name]):
+			changed = append(changed, name)
+		}
+	}
+	specs, err := mcpSpecs(next, append(slices.Clone(added), changed...), r.runner, r.stateDir, r.profilesDir, r.allowLoopback, r.pool.Metrics, r.log)
+	if err == nil {
+		err = r.pool.Apply(append(slices.Clone(removed), changed...), specs)
+	}
+	return added, removed, changed, err
 }
 
 // stdioTransport starts one instance of a stdio server: its secrets read
 // at each start, its stderr to <state>/logs/mcp/<server>-<instance>.log.
-func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner sandbox.Runner, stateDir, profilesDir string, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
+func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
 	return func(instance string) (func(context.Context) (mcp.Transport, error), error) {
 		logDir := filepath.Join(stateDir, "logs", "mcp")
 		if err := os.MkdirAll(logDir, 0o700); err != nil {
@@ -70,6 +138,9 @@ func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner s
 		}
 		if sb.SeccompProfile == "" {
 			sb.SeccompProfile = d.SeccompProfile
+		}
+		if len(s.Domains) > 0 {
+			sb.Egress = &mcpclient.Egress{Domains: s.Domains, AllowLoopback: allowLoopback, Log: log, Metrics: m}
 		}
 		for _, f := range s.Files {
 			sb.Binds = append(sb.Binds, sandbox.Bind{Path: f.Path, Writable: f.Mode == "rw"})
@@ -95,6 +166,30 @@ func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner s
 		sb.Env = env
 		return sb.Transport()
 	}
+}
+
+// remoteTransport dials a remote server over Streamable HTTP through the
+// Http tools' egress filter, its header values read at each connection.
+func remoteTransport(name string, s config.MCPServer, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) (func(string) (func(context.Context) (mcp.Transport, error), error), error) {
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mcp_servers.%s.url: %v", config.ErrConfig, name, err)
+	}
+	client := (&mcpclient.Egress{Domains: []string{u.Hostname()}, AllowLoopback: allowLoopback,
+		Log: log, Server: name, Metrics: m}).Client()
+	return func(string) (func(context.Context) (mcp.Transport, error), error) {
+		return func(ctx context.Context) (mcp.Transport, error) {
+			h := http.Header{}
+			for _, k := range sortedMapKeys(s.Headers) {
+				v, err := config.ReadMCPSecret(s.Headers[k])
+				if err != nil {
+					return nil, err
+				}
+				h.Set(k, v)
+			}
+			return mcpclient.RemoteTransport(s.URL, h, client)(ctx)
+		}, nil
+	}, nil
 }
 
 func orDefault(v, d int64) int64 {

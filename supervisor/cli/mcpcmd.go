@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"cyberos.dev/client"
 	"cyberos.dev/supervisor/internal/mcpclient"
 )
 
@@ -21,15 +23,27 @@ func newMCPCmd() *cobra.Command {
 	return cmd
 }
 
-// newMCPListCmd is `cyberos mcp list`: every MCP tool's approved
-// definition hash, and the changed ones waiting for approval.
+// newMCPListCmd is `cyberos mcp list`: the running daemon's MCP servers
+// (status, restarts, tools and their definition hashes), or, with no daemon
+// answering, every MCP tool's approved definition hash and the changed ones
+// waiting for approval.
 func newMCPListCmd(stateDir *string) *cobra.Command {
 	var asJSON bool
+	var socket string
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "Every MCP tool seen, with its approved definition hash and any changed definition waiting for approval",
+		Short: "The MCP servers: live from the running daemon (status, restarts, tools and their definition hashes), else every tool recorded",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			live, lerr := client.New(socket).MCPServers(ctx)
+			if lerr == nil {
+				return printLiveMCP(cmd, live, asJSON)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "no running daemon answered (%v): the definitions recorded in %s follow\n", lerr, *stateDir)
 			a, err := mcpclient.OpenApprovals(*stateDir)
 			if err != nil {
 				return &exitError{exitRefused, err}
@@ -55,7 +69,8 @@ func newMCPListCmd(stateDir *string) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print {approved, pending}: server → tool → hash")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the daemon's server list, or without a daemon {approved, pending}: server → tool → hash")
+	socketFlag(cmd, &socket)
 	return cmd
 }
 
@@ -94,4 +109,31 @@ func sortedKeysOf[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// printLiveMCP prints one line per tool of each server instance (one line
+// for an instance without tools).
+func printLiveMCP(cmd *cobra.Command, live []client.MCPServer, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"servers": live})
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tINSTANCE\tSTATUS\tRESTARTS\tTOOL\tDEFINITION HASH\tAPPROVAL")
+	for _, s := range live {
+		inst := s.Instance
+		if inst == "" {
+			inst = "-"
+		}
+		if len(s.Tools) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t-\t-\t-\n", s.Server, inst, s.Status, s.Restarts)
+		}
+		for _, t := range s.Tools {
+			approval := "approved"
+			if t.Changed {
+				approval = "changed: refused until `cyberos mcp approve " + s.Server + "`"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Server, inst, s.Status, s.Restarts, t.Name, t.DefinitionHash, approval)
+		}
+	}
+	return tw.Flush()
 }

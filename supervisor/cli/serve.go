@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -23,7 +24,6 @@ import (
 	"cyberos.dev/supervisor"
 	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/internal/daemon"
-	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"
 )
@@ -179,14 +179,11 @@ func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	sup.ResponseBudget = cfg.ResponseBudget()
-	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, log)
+	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, sup.AllowLoopbackHTTP, metrics.Registry, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
 	if pool != nil {
-		if pool.Metrics, err = mcpclient.NewMetrics(metrics.Registry); err != nil {
-			return err
-		}
 		sup.Sources = append(sup.Sources, pool)
 		defer pool.Close()
 	}
@@ -237,7 +234,12 @@ func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	go reloadOnHUP(ctx, hup, d, configPath, log)
+	var mcpReload *mcpReloader
+	if pool != nil {
+		mcpReload = &mcpReloader{pool: pool, runner: sup.Runner, stateDir: cfg.StateDir, profilesDir: cfg.SeccompProfilesDir,
+			allowLoopback: sup.AllowLoopbackHTTP, log: log}
+	}
+	go reloadOnHUP(ctx, hup, d, configPath, mcpReload, log)
 	if err := d.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return &exitError{exitRefused, err}
 	}
@@ -249,7 +251,7 @@ func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *
 // can change in a running daemon is applied and logged at INFO, a changed
 // key that needs a restart is named at WARN, and a config that does not
 // load changes nothing (ERROR, with every problem).
-func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, configPath string, log *slog.Logger) {
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, configPath string, mcpReload *mcpReloader, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -265,7 +267,17 @@ func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, co
 			log.Error("SIGHUP: the config does not load; nothing changed", "config", configPath, "err", errors.Join(problems...))
 			continue
 		}
+		oldMCP := d.CurrentMCPServers()
 		applied, restart := d.Reload(cfg)
+		if slices.Contains(applied, "mcp_servers") && mcpReload != nil {
+			added, removed, changed, err := mcpReload.apply(oldMCP, cfg)
+			if err != nil {
+				log.Error("SIGHUP: applying mcp_servers failed", "err", err)
+			} else {
+				log.Info("SIGHUP: MCP servers reloaded", "added", strings.Join(added, ","), "removed", strings.Join(removed, ","),
+					"changed", strings.Join(changed, ","), "note", "removed and changed servers end once their calls in flight are done; new ones start on first use")
+			}
+		}
 		changed := strings.Join(applied, ",")
 		if changed == "" {
 			changed = "nothing"

@@ -144,7 +144,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return err
 	}
 	defer closeAll()
-	pool, err := newMCPPool(rc.Config, sup.Runner, f.stateDir, profiles, log)
+	pool, err := newMCPPool(rc.Config, sup.Runner, f.stateDir, profiles, f.allowLoopbackHTTP, nil, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}

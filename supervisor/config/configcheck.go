@@ -52,8 +52,16 @@ func CheckFile(path string) (cfg Config, problems []error) {
 				problems = append(problems, fmt.Errorf("%w: %s: line %d: unknown key %q", ErrConfig, path, mv.Key.GetToken().Position.Line, key))
 				continue
 			}
-			if err := yaml.NodeToValue(mv.Value, f.Addr().Interface(), yaml.DisallowUnknownField()); err != nil {
+			// A pointer field (mcp_servers) is decoded into a value of its
+			// own: the decoder leaves a pointer to a nil pointer unset.
+			target := f.Addr()
+			if f.Kind() == reflect.Pointer {
+				target = reflect.New(f.Type().Elem())
+			}
+			if err := yaml.NodeToValue(mv.Value, target.Interface(), yaml.DisallowUnknownField()); err != nil {
 				problems = append(problems, fmt.Errorf("%w: %s: %s: %s", ErrConfig, path, key, yaml.FormatError(err, false, true)))
+			} else if f.Kind() == reflect.Pointer {
+				f.Set(target)
 			}
 		}
 	}

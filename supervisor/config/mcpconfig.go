@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"cyberos.dev/policy"
 )
 
 // MCPServers is mcp_servers: the MCP servers whose tools skills may be
@@ -41,17 +43,22 @@ type MCPServer struct {
 	CPU            float64   `yaml:"cpu"`
 	SeccompProfile string    `yaml:"seccomp_profile"`
 	Files          []MCPFile `yaml:"files"`
-	// Domains the server may reach through the supervisor's egress proxy
-	// (not yet supported: a server with domains is refused).
+	// Domains the server may reach (x-allowed-domains' vocabulary:
+	// "api.example.com", "*.example.com") through the supervisor's egress
+	// proxy, named by HTTP(S)_PROXY in its environment; every address is
+	// judged as HttpFetch's. None: loopback only.
 	Domains []string `yaml:"domains"`
-	// Share is which invocations share one running server: per_tenant
-	// (default), per_invocation or global.
+	// Share is which invocations share one running server (a remote
+	// server's: one session): per_tenant (default), per_invocation or
+	// global.
 	Share string `yaml:"share"`
 	// Idle stops a server unused this long (default 5m).
 	Idle MCPDuration `yaml:"idle"`
 
-	// URL and Headers dial a remote server; each header's value is read
-	// from a root-only file (header name → file).
+	// URL and Headers dial a remote server over Streamable HTTP, through
+	// the Http tools' egress filter (the URL's host only, its addresses
+	// judged as HttpFetch's, no redirects); each header's value is read
+	// from a root-only file (header name → file) at each connection.
 	URL     string            `yaml:"url"`
 	Headers map[string]string `yaml:"headers"`
 
@@ -143,7 +150,7 @@ func (c *Config) MCPServer(name string) (MCPServer, bool) {
 	if !ok {
 		return MCPServer{}, false
 	}
-	if s.Command != "" && s.Share == "" {
+	if s.Share == "" {
 		s.Share = MCPSharePerTenant
 	}
 	if s.Approve == "" {
@@ -204,6 +211,14 @@ func checkMCPServer(name string, s MCPServer, c *Config) []string {
 		checkMCPStdio(s, c, bad)
 	} else {
 		checkMCPRemote(s, bad)
+	}
+	if d := time.Duration(s.Idle); d != 0 && (d < time.Second || d > 24*time.Hour) {
+		bad("idle", "must be 1s..24h, got %v", d)
+	}
+	switch s.Share {
+	case "", MCPSharePerTenant, MCPSharePerInvocation, MCPShareGlobal:
+	default:
+		bad("share", "must be per_tenant, per_invocation or global, got %q", s.Share)
 	}
 	switch s.Approve {
 	case "", MCPApproveManual, MCPApproveAuto:
@@ -275,16 +290,10 @@ func checkMCPStdio(s MCPServer, c *Config, bad func(key, why string, a ...any)) 
 			bad(key+".mode", "must be ro (default) or rw, got %q", f.Mode)
 		}
 	}
-	if len(s.Domains) > 0 {
-		bad("domains", "network access for MCP servers (the egress proxy) is not yet supported: remove domains; the server would otherwise run with loopback only")
-	}
-	switch s.Share {
-	case "", MCPSharePerTenant, MCPSharePerInvocation, MCPShareGlobal:
-	default:
-		bad("share", "must be per_tenant, per_invocation or global, got %q", s.Share)
-	}
-	if d := time.Duration(s.Idle); d != 0 && (d < time.Second || d > 24*time.Hour) {
-		bad("idle", "must be 1s..24h, got %v", d)
+	for i, d := range s.Domains {
+		if why := policy.DomainProblem(d); why != "" {
+			bad(fmt.Sprintf("domains[%d]", i), "%q %s", d, why)
+		}
 	}
 	if s.Headers != nil {
 		bad("headers", "is for a remote server (url); a stdio server takes env and secrets")
@@ -292,9 +301,6 @@ func checkMCPStdio(s MCPServer, c *Config, bad func(key, why string, a ...any)) 
 }
 
 func checkMCPRemote(s MCPServer, bad func(key, why string, a ...any)) {
-	// The client side exists (mcpclient.RemoteTransport); the daemon does
-	// not dial it until it goes through the Http tools' egress filter.
-	bad("url", "remote MCP servers are not yet supported (the supervisor must dial them through the egress address filter); run the server as a stdio server")
 	u, err := url.Parse(s.URL)
 	switch {
 	case err != nil:
@@ -303,6 +309,8 @@ func checkMCPRemote(s MCPServer, bad func(key, why string, a ...any)) {
 		bad("url", "must be an http(s) URL with a host, got %q", s.URL)
 	case u.User != nil:
 		bad("url", "must not carry credentials; put them in headers, read from a secret file")
+	case policy.DomainProblem(u.Hostname()) != "":
+		bad("url", "host %q %s", u.Hostname(), policy.DomainProblem(u.Hostname()))
 	}
 	for _, h := range sortedKeys(s.Headers) {
 		if !validHeaderName(h) {
@@ -314,7 +322,7 @@ func checkMCPRemote(s MCPServer, bad func(key, why string, a ...any)) {
 	}
 	for key, set := range map[string]bool{"args": s.Args != nil, "env": s.Env != nil, "secrets": s.Secrets != nil,
 		"memory_mb": s.MemoryMB != 0, "pids_max": s.PidsMax != 0, "cpu": s.CPU != 0, "seccomp_profile": s.SeccompProfile != "",
-		"files": s.Files != nil, "domains": s.Domains != nil, "share": s.Share != "", "idle": s.Idle != 0} {
+		"files": s.Files != nil, "domains": s.Domains != nil} {
 		if set {
 			bad(key, "is for a stdio server (command); a remote server takes url and headers")
 		}

@@ -70,9 +70,9 @@ mcp_servers:
   both: {command: /usr/bin/true, url: https://x.example}
   neither: {}
   rel: {command: node, share: sometimes, approve: maybe, idle: 1ms, memory_mb: 1, files: [{path: /var/lib/cyberos/audit}, {path: /srv, mode: rx}]}
-  net: {command: /usr/bin/node, domains: [api.github.com]}
+  net: {command: /usr/bin/node, domains: [api.github.com, "https://x.example", "*"]}
   secret: {command: /usr/bin/node, secrets: {TOKEN: token.txt, "1X": /a}, env: {TOKEN: x}}
-  remote: {url: "ftp://x", headers: {"Bad Header": /h, X-Key: rel}, args: [a], share: global}
+  remote: {url: "ftp://x", headers: {"Bad Header": /h, X-Key: rel}, args: [a], share: sometimes, domains: [x.example]}
   cred: {url: "https://u:p@x.example/mcp"}
 `)
 	if !errors.Is(err, ErrConfig) {
@@ -82,14 +82,38 @@ mcp_servers:
 		"mcp_servers.Bad.Name:", "mcp_servers.a__b:", "mcp_servers.both:", "mcp_servers.neither:",
 		"mcp_servers.rel.command:", "mcp_servers.rel.share:", "mcp_servers.rel.approve:", "mcp_servers.rel.idle:",
 		"mcp_servers.rel.memory_mb:", "mcp_servers.rel.files[0].path:", "mcp_servers.rel.files[1].mode:",
-		"mcp_servers.net.domains: network access for MCP servers (the egress proxy) is not yet supported",
+		`mcp_servers.net.domains[1]: "https://x.example" must be a host name, not a URL`, `mcp_servers.net.domains[2]: "*" a bare wildcard`,
 		"mcp_servers.secret.secrets.TOKEN:", `mcp_servers.secret.secrets: "1X"`, "mcp_servers.secret.env.TOKEN: is also in secrets",
-		"mcp_servers.remote.url: remote MCP servers are not yet supported", `mcp_servers.remote.headers: "Bad Header"`, "mcp_servers.remote.headers.X-Key:",
-		"mcp_servers.remote.args:", "mcp_servers.remote.share:", "mcp_servers.cred.url: must not carry credentials",
+		"mcp_servers.remote.url: must be an http(s) URL", `mcp_servers.remote.headers: "Bad Header"`, "mcp_servers.remote.headers.X-Key:",
+		"mcp_servers.remote.args:", "mcp_servers.remote.share:", "mcp_servers.remote.domains: is for a stdio server", "mcp_servers.cred.url: must not carry credentials",
 	} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("the error does not name %q:\n%v", key, err)
 		}
+	}
+	if strings.Contains(err.Error(), "domains[0]") {
+		t.Errorf("a valid domain is reported:\n%v", err)
+	}
+}
+
+// A remote server and a stdio server with domains are valid.
+func TestMCPConfigRemoteAndDomains(t *testing.T) {
+	c, err := loadYAML(t, `version: 1
+mcp_servers:
+  gh: {url: "https://api.githubcopilot.com/mcp/", headers: {Authorization: /etc/cyberos/gh-auth}, share: global, idle: 1m}
+  fetcher: {command: /usr/bin/node, domains: [api.example.com, "*.example.org"]}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := c.MCPServer("gh"); s.Share != MCPShareGlobal || s.URL == "" {
+		t.Errorf("remote: %+v", s)
+	}
+	if s, _ := c.MCPServer("fetcher"); len(s.Domains) != 2 {
+		t.Errorf("domains: %+v", s)
+	}
+	if !slices.Contains(c.ReservedPaths(""), "/etc/cyberos/gh-auth") {
+		t.Errorf("the header file is not reserved from skills")
 	}
 }
 
@@ -174,5 +198,24 @@ func TestMCPMaxRunning(t *testing.T) {
 	}
 	if _, err := loadYAML(t, "version: 1\nmcp_max_running: 0\n"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "mcp_max_running") {
 		t.Errorf("mcp_max_running 0: %v", err)
+	}
+}
+
+// serve --check (CheckConfigFile) reads mcp_servers: its servers are
+// loaded and their problems listed with the rest.
+func TestCheckConfigFileMCPServers(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte("version: 1\nmcp_servers:\n  ok: {command: /usr/bin/node}\n  bad: {command: node}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, problems := CheckFile(p)
+	if err := errors.Join(problems...); err == nil || !strings.Contains(err.Error(), "mcp_servers.bad.command") {
+		t.Errorf("problems: %v", err)
+	}
+	if err := os.WriteFile(p, []byte("version: 1\nmcp_servers:\n  ok: {command: /usr/bin/node}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, problems := CheckFile(p); len(problems) != 0 || !slices.Equal(cfg.MCPServerNames(), []string{"ok"}) {
+		t.Errorf("servers %v, problems %v", cfg.MCPServerNames(), problems)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -60,7 +61,15 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.activate(Activation{Env: spec.Env, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, Deadline: spec.Deadline}, start); err != nil {
+	env := spec.Env
+	if spec.Network != nil {
+		more, err := p.network(spec.Network)
+		if err != nil {
+			return nil, p.abort(fmt.Errorf("sandbox network: %w", err))
+		}
+		env = append(slices.Clip(env), more...)
+	}
+	if err := p.activate(Activation{Env: env, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, Deadline: spec.Deadline}, start); err != nil {
 		return nil, p.abort(err)
 	}
 	return p, nil
@@ -71,6 +80,9 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 func (r *LinuxRunner) Prewarm(spec Spec) (Warm, error) {
 	if spec.Recorder != nil {
 		return nil, errors.New("sandbox: a recording run is never prewarmed")
+	}
+	if spec.Network != nil {
+		return nil, errors.New("sandbox: a sandbox with a Network hook is never prewarmed")
 	}
 	spec.Env, spec.Stdin, spec.Stdout, spec.Stderr, spec.Deadline = nil, nil, nil, nil, 0
 	return r.prewarm(spec, time.Now())

@@ -363,3 +363,17 @@ func scan(b []byte, format string, n *int) bool {
 
 func (p *linuxProcess) Stats() (cgroups.Stats, error) { return cgroups.ReadStats(p.cgroupPath()) }
 func (p *linuxProcess) OOMKills() (uint64, error)     { return cgroups.ReadOOMKills(p.cgroupPath()) }
+
+// network calls hook with the network namespace of p's init, which waits
+// for its activation: nothing of the sandbox's entrypoint runs yet.
+func (p *linuxProcess) network(hook func(*os.File) ([]string, error)) ([]string, error) {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", p.proc.Pid()))
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	if !p.Alive() {
+		return nil, errInitGone // the pid may name another process now
+	}
+	return hook(ns)
+}

@@ -168,6 +168,13 @@ type Spec struct {
 	// absolute, clean path other than /.
 	Binds []Bind
 
+	// Network, when set, is called once the sandbox's namespaces exist and
+	// before its entrypoint runs, with its network namespace (Linux: an
+	// open /proc/PID/ns/net); the environment it returns is added to Env.
+	// An MCP server's egress proxy listens in the namespace from here.
+	// A runner that cannot honour it refuses the start.
+	Network func(netns *os.File) (env []string, err error)
+
 	// AllowDegraded lets a platform that cannot enforce every control run
 	// anyway, saying in Containment what was not enforced.
 	AllowDegraded bool

@@ -90,6 +90,9 @@ func darwinContainment(spec Spec) Containment {
 }
 
 func (r *darwinRunner) Start(spec Spec) (Process, error) {
+	if spec.Network != nil {
+		return nil, fmt.Errorf("%w: a network hook (an MCP server's egress proxy) needs Linux network namespaces", ErrUnsupported)
+	}
 	cont, err := r.Check(spec)
 	if err != nil {
 		return nil, err

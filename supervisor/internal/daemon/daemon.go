@@ -59,6 +59,10 @@ type Daemon struct {
 	reloadedDefaults atomic.Pointer[config.Defaults]
 	starts           startGate  // sandbox creations in progress
 	scav             *scavenger // hands a burst's memory back to the OS
+
+	// reloadedMCP is the mcp_servers of the last SIGHUP that applied one.
+	reloadedMCP atomic.Pointer[config.MCPServers]
+
 	// gate orders the admission of an invocation (wg.Add) before shutdown's
 	// wg.Wait: once draining is set under it, nothing is added.
 	gate     sync.Mutex
@@ -169,6 +173,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.Handle("/mcp", d.mcpH)
 	mux.HandleFunc("POST /v1/invocations", d.handleInvoke)
 	mux.HandleFunc("GET /v1/status", d.handleStatus)
+	mux.HandleFunc("GET /v1/mcp/servers", d.handleMCPServers)
 	mux.HandleFunc("GET /v1/invocations/{id}/tail", d.handleTail)
 	mux.HandleFunc("GET /v1/events", d.handleEvents)
 	mux.HandleFunc("GET /v1/skills", d.handleSkills)

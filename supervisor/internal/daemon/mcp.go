@@ -12,6 +12,7 @@ import (
 
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/internal/mcpclient"
 	"cyberos.dev/supervisor/internal/mcpserve"
 )
 
@@ -169,3 +170,20 @@ type recorder struct {
 func (r *recorder) Header() http.Header         { return r.h }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
+
+// mcpStatuser is the MCP pool as GET /v1/mcp/servers reads it.
+type mcpStatuser interface {
+	Status() []mcpclient.InstanceStatus
+}
+
+// handleMCPServers is GET /v1/mcp/servers: every configured MCP server's
+// instances with their state, restarts and tools (none started by asking).
+func (d *Daemon) handleMCPServers(w http.ResponseWriter, _ *http.Request) {
+	out := []mcpclient.InstanceStatus{}
+	for _, src := range d.sup.Sources {
+		if p, ok := src.(mcpStatuser); ok {
+			out = append(out, p.Status()...)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -41,7 +41,7 @@ func stampOf(path string) fileStamp {
 	}
 	st := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.ino = uint64(sys.Ino)
+		st.ino = sys.Ino
 	}
 	return st
 }

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +85,10 @@ type Server struct {
 	closed   bool
 	lastUsed time.Time
 	inflight int
+	starts   int // sessions started, for Status' restarts
+	// retiring: the server was removed or changed by a reload; it closes
+	// once its calls in flight are done.
+	retiring bool
 }
 
 // New returns a server's client; it connects on first use.
@@ -151,9 +157,10 @@ func (s *Server) current(ctx context.Context) (*session, error) {
 		s.failures++
 		s.nextTry = s.o.Now().Add(min(maxBackoff, restartBackoff<<min(s.failures-1, 16)))
 		s.log.Warn("mcp: server did not start", "err", err, "failures", s.failures)
-		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, s.o.Name, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, s.o.Name, err)
 	}
 	s.failures = 0
+	s.starts++
 	s.sess = ss
 	return ss, nil
 }
@@ -306,7 +313,23 @@ func (s *Server) end() {
 	s.mu.Lock()
 	s.inflight--
 	s.lastUsed = s.o.Now()
+	last := s.retiring && s.inflight == 0
 	s.mu.Unlock()
+	if last {
+		_ = s.Close()
+	}
+}
+
+// retire closes the server once no call is in flight (now when none is);
+// a call that finds it closed fails as unavailable.
+func (s *Server) retire() {
+	s.mu.Lock()
+	s.retiring = true
+	idle := s.inflight == 0
+	s.mu.Unlock()
+	if idle {
+		_ = s.Close()
+	}
 }
 
 // idleFor is how long the server has had a session and no call.
@@ -352,4 +375,54 @@ func (s *Server) Close() error {
 	err := s.sess.cs.Close()
 	s.sess = nil
 	return err
+}
+
+// Server states, as Status reports them.
+const (
+	StatusUp         = "up"         // a live session
+	StatusRestarting = "restarting" // its session ended or its start failed: the next use starts it (after the backoff)
+	StatusStopped    = "stopped"    // never started, stopped when idle, or closed
+)
+
+// ToolStatus is one registered tool and its definition hash.
+type ToolStatus struct {
+	Name           string `json:"name"`
+	DefinitionHash string `json:"definition_hash"`
+	// Changed: the definition differs from the approved one and is
+	// refused until approved.
+	Changed bool `json:"changed,omitempty"`
+}
+
+// InstanceStatus is one instance of a server as `cyberos mcp list` shows
+// it: its state, how often it was started again, and the tools of its
+// current session.
+type InstanceStatus struct {
+	Server   string       `json:"server"`
+	Instance string       `json:"instance,omitempty"`
+	Status   string       `json:"status"`
+	Restarts int          `json:"restarts"`
+	Tools    []ToolStatus `json:"tools,omitempty"`
+}
+
+// status reports s without starting it.
+func (s *Server) status() InstanceStatus {
+	s.mu.Lock()
+	ss, failures, starts := s.sess, s.failures, s.starts
+	s.mu.Unlock()
+	st := InstanceStatus{Server: s.o.Name, Status: StatusStopped, Restarts: max(starts-1, 0)}
+	switch {
+	case ss != nil && ss.alive():
+		st.Status = StatusUp
+	case ss != nil || failures > 0:
+		st.Status = StatusRestarting
+	}
+	if ss != nil {
+		ss.mu.RLock()
+		for _, t := range ss.tools {
+			st.Tools = append(st.Tools, ToolStatus{Name: string(t.full), DefinitionHash: t.defHash, Changed: t.changed.Load()})
+		}
+		ss.mu.RUnlock()
+		slices.SortFunc(st.Tools, func(a, b ToolStatus) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return st
 }

@@ -13,6 +13,9 @@ type Metrics struct {
 	Running      *prometheus.GaugeVec     // cyberos_mcp_servers_running{server}
 	Starts       *prometheus.CounterVec   // cyberos_mcp_server_starts_total{server,result}
 	CallDuration *prometheus.HistogramVec // cyberos_mcp_call_duration_seconds{server}
+	// EgressRefused counts the requests a server's egress proxy, or the
+	// dialler of a remote server, refused.
+	EgressRefused *prometheus.CounterVec // cyberos_mcp_egress_refused_total{server,reason}
 }
 
 // Start results, the result label of cyberos_mcp_server_starts_total: a
@@ -35,8 +38,11 @@ func NewMetrics(r prometheus.Registerer) (*Metrics, error) {
 			Name: "cyberos_mcp_call_duration_seconds", Help: "MCP tools/call latency as the broker sees it, by server.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60},
 		}, []string{"server"}),
+		EgressRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cyberos_mcp_egress_refused_total", Help: "Requests of an MCP server (through its egress proxy) or to a remote one that the egress filter refused, by server and reason.",
+		}, []string{"server", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.Running, m.Starts, m.CallDuration} {
+	for _, c := range []prometheus.Collector{m.Running, m.Starts, m.CallDuration, m.EgressRefused} {
 		if err := r.Register(c); err != nil {
 			return nil, err
 		}
@@ -65,5 +71,11 @@ func (m *Metrics) ended(server string) {
 func (m *Metrics) call(server string, d time.Duration) {
 	if m != nil {
 		m.CallDuration.WithLabelValues(server).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) egressRefused(server, reason string) {
+	if m != nil {
+		m.EgressRefused.WithLabelValues(server, reason).Inc()
 	}
 }

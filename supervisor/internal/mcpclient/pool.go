@@ -83,16 +83,58 @@ func NewPool(specs []Spec, approvals *Approvals, maxRunning int, log *slog.Logge
 			minIdle = s.Idle
 		}
 	}
+	// The reaper runs whatever the specs say: a reload may add a server
+	// with an idle timeout.
+	every := reapEvery
 	if minIdle > 0 {
-		go p.reap(max(minIdle/4, 100*time.Millisecond))
-	} else {
-		close(p.done)
+		every = min(max(minIdle/4, 100*time.Millisecond), reapEvery)
 	}
+	go p.reap(every)
 	return p, nil
+}
+
+// reapEvery is the reaper's longest period.
+const reapEvery = time.Second
+
+// Apply changes the configured servers (a reload): each server in remove
+// is retired, its instances ended once their calls in flight are done;
+// each spec in add is served from its next use (a changed server is in
+// both: its new instances start with the new spec).
+func (p *Pool) Apply(remove []string, add []Spec) error {
+	for _, s := range add {
+		if !policy.ValidMCPServer(s.Name) || s.Transport == nil {
+			return fmt.Errorf("mcpclient: server %q: invalid spec", s.Name)
+		}
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: the pool is closed", ErrUnavailable)
+	}
+	var retired []*Server
+	for _, name := range remove {
+		delete(p.specs, name)
+		for k, s := range p.instances {
+			if k.server == name {
+				retired = append(retired, s)
+				delete(p.instances, k)
+			}
+		}
+	}
+	for _, s := range add {
+		p.specs[s.Name] = s
+	}
+	p.mu.Unlock()
+	for _, s := range retired {
+		s.retire()
+	}
+	return nil
 }
 
 // Servers are the configured names, sorted.
 func (p *Pool) Servers() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := make([]string, 0, len(p.specs))
 	for n := range p.specs {
 		out = append(out, n)
@@ -104,6 +146,8 @@ func (p *Pool) Servers() []string {
 // instance returns the server instance for (server, tenant, invocation),
 // making it (not starting it) on first use.
 func (p *Pool) instance(server, tenant, invocation string) (*Server, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	spec, ok := p.specs[server]
 	if !ok {
 		return nil, nil
@@ -116,8 +160,6 @@ func (p *Pool) instance(server, tenant, invocation string) (*Server, error) {
 		inst = "invocation-" + invocation
 	}
 	k := instanceKey{server, inst}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
 		return nil, fmt.Errorf("%w: %s: the pool is closed", ErrUnavailable, server)
 	}
@@ -126,7 +168,7 @@ func (p *Pool) instance(server, tenant, invocation string) (*Server, error) {
 	}
 	tr, err := spec.Transport(inst)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, server, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, server, err)
 	}
 	s, err := New(Options{Name: server, Transport: tr, CallTimeout: spec.CallTimeout, AutoApprove: spec.AutoApprove,
 		Approvals: p.approvals, Log: p.log.With("mcp_instance", inst), Slots: p.slots, Metrics: p.Metrics})
@@ -148,15 +190,19 @@ func (p *Pool) reap(every time.Duration) {
 			return
 		case now := <-t.C:
 			p.mu.Lock()
-			var idle []*Server
+			type idler struct {
+				s *Server
+				d time.Duration
+			}
+			var idle []idler
 			for k, s := range p.instances {
 				if d := p.specs[k.server].Idle; d > 0 && s.idleFor(now) >= d {
-					idle = append(idle, s)
+					idle = append(idle, idler{s, d})
 				}
 			}
 			p.mu.Unlock()
-			for _, s := range idle {
-				if s.stopIdle(now, p.specs[s.o.Name].Idle) {
+			for _, i := range idle {
+				if s := i.s; s.stopIdle(now, i.d) {
 					p.log.Info("mcp: server stopped after idling", "mcp_server", s.o.Name)
 				}
 			}
@@ -248,4 +294,41 @@ func (s *invocationSource) Close() error {
 		errs = append(errs, srv.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// Status reports every configured server: one entry per instance (by
+// server, then instance), and one "stopped" entry for a server with none.
+// Nothing is started.
+func (p *Pool) Status() []InstanceStatus {
+	p.mu.Lock()
+	type inst struct {
+		k instanceKey
+		s *Server
+	}
+	var all []inst
+	for k, s := range p.instances {
+		all = append(all, inst{k, s})
+	}
+	p.mu.Unlock()
+	slices.SortFunc(all, func(a, b inst) int {
+		if c := strings.Compare(a.k.server, b.k.server); c != 0 {
+			return c
+		}
+		return strings.Compare(a.k.instance, b.k.instance)
+	})
+	var out []InstanceStatus
+	for _, name := range p.Servers() {
+		n := len(out)
+		for _, i := range all {
+			if i.k.server == name {
+				st := i.s.status()
+				st.Instance = i.k.instance
+				out = append(out, st)
+			}
+		}
+		if len(out) == n {
+			out = append(out, InstanceStatus{Server: name, Status: StatusStopped})
+		}
+	}
+	return out
 }

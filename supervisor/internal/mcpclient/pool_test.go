@@ -143,3 +143,106 @@ func TestPoolMetrics(t *testing.T) {
 	// Wait for the session's end to be counted.
 	testutil.WaitFor(t, 10*time.Second, func() bool { return promtest.ToFloat64(p.Metrics.Running.WithLabelValues("counted")) == 0 })
 }
+
+// Status reports each server without starting it: stopped before its
+// first use, up with its tools and their definition hashes once used,
+// restarting after a crash, and up again with one restart.
+func TestPoolStatus(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("live", ShareGlobal, 0), hostileSpec("idle", ShareGlobal, 0)}, a, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if st := p.Status(); len(st) != 2 || st[0].Server != "idle" || st[0].Status != StatusStopped || st[1].Status != StatusStopped {
+		t.Fatalf("before use: %+v", st)
+	}
+	src := p.For("t", "i")
+	pidOf(t, src, "live")
+	find := func() InstanceStatus {
+		for _, s := range p.Status() {
+			if s.Server == "live" {
+				return s
+			}
+		}
+		t.Fatal("live: not in the status")
+		return InstanceStatus{}
+	}
+	st := find()
+	var echo *ToolStatus
+	for i := range st.Tools {
+		if st.Tools[i].Name == "mcp__live__echo" {
+			echo = &st.Tools[i]
+		}
+	}
+	if st.Status != StatusUp || st.Instance != "global" || st.Restarts != 0 || echo == nil || len(echo.DefinitionHash) != 64 {
+		t.Fatalf("after use: %+v", st)
+	}
+	if _, err := call(t, src, "mcp__live__crash", `{}`, ""); err == nil {
+		t.Fatal("crash answered")
+	}
+	if !testutil.Eventually(10*time.Second, func() bool { return find().Status == StatusRestarting }) {
+		t.Fatal("timed out waiting for the crash to show")
+	}
+	if !testutil.Eventually(20*time.Second, func() bool { _, err := call(t, src, "mcp__live__echo", `{"text":"x"}`, ""); return err == nil }) {
+		t.Fatal("timed out waiting for a restart")
+	}
+	if st := find(); st.Status != StatusUp || st.Restarts != 1 {
+		t.Errorf("after the restart: %+v", st)
+	}
+}
+
+// Apply (a reload): a changed server's new calls go to a new instance
+// while its old one finishes the call in flight and only then ends; a
+// removed server's tools are gone, an added one's served.
+func TestPoolApply(t *testing.T) {
+	a, _ := OpenApprovals(t.TempDir())
+	p, err := NewPool([]Spec{hostileSpec("chg", ShareGlobal, 0), hostileSpec("gone", ShareGlobal, 0)}, a, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	src := p.For("t", "i")
+	before := pidOf(t, src, "chg")
+	pidOf(t, src, "gone")
+	old, err := p.instance("chg", "t", "i")
+	if err != nil || old == nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hung := make(chan error, 1)
+	go func() {
+		_, err := callCtx(ctx, t, src, "mcp__chg__hang", `{}`, "")
+		hung <- err
+	}()
+	if !testutil.Eventually(10*time.Second, func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return old.inflight == 1
+	}) {
+		t.Fatal("timed out waiting for the call in flight")
+	}
+	if err := p.Apply([]string{"chg", "gone"}, []Spec{hostileSpec("chg", ShareGlobal, 0), hostileSpec("added", ShareGlobal, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if after := pidOf(t, src, "chg"); after == before {
+		t.Error("the changed server's new call went to its old instance")
+	}
+	if !old.Running() {
+		t.Error("the old instance ended with a call in flight")
+	}
+	if _, ok, _ := src.Lookup(context.Background(), "mcp__gone__echo"); ok {
+		t.Error("a removed server's tool is still served")
+	}
+	pidOf(t, src, "added")
+	cancel()
+	if err := <-hung; err == nil {
+		t.Error("the cancelled call answered")
+	}
+	if !testutil.Eventually(10*time.Second, func() bool { return !old.Running() }) {
+		t.Fatal("timed out waiting for the old instance to end after its last call")
+	}
+	if got := p.Servers(); len(got) != 2 || got[0] != "added" || got[1] != "chg" {
+		t.Errorf("servers after Apply: %v", got)
+	}
+}

@@ -55,14 +55,14 @@ func (s *Server) register(t *mcp.Tool) (*Tool, error) {
 	}
 	schema, err := json.Marshal(t.InputSchema)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tool %s: inputSchema does not encode: %v", ErrRefused, t.Name, err)
+		return nil, fmt.Errorf("%w: tool %s: inputSchema does not encode: %w", ErrRefused, t.Name, err)
 	}
 	if len(schema) > MaxSchema {
 		return nil, fmt.Errorf("%w: tool %s: inputSchema of %d bytes, over %d", ErrRefused, t.Name, len(schema), MaxSchema)
 	}
 	resolved, err := resolveSchema(schema)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tool %s: inputSchema: %v", ErrRefused, t.Name, err)
+		return nil, fmt.Errorf("%w: tool %s: inputSchema: %w", ErrRefused, t.Name, err)
 	}
 	var ann any
 	if t.Annotations != nil {
@@ -70,7 +70,7 @@ func (s *Server) register(t *mcp.Tool) (*Tool, error) {
 	}
 	hash, err := DefinitionHash(t.Name, t.Description, schema, ann)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tool %s: definition does not canonicalise: %v", ErrRefused, t.Name, err)
+		return nil, fmt.Errorf("%w: tool %s: definition does not canonicalise: %w", ErrRefused, t.Name, err)
 	}
 	tool := &Tool{srv: s, name: t.Name, full: policy.MCPTool(s.o.Name, t.Name), desc: t.Description,
 		schema: schema, resolved: resolved, defHash: hash}

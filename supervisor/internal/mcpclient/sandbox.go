@@ -48,6 +48,10 @@ type Sandboxed struct {
 	ProfilesDir       string
 	SeccompProfile    string
 	Binds             []sandbox.Bind
+	// Egress, when set, is the server's way out: a proxy listening on
+	// 127.0.0.1 in its network namespace, named by HTTP(S)_PROXY. Without
+	// it the server has loopback only.
+	Egress *Egress
 	// StopGrace is how long a server gets to exit once its stdin closed
 	// before its sandbox is killed (default 2s).
 	StopGrace time.Duration
@@ -128,6 +132,22 @@ func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 		MemoryMB: sb.MemoryMB, PidsMax: sb.PidsMax, CPU: sb.CPU,
 		ProfilesDir: sb.ProfilesDir, SeccompProfile: sb.SeccompProfile, Binds: sb.Binds,
 	}
+	var proxy *egressProxy
+	if sb.Egress != nil {
+		spec.Network = func(ns *os.File) ([]string, error) {
+			ln, err := listenInNetNS(ns, "127.0.0.1:0")
+			if err != nil {
+				return nil, fmt.Errorf("egress proxy: %w", err)
+			}
+			proxy = sb.Egress.serve(sb.Server, ln)
+			return proxyEnv(ln.Addr().String()), nil
+		}
+		defer func() {
+			if !ok && proxy != nil {
+				proxy.Close()
+			}
+		}()
+	}
 	if _, err := sb.Runner.Check(spec); err != nil {
 		return nil, err
 	}
@@ -152,6 +172,9 @@ func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 		inR.Close()
 		if stderrCloser != nil {
 			stderrCloser.Close()
+		}
+		if proxy != nil {
+			proxy.Close()
 		}
 		close(run.waited)
 	}()

@@ -1,3 +1,5 @@
+//go:build seccomp
+
 package mcpclient
 
 import (
@@ -7,9 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,12 +81,18 @@ func newSandboxWorld(t *testing.T) *sandboxWorld {
 
 func (w *sandboxWorld) server(t *testing.T, name string, pids int64, binds ...sandbox.Bind) (*Server, *strings.Builder) {
 	t.Helper()
+	return w.serverOut(t, name, pids, nil, binds...)
+}
+
+// serverOut is server with egress (nil: loopback only).
+func (w *sandboxWorld) serverOut(t *testing.T, name string, pids int64, egress *Egress, binds ...sandbox.Bind) (*Server, *strings.Builder) {
+	t.Helper()
 	var stderr strings.Builder
 	sb := &Sandboxed{Runner: w.runner, Server: name, Command: filepath.Join(w.bin, "hostile"),
 		Env:         []string{mcptest.EnvServe + "=1", "PATH=/usr/bin:/bin", "HOME=/tmp"},
 		LauncherDir: filepath.Join(w.base, "launch-"+name), Stderr: &CappedWriter{W: &stderr, Max: 1 << 20},
 		MemoryMB: 256, PidsMax: pids, ProfilesDir: w.profiles, SeccompProfile: "default",
-		Binds: append([]sandbox.Bind{{Path: w.bin}}, binds...)}
+		Binds: append([]sandbox.Bind{{Path: w.bin}}, binds...), Egress: egress}
 	tr, err := sb.Transport()
 	if err != nil {
 		t.Fatal(err)
@@ -171,3 +183,119 @@ func TestSandboxedServerCrash(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// fetch calls the hostile server's fetch tool and returns its text and
+// whether it was an error.
+func fetch(t *testing.T, src tools.Source, server, url string) (string, bool) {
+	t.Helper()
+	res, err := call(t, src, "mcp__"+server+"__fetch", `{"url":"`+url+`"}`, "")
+	if err != nil {
+		return err.Error(), true // isError: true, as the broker sees it
+	}
+	var out struct {
+		Content []struct{ Text string }
+		IsError bool
+	}
+	if err := json.Unmarshal(res, &out); err != nil || len(out.Content) == 0 {
+		t.Fatalf("fetch %s: %s %v", url, res, err)
+	}
+	return out.Content[0].Text, out.IsError
+}
+
+// A stdio server with domains reaches them, and only them, through the
+// supervisor's proxy in its network namespace: a name outside its domains,
+// an allowed name resolving to the host's own address, to the host's
+// loopback or to cloud metadata are refused (and logged); dialling
+// directly, ignoring the proxy, finds no route.
+func TestSandboxedServerEgress(t *testing.T) {
+	w := newSandboxWorld(t)
+	backend := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.WriteString(rw, "hello from "+r.Host)
+	}))
+	defer backend.Close()
+	tlsBackend := httptest.NewTLSServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.WriteString(rw, "tls hello")
+	}))
+	defer tlsBackend.Close()
+	_, port, _ := net.SplitHostPort(backend.Listener.Addr().String())
+	_, tlsPort, _ := net.SplitHostPort(tlsBackend.Listener.Addr().String())
+	var own netip.Addr
+	addrs, err := tools.HostAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if !a.IsLoopback() && a.Is4() {
+			own = a
+			break
+		}
+	}
+	if !own.IsValid() {
+		t.Fatal("the host has no IPv4 address besides loopback to test with")
+	}
+	names := map[string]netip.Addr{
+		"example.test": netip.MustParseAddr("127.0.0.1"), "other.test": netip.MustParseAddr("127.0.0.1"),
+		"self.example.test": own, "meta.example.test": netip.MustParseAddr("169.254.169.254"),
+		"host.example.test": netip.MustParseAddr("8.8.8.8"),
+	}
+	// The host's addresses as the filter reads them, plus a public one
+	// (so the host-address rule itself is what refuses it, whatever range
+	// this host's own addresses are in).
+	hostAddrs := func() ([]netip.Addr, error) { return append(slices.Clip(addrs), netip.MustParseAddr("8.8.8.8")), nil }
+	resolve := func(_ context.Context, host string) ([]netip.Addr, error) {
+		if a, ok := names[host]; ok {
+			return []netip.Addr{a}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	var logs syncBuf
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	// AllowLoopback stands the test's backend on 127.0.0.1 for a public
+	// address: only loopback is let through, the rest of the filter holds.
+	srv, _ := w.serverOut(t, "out", 32, &Egress{Domains: []string{"example.test", "*.example.test"},
+		AllowLoopback: true, Resolve: resolve, HostAddrs: hostAddrs, Log: log})
+	src := NewSource(srv)
+	if txt, isErr := fetch(t, src, "out", "http://example.test:"+port+"/x"); isErr || txt != "200 hello from example.test:"+port {
+		t.Errorf("allowed http through the proxy: %q", txt)
+	}
+	if txt, isErr := fetch(t, src, "out", "https://example.test:"+tlsPort+"/"); isErr || txt != "200 tls hello" {
+		t.Errorf("allowed https (CONNECT) through the proxy: %q", txt)
+	}
+	for _, u := range []string{
+		"http://other.test:" + port + "/", "https://other.test:" + tlsPort + "/", // not in domains
+		"http://self.example.test:" + port + "/", "https://self.example.test:" + tlsPort + "/", // the host's own address
+		"http://host.example.test:" + port + "/", "https://host.example.test:" + tlsPort + "/",
+		"http://meta.example.test/latest/meta-data/", // cloud metadata
+		"http://" + own.String() + ":" + port + "/",  // an address, not a domain
+	} {
+		if txt, isErr := fetch(t, src, "out", u); !isErr || strings.Contains(txt, "hello") {
+			t.Errorf("%s: reached through the proxy: %q", u, txt)
+		}
+	}
+	for _, want := range []string{`host=other.test reason=domain_violation`, `host=self.example.test reason=domain_violation`,
+		`host=host.example.test reason=domain_violation detail="host \"host.example.test\" resolves to a refused address (host address)"`,
+		`host=meta.example.test reason=domain_violation`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	// Ignoring the proxy: no route off the namespace's loopback.
+	if txt, isErr := fetch(t, src, "out", "http://"+net.JoinHostPort(own.String(), port)+"/"); !isErr || strings.Contains(txt, "hello") {
+		t.Errorf("direct: %q", txt)
+	}
+	res, err := call(t, src, "mcp__out__dial", `{"addr":"`+net.JoinHostPort(own.String(), port)+`"}`, "")
+	if err == nil || !strings.Contains(err.Error(), "network is unreachable") {
+		t.Errorf("a direct dial to the host: %s %v", res, err)
+	}
+	// Without AllowLoopback an allowed name resolving to the host's
+	// loopback is refused too.
+	strict, _ := w.serverOut(t, "strict", 32, &Egress{Domains: []string{"example.test"}, Resolve: resolve, Log: log})
+	if txt, isErr := fetch(t, NewSource(strict), "strict", "http://example.test:"+port+"/"); !isErr || !strings.Contains(txt, "403") {
+		t.Errorf("loopback through the proxy: %q", txt)
+	}
+	// A server without domains has no proxy at all.
+	plain, _ := w.server(t, "plain", 32)
+	if txt, isErr := fetch(t, NewSource(plain), "plain", "http://example.test:"+port+"/"); !isErr || strings.Contains(txt, "hello") {
+		t.Errorf("no domains: %q", txt)
+	}
+}

@@ -97,7 +97,7 @@ func (t *Tool) Call(ctx context.Context, c *tools.Call) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.srv.o.CallTimeout)
 	defer cancel()
-	params := &mcp.CallToolParams{Name: t.name, Arguments: json.RawMessage(c.Args)}
+	params := &mcp.CallToolParams{Name: t.name, Arguments: c.Args}
 	if c.Traceparent != "" {
 		params.Meta = mcp.Meta{"traceparent": c.Traceparent}
 	}

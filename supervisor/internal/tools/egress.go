@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -128,4 +129,13 @@ func isDenial(err error) (*policy.Denial, bool) {
 	var d *policy.Denial
 	ok := errors.As(err, &d)
 	return d, ok
+}
+
+// EgressDialer is the Http tools' dialer for tool under env's enforcer:
+// one resolution, every address judged by CheckAddr, the host's own
+// addresses and the kernel's route, then a connection to one of those very
+// addresses (the Control hook judging it again). An MCP server's egress
+// proxy dials through it.
+func EgressDialer(env *Env, tool policy.Tool) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return httpTool{tool: tool}.dialContext(env)
 }
