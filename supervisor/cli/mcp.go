@@ -173,7 +173,7 @@ func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner s
 func remoteTransport(name string, s config.MCPServer, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) (func(string) (func(context.Context) (mcp.Transport, error), error), error) {
 	u, err := url.Parse(s.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: mcp_servers.%s.url: %v", config.ErrConfig, name, err)
+		return nil, fmt.Errorf("%w: mcp_servers.%s.url: %w", config.ErrConfig, name, err)
 	}
 	client := (&mcpclient.Egress{Domains: []string{u.Hostname()}, AllowLoopback: allowLoopback,
 		Log: log, Server: name, Metrics: m}).Client()

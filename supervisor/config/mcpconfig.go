@@ -367,15 +367,15 @@ var ErrMCPSecret = errors.New("mcp secret file")
 func ReadMCPSecret(path string) (string, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: %v", ErrMCPSecret, path, err)
+		return "", fmt.Errorf("%w: %s: %w", ErrMCPSecret, path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: %v", ErrMCPSecret, path, err)
+		return "", fmt.Errorf("%w: %s: %w", ErrMCPSecret, path, err)
 	}
 	if err := rootOnly(fi); err != nil {
-		return "", fmt.Errorf("%w: %s: %v", ErrMCPSecret, path, err)
+		return "", fmt.Errorf("%w: %s: %w", ErrMCPSecret, path, err)
 	}
 	b := make([]byte, 64<<10+1)
 	n, _ := f.Read(b)

@@ -107,9 +107,9 @@ func (t *Tool) Call(ctx context.Context, c *tools.Call) (any, error) {
 	switch {
 	case err == nil:
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return nil, fmt.Errorf("%w: mcp %s: %v", tools.ErrTimeout, t.full, err)
+		return nil, fmt.Errorf("%w: mcp %s: %w", tools.ErrTimeout, t.full, err)
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("%w: mcp %s: cancelled: %v", tools.ErrFailed, t.full, err)
+		return nil, fmt.Errorf("%w: mcp %s: cancelled: %w", tools.ErrFailed, t.full, err)
 	case errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || !ss.alive():
 		t.srv.log.Warn("mcp: server ended during a call", "tool", t.name, "err", err)
 		t.srv.drop(ss)
@@ -125,7 +125,7 @@ func (t *Tool) Call(ctx context.Context, c *tools.Call) (any, error) {
 		StructuredContent any           `json:"structuredContent,omitempty"`
 	}{res.Content, res.StructuredContent})
 	if err != nil {
-		return nil, fmt.Errorf("%w: mcp %s: result does not encode: %v", tools.ErrFailed, t.full, err)
+		return nil, fmt.Errorf("%w: mcp %s: result does not encode: %w", tools.ErrFailed, t.full, err)
 	}
 	// The encoding is held until the response is written: it counts in the
 	// broker's budgets of response bytes as a native tool's result does, and
