@@ -38,7 +38,7 @@ tmp=$(mktemp -d); chmod 711 "$tmp"; trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/skill"; cp /bin/true "$tmp/skill/main"; chmod 755 "$tmp/skill" "$tmp/skill/main"
 printf -- '---\nname: bench\ndescription: /bin/true\n---\n' > "$tmp/skill/SKILL.md"
 for i in $(seq 20); do
-  s=$(date +%s%N); "$bin" skill run "$tmp/skill" --state-dir "$tmp/state" >/dev/null || true; e=$(date +%s%N)
+  s=$(date +%s%N); "$bin" skill run "$tmp/skill" --state-dir "$tmp/state" >/dev/null 2>&1 || true; e=$(date +%s%N)
   echo $(( (e - s) / 1000 ))
 done | sort -n | awk '{a[NR]=$1} END {printf "BenchmarkCLI\t%d\t%.1f cli-median-ms\t%.1f cli-p95-ms\n", NR, a[int(NR/2)+1]/1000, a[int(NR*0.95)]/1000}' |
   tee -a "$raw" | tr '\t' '\n' | sed -n 's/^ *\([0-9.]*\) \(.*\)$/  \2 \1/p'
@@ -63,7 +63,7 @@ awk '/^BenchmarkEmitCanon\// { for (i = 3; i < NF; i++) if ($(i+1) == "p95-ms") 
     n = r - 1; for (i = 2; i <= n; i++) for (j = i; j > 1 && q[j] < q[j-1]; j--) { t = q[j]; q[j] = q[j-1]; q[j-1] = t }
     if (n) printf "   p95 builders/library, round by round:%s (median %.2f; below 1: the builders\x27 encoder pays end to end)\n", s, n % 2 ? q[(n+1)/2] : (q[n/2] + q[n/2+1]) / 2 }' "$tmp/canon.txt"
 echo "   the index applier's work per row (one transaction of 500 rows; issue 42's eight-caller floor):"
-go test -run '^$' -bench 'BenchmarkApply/rows=500$' -benchtime 3x -count 3 ./audit/ | grep -E '^Benchmark' | tee -a "$raw"
+go test -run '^$' -bench 'BenchmarkApply/rows=500$' -benchtime 3x -count 3 ./audit/auditstore/ | grep -E '^Benchmark' | tee -a "$raw"
 echo "   the syncer's own work between two fdatasyncs, per batch of 50 rows (ids, hashes, journal lines):"
 go test -run '^$' -bench 'BenchmarkChain$' -benchmem -count 3 ./audit/auditstore/ | grep -E '^Benchmark' | tee -a "$raw"
 echo
