@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -38,12 +39,13 @@ func get(path, url string) (int, string, error) {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(conn, "GET "+url+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); err != nil {
-		return 0, "", err
-	}
+	// A connection over the cap is answered and closed at once, maybe
+	// before the request is written: its answer is read even when the
+	// write then fails.
+	_, werr := io.WriteString(conn, "GET "+url+" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		return 0, "", err
+		return 0, "", errors.Join(werr, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
