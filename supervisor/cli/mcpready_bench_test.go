@@ -56,7 +56,8 @@ func (r *startTimer) Start(spec sandbox.Spec) (sandbox.Process, error) {
 // rounds): sandboxed-ready, direct-ready, sandbox-start (the runner's
 // Start alone, in the sandboxed ready), their ratio sandboxed-over-direct
 // (issue 39 asks for at most 1.2), and the CPU of each ready: the
-// sandbox's cgroup (init, the launcher, node) and the direct node.
+// sandbox's cgroup (init, the launcher, node) and the direct node; and how
+// long the sandbox's cpu limit throttled it (sandboxed-throttled-ms).
 //
 //	CGO_ENABLED=1 go test -tags seccomp -run '^$' -bench BenchmarkMCPServerReady -benchtime 1x ./supervisor/cli/
 func BenchmarkMCPServerReady(b *testing.B) {
@@ -126,7 +127,7 @@ func BenchmarkMCPServerReady(b *testing.B) {
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
 
-	sandboxed := func(round int) (time.Duration, float64) {
+	sandboxed := func(round int) (time.Duration, float64, float64) {
 		pool, err := newMCPPool(cfg, runner, stateDir, cfg.SeccompProfilesDir, false, nil, log)
 		if err != nil {
 			b.Fatal(err)
@@ -138,7 +139,8 @@ func BenchmarkMCPServerReady(b *testing.B) {
 		if err != nil || !ok {
 			b.Fatalf("sandboxed server-everything: %v %v", ok, err)
 		}
-		return d, sandboxCPU(b, runDir, "mcp-everything-")
+		cpu, throttled := sandboxCPU(b, runDir, "mcp-everything-")
+		return d, cpu, throttled
 	}
 	direct := func() (time.Duration, float64) {
 		cmd := exec.Command("/usr/bin/node", index, "stdio")
@@ -167,11 +169,11 @@ func BenchmarkMCPServerReady(b *testing.B) {
 	runner.starts = nil
 	const rounds = 5
 	var sb, dr []time.Duration
-	var sbCPU, drCPU []float64
+	var sbCPU, sbThrottled, drCPU []float64
 	for i := 0; i < b.N; i++ {
 		for j := range rounds {
-			d, c := sandboxed(i*rounds + j)
-			sb, sbCPU = append(sb, d), append(sbCPU, c)
+			d, c, t := sandboxed(i*rounds + j)
+			sb, sbCPU, sbThrottled = append(sb, d), append(sbCPU, c), append(sbThrottled, t)
 			d, c = direct()
 			dr, drCPU = append(dr, d), append(drCPU, c)
 		}
@@ -191,41 +193,49 @@ func BenchmarkMCPServerReady(b *testing.B) {
 	b.ReportMetric(p50(runner.starts), "sandbox-start-p50-ms")
 	b.ReportMetric(p50(sb)/p50(dr), "sandboxed-over-direct")
 	b.ReportMetric(med(sbCPU), "sandboxed-cpu-ms")
+	b.ReportMetric(med(sbThrottled), "sandboxed-throttled-ms")
 	b.ReportMetric(med(drCPU), "direct-node-cpu-ms")
 	b.ReportMetric(0, "ns/op")
 }
 
 // sandboxCPU is the CPU so far of the one sandbox under runDir's cgroup
-// parent whose id starts with prefix, in ms (cgroup v1 cpuacct or v2).
-func sandboxCPU(b *testing.B, runDir, prefix string) float64 {
+// parent whose id starts with prefix, and how long its cpu limit held it
+// back (throttled), in ms; cgroup v1 (cpuacct, cpu) or v2.
+func sandboxCPU(b *testing.B, runDir, prefix string) (cpu, throttled float64) {
 	parent := strings.TrimPrefix(sandbox.CgroupParentFor(runDir), "/")
-	if v1, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/cpuacct", parent, prefix+"*", "cpuacct.usage")); len(v1) == 1 {
-		s, err := os.ReadFile(v1[0])
+	one := func(pattern string) string {
+		m, _ := filepath.Glob(pattern)
+		if len(m) != 1 {
+			return ""
+		}
+		s, err := os.ReadFile(m[0])
 		if err != nil {
 			b.Fatal(err)
 		}
-		ns, err := strconv.ParseFloat(strings.TrimSpace(string(s)), 64)
+		return string(s)
+	}
+	field := func(stat, key string) float64 {
+		for _, line := range strings.Split(stat, "\n") {
+			if v, ok := strings.CutPrefix(line, key+" "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		b.Fatalf("cpu.stat lacks %s:\n%s", key, stat)
+		return 0
+	}
+	if usage := one(filepath.Join("/sys/fs/cgroup/cpuacct", parent, prefix+"*", "cpuacct.usage")); usage != "" {
+		ns, err := strconv.ParseFloat(strings.TrimSpace(usage), 64)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return ns / 1e6
+		return ns / 1e6, field(one(filepath.Join("/sys/fs/cgroup/cpu", parent, prefix+"*", "cpu.stat")), "throttled_time") / 1e6
 	}
-	v2, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", parent, prefix+"*", "cpu.stat"))
-	if len(v2) != 1 {
-		b.Fatalf("no single cgroup %s*: %v", prefix, v2)
+	stat := one(filepath.Join("/sys/fs/cgroup", parent, prefix+"*", "cpu.stat"))
+	if stat == "" {
+		b.Fatalf("no single cgroup %s* under %s", prefix, parent)
 	}
-	s, err := os.ReadFile(v2[0])
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(s), "\n") {
-		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-			us, _ := strconv.ParseFloat(v, 64)
-			return us / 1000
-		}
-	}
-	b.Fatalf("%s: no usage_usec", v2[0])
-	return 0
+	return field(stat, "usage_usec") / 1000, field(stat, "throttled_usec") / 1000
 }
 
 // pidCPUms is pid's CPU so far (user and system), in ms.
