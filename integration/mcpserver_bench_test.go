@@ -36,6 +36,13 @@ func everythingIndex(cache string) string {
 	return filepath.Join(cache, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 }
 
+// The daemon's histogram of its MCP calls (the SDK's tools/call to the
+// sandboxed server, as the broker times it).
+const (
+	mcpCallSum   = `cyberos_mcp_call_duration_seconds_sum{server="everything"}`
+	mcpCallCount = `cyberos_mcp_call_duration_seconds_count{server="everything"}`
+)
+
 // BenchmarkMCPServerEcho: issue 39's brokered MCP call against its
 // reference, interleaved in the same run. Brokered: the callbench probe in
 // a real sandbox calls mcp__everything__echo back to back through a real
@@ -46,6 +53,8 @@ func everythingIndex(cache string) string {
 // appended to the stopped daemon's journal (rowSyncFloor). Metrics: p50,
 // p99 and calls/s of each (brokered-*, direct-*; each the median over the
 // rounds), the CPU a call of the daemon, of each node and of the callers,
+// the mean of the daemon's own tools/call to the sandboxed server (its
+// histogram: brokered-sdk-call-mean-µs) beside the direct calls' mean,
 // and the fdatasync floor's (row-fdatasync-*): scripts/benchplot marks
 // the brokered p50 against the direct p50 plus one fdatasync (issue 39
 // asks for at most 1.2×).
@@ -77,6 +86,7 @@ func BenchmarkMCPServerEcho(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	m := map[string][]float64{} // each round's figures, by metric
 	ctx, cancel := context.WithTimeout(context.Background(), slow(5*time.Minute))
 	defer cancel()
 	cmd := exec.Command("/usr/bin/node", everythingIndex(cache), "stdio")
@@ -103,18 +113,23 @@ func BenchmarkMCPServerEcho(b *testing.B) {
 		}
 		total := time.Since(start)
 		slices.Sort(lat)
+		var sum time.Duration
+		for _, l := range lat {
+			sum += l
+		}
+		m["direct-mean-µs"] = append(m["direct-mean-µs"], float64(sum.Microseconds())/float64(len(lat)))
 		return map[string]float64{"calls": float64(len(lat)), "calls_per_s": float64(len(lat)) / total.Seconds(),
 			"p50_us": float64(lat[len(lat)/2].Microseconds()), "p99_us": float64(lat[len(lat)*99/100].Microseconds())}, nil
 	}
 	if _, err := direct(0.3); err != nil {
 		b.Fatal(err)
 	}
+	delete(m, "direct-mean-µs")
 	// The processes whose CPU each side's calls cost: the daemon and the
 	// sandboxed node (brokered; the skill's own process is the caller, as
 	// this process is for the direct calls), the unsandboxed node (direct).
 	sandboxedNode := sandboxedProc(b, e, "mcp-everything-", "node")
 	const rounds, seconds = 3, 2.0
-	m := map[string][]float64{}
 	add := func(side string, r map[string]float64, cpu map[string]float64) {
 		for _, k := range []string{"p50_us", "p99_us", "calls_per_s"} {
 			m[side+"-"+k] = append(m[side+"-"+k], r[k])
@@ -127,12 +142,15 @@ func BenchmarkMCPServerEcho(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for range rounds {
 			c0 := pidsCPU(b, d.cmd.Process.Pid, sandboxedNode)
+			h0 := d.sums(b, mcpCallSum, mcpCallCount)
 			r, err := brokered(seconds)
 			if err != nil {
 				b.Fatal(err)
 			}
+			h1 := d.sums(b, mcpCallSum, mcpCallCount)
 			c1 := pidsCPU(b, d.cmd.Process.Pid, sandboxedNode)
 			add("brokered", r, map[string]float64{"daemon-cpu-µs": c1[0] - c0[0], "node-cpu-µs": c1[1] - c0[1]})
+			m["brokered-sdk-call-mean-µs"] = append(m["brokered-sdk-call-mean-µs"], (h1[0]-h0[0])/(h1[1]-h0[1])*1e6)
 			c0 = pidsCPU(b, self, cmd.Process.Pid)
 			if r, err = direct(seconds); err != nil {
 				b.Fatal(err)
@@ -153,7 +171,7 @@ func BenchmarkMCPServerEcho(b *testing.B) {
 		b.ReportMetric(med(side+"-p99_us"), side+"-p99-µs")
 		b.ReportMetric(med(side+"-calls_per_s"), side+"-calls/s")
 	}
-	for _, k := range []string{"brokered-daemon-cpu-µs", "brokered-node-cpu-µs", "direct-client-cpu-µs", "direct-node-cpu-µs"} {
+	for _, k := range []string{"brokered-sdk-call-mean-µs", "direct-mean-µs", "brokered-daemon-cpu-µs", "brokered-node-cpu-µs", "direct-client-cpu-µs", "direct-node-cpu-µs"} {
 		b.ReportMetric(med(k), k)
 	}
 	b.ReportMetric(0, "ns/op")
