@@ -19,6 +19,9 @@ const (
 	mcpReadyBench = "BenchmarkMCPServerReady"
 )
 
+// micros is f, in ms, in µs.
+func micros(f fig, what string) fig { return fig{f.v * 1000, what} }
+
 // details joins the parts whose figures are all in the run.
 func details(parts ...string) string {
 	var out []string
@@ -50,8 +53,8 @@ func targets39(b *strings.Builder, res results) {
 	sync := get(res, mcpEchoBench, "row-fdatasync-p50-ms", "one fdatasync of a row")
 	b2b := get(res, mcpEchoBench, "row-fdatasync-b2b-p50-ms", "")
 	mark(b, "call", fmt.Sprintf("a brokered call of server-everything's echo (a sandboxed skill, the daemon's broker, the server in its own sandbox), p50 ≤ %g× (the Go SDK's direct call over stdio to it unsandboxed + one fdatasync)", targetMCPCallVsDirect),
-		brokered, sum("direct + fdatasync", direct, scale(1000, sync, sync.what)), targetMCPCallVsDirect, "µs", false,
-		details(when("direct %s µs, fdatasync of a row %s µs (back to back %s µs)", direct, scale(1000, sync, ""), scale(1000, b2b, "")),
+		brokered, sum("direct + fdatasync", direct, micros(sync, sync.what)), targetMCPCallVsDirect, "µs", false,
+		details(when("direct %s µs, fdatasync of a row %s µs (back to back %s µs)", direct, micros(sync, ""), micros(b2b, "")),
 			when("the daemon's own tools/call to the sandboxed server (its histogram) mean %s µs, the direct calls' mean %s µs",
 				get(res, mcpEchoBench, "brokered-sdk-call-mean-µs", ""), get(res, mcpEchoBench, "direct-mean-µs", "")),
 			when("CPU a call: the daemon %s µs, the sandboxed node %s µs; direct: the client %s µs, node %s µs",
