@@ -65,5 +65,7 @@ func targets39(b *strings.Builder, res results) {
 		targetMCPReadyVsDirect, "ms", false,
 		details(when("the runner's Start %s ms of it", get(res, mcpReadyBench, "sandbox-start-p50-ms", "")),
 			when("CPU to ready: the sandbox's cgroup %s ms (its cpu limit throttled it %s ms), the unsandboxed node %s ms",
-				get(res, mcpReadyBench, "sandboxed-cpu-ms", ""), get(res, mcpReadyBench, "sandboxed-throttled-ms", ""), get(res, mcpReadyBench, "direct-node-cpu-ms", ""))))
+				get(res, mcpReadyBench, "sandboxed-cpu-ms", ""), get(res, mcpReadyBench, "sandboxed-throttled-ms", ""), get(res, mcpReadyBench, "direct-node-cpu-ms", "")),
+			when("their threads' waits for a CPU (run queue, summed): sandboxed %s ms, unsandboxed %s ms",
+				get(res, mcpReadyBench, "sandboxed-runqueue-ms", ""), get(res, mcpReadyBench, "direct-runqueue-ms", ""))))
 }

@@ -57,7 +57,9 @@ func (r *startTimer) Start(spec sandbox.Spec) (sandbox.Process, error) {
 // Start alone, in the sandboxed ready), their ratio sandboxed-over-direct
 // (issue 39 asks for at most 1.2), and the CPU of each ready: the
 // sandbox's cgroup (init, the launcher, node) and the direct node; and how
-// long the sandbox's cpu limit throttled it (sandboxed-throttled-ms).
+// long the sandbox's cpu limit throttled it (sandboxed-throttled-ms); and
+// how long the threads of each (alive at ready) waited for a CPU
+// (*-runqueue-ms: on a loaded machine, the scheduler's share).
 //
 //	CGO_ENABLED=1 go test -tags seccomp -run '^$' -bench BenchmarkMCPServerReady -benchtime 1x ./supervisor/cli/
 func BenchmarkMCPServerReady(b *testing.B) {
@@ -127,7 +129,7 @@ func BenchmarkMCPServerReady(b *testing.B) {
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
 
-	sandboxed := func(round int) (time.Duration, float64, float64) {
+	sandboxed := func(round int) (time.Duration, float64, float64, float64) {
 		pool, err := newMCPPool(cfg, runner, stateDir, cfg.SeccompProfilesDir, false, nil, log)
 		if err != nil {
 			b.Fatal(err)
@@ -140,9 +142,9 @@ func BenchmarkMCPServerReady(b *testing.B) {
 			b.Fatalf("sandboxed server-everything: %v %v", ok, err)
 		}
 		cpu, throttled := sandboxCPU(b, runDir, "mcp-everything-")
-		return d, cpu, throttled
+		return d, cpu, throttled, runQueueMS(sandboxThreads(b, runDir, "mcp-everything-"))
 	}
-	direct := func() (time.Duration, float64) {
+	direct := func() (time.Duration, float64, float64) {
 		cmd := exec.Command("/usr/bin/node", index, "stdio")
 		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"} // the sandboxed server's
 		t0 := time.Now()
@@ -162,20 +164,24 @@ func BenchmarkMCPServerReady(b *testing.B) {
 		if n == 0 {
 			b.Fatal("server-everything listed no tools")
 		}
-		return d, pidCPUms(b, cmd.Process.Pid)
+		tids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", cmd.Process.Pid))
+		for i, t := range tids {
+			tids[i] = filepath.Base(t)
+		}
+		return d, pidCPUms(b, cmd.Process.Pid), runQueueMS(tids)
 	}
 	sandboxed(-1) // the rootfs skeleton, the approvals, the page cache
 	direct()
 	runner.starts = nil
 	const rounds = 5
 	var sb, dr []time.Duration
-	var sbCPU, sbThrottled, drCPU []float64
+	var sbCPU, sbThrottled, sbWait, drCPU, drWait []float64
 	for i := 0; i < b.N; i++ {
 		for j := range rounds {
-			d, c, t := sandboxed(i*rounds + j)
-			sb, sbCPU, sbThrottled = append(sb, d), append(sbCPU, c), append(sbThrottled, t)
-			d, c = direct()
-			dr, drCPU = append(dr, d), append(drCPU, c)
+			d, c, t, w := sandboxed(i*rounds + j)
+			sb, sbCPU, sbThrottled, sbWait = append(sb, d), append(sbCPU, c), append(sbThrottled, t), append(sbWait, w)
+			d, c, w = direct()
+			dr, drCPU, drWait = append(dr, d), append(drCPU, c), append(drWait, w)
 		}
 	}
 	p50 := func(ds []time.Duration) float64 {
@@ -195,6 +201,8 @@ func BenchmarkMCPServerReady(b *testing.B) {
 	b.ReportMetric(med(sbCPU), "sandboxed-cpu-ms")
 	b.ReportMetric(med(sbThrottled), "sandboxed-throttled-ms")
 	b.ReportMetric(med(drCPU), "direct-node-cpu-ms")
+	b.ReportMetric(med(sbWait), "sandboxed-runqueue-ms")
+	b.ReportMetric(med(drWait), "direct-runqueue-ms")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -236,6 +244,37 @@ func sandboxCPU(b *testing.B, runDir, prefix string) (cpu, throttled float64) {
 		b.Fatalf("no single cgroup %s* under %s", prefix, parent)
 	}
 	return field(stat, "usage_usec") / 1000, field(stat, "throttled_usec") / 1000
+}
+
+// sandboxThreads are the thread ids in the one sandbox under runDir's
+// cgroup parent whose id starts with prefix (cgroup v1 cpu or v2).
+func sandboxThreads(b *testing.B, runDir, prefix string) []string {
+	parent := strings.TrimPrefix(sandbox.CgroupParentFor(runDir), "/")
+	for _, pattern := range []string{filepath.Join("/sys/fs/cgroup/cpu", parent, prefix+"*", "tasks"), filepath.Join("/sys/fs/cgroup", parent, prefix+"*", "cgroup.threads")} {
+		if m, _ := filepath.Glob(pattern); len(m) == 1 {
+			s, err := os.ReadFile(m[0])
+			if err != nil {
+				b.Fatal(err)
+			}
+			return strings.Fields(string(s))
+		}
+	}
+	b.Fatalf("no single cgroup %s* under %s", prefix, parent)
+	return nil
+}
+
+// runQueueMS is how long the threads tids have waited for a CPU so far
+// (schedstat's second field), in ms; a thread gone since is left out.
+func runQueueMS(tids []string) float64 {
+	var ns float64
+	for _, t := range tids {
+		s, err := os.ReadFile("/proc/" + t + "/schedstat")
+		if f := strings.Fields(string(s)); err == nil && len(f) >= 2 {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			ns += v
+		}
+	}
+	return ns / 1e6
 }
 
 // pidCPUms is pid's CPU so far (user and system), in ms.
