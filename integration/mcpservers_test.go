@@ -24,7 +24,7 @@ import (
 // mcpServers returns the directory scripts/mcp-servers.sh installs the
 // published servers into, symlinks resolved (it is bound into their
 // sandboxes at the same path).
-func mcpServers(t *testing.T) string {
+func mcpServers(t testing.TB) string {
 	t.Helper()
 	idx := testutil.RequiresTool(t, "CYBEROS_MCP_EVERYTHING",
 		filepath.Join(repoRoot, ".cache", "mcp", "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"),

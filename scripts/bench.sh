@@ -87,6 +87,20 @@ echo "== an MCP tools/call over stdio (cyberos mcp serve) vs POST /v1/invocation
 go test -tags seccomp -run '^$' -bench BenchmarkMCPStdioCall -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort
 
 echo
+echo "== issue 39, MCP servers: a brokered call of server-everything's echo (a skill in a sandbox, the daemon's broker with durable rows,"
+echo "   the server in its own sandbox) vs the Go SDK's call over stdio to the same server unsandboxed, plus one fdatasync of a row;"
+echo "   3 rounds of 2 s each, interleaved. Then the server ready (the daemon's start path: sandbox, node, initialize, tools/list)"
+echo "   vs the same server started without a sandbox, 5 rounds interleaved (issue 39: each at most 1.2x)"
+if bash scripts/mcp-servers.sh >/dev/null; then
+  go test -tags seccomp -run '^$' -bench BenchmarkMCPServerEcho -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw" |
+    tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort || echo "   (BenchmarkMCPServerEcho gave no result)"
+  CGO_ENABLED=1 go test "${static[@]}" -run '^$' -bench BenchmarkMCPServerReady -benchtime 1x -count 1 ./supervisor/cli/ | grep -E '^Benchmark' | tee -a "$raw" |
+    tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort || echo "   (BenchmarkMCPServerReady gave no result)"
+else
+  echo "   (the pinned MCP servers could not be installed into .cache/mcp: left out)"
+fi
+
+echo
 echo "== results table and plots (scripts/benchplot: medians of the lines above)"
 go run ./scripts/benchplot -out "$out" -doc docs/performance.md "$raw"
 echo "   raw lines: $raw"

@@ -516,6 +516,7 @@ func (rep report) markdown(inputs []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# make bench results\n\nMedians of each metric over its repeated `Benchmark` lines in %s.\n", strings.Join(inputs, ", "))
 	targets42(&b, rep.res)
+	targets39(&b, rep.res)
 	unshare, okU := rep.refs["unshare"]
 	bwrap, okB := rep.refs["bwrap"]
 	runc, okR := rep.refs["runc"]
