@@ -36,23 +36,44 @@ type assembly struct {
 // newSupervisor builds the supervisor both `skill run` and `serve` use:
 // the sandbox runner, the audit store, the memory store, the tool registry,
 // the private socket dir and the reserved dirs. closeAll closes the memory
-// store (if a skill opened it), the audit store, and then the runner, which
-// ends and reaps its creation helper (orphaned, it would be left for init
-// to reap, in the daemon's cgroup).
+// store (if a skill opened it), then the audit store and the runner side by
+// side; the runner ends and reaps its creation helper (orphaned, it would
+// be left for init to reap, in the daemon's cgroup).
 func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *auditstore.Store, closeAll func(), err error) {
-	runner, err := sandbox.New(a.Sandbox)
-	if err != nil {
+	// The host checks first: on a host that cannot run sandboxes the store
+	// is not touched. Then the runner (its creation helper's start, the
+	// binaries' copies, the probes) and the audit store's open (its
+	// fsyncs and start-up check) go on side by side: neither needs the
+	// other.
+	if err := sandbox.Preflight(a.Sandbox); err != nil {
 		return nil, nil, nil, &exitError{exitRefused, err}
 	}
+	type made struct {
+		runner sandbox.Runner
+		err    error
+	}
+	rc := make(chan made, 1)
+	go func() {
+		r, err := sandbox.New(a.Sandbox)
+		rc <- made{r, err}
+	}()
+	store, serr := auditstore.Open(a.StateDir, a.AuditOptions...)
+	m := <-rc
+	runner := m.runner
 	closeRunner := func() {
 		if c, ok := runner.(io.Closer); ok {
 			_ = c.Close()
 		}
 	}
-	store, err = auditstore.Open(a.StateDir, a.AuditOptions...)
-	if err != nil {
+	if m.err != nil {
+		if serr == nil {
+			store.Close()
+		}
+		return nil, nil, nil, &exitError{exitRefused, m.err}
+	}
+	if serr != nil {
 		closeRunner()
-		return nil, nil, nil, &exitError{exitRefused, fmt.Errorf("%s: %w", a.AuditErr, err)}
+		return nil, nil, nil, &exitError{exitRefused, fmt.Errorf("%s: %w", a.AuditErr, serr)}
 	}
 	socketDir, err := privateDir(a.SocketDir, a.SocketDirDefault)
 	if err != nil {
@@ -82,8 +103,12 @@ func newSupervisor(a assembly) (sup *supervisor.Supervisor, store *auditstore.St
 		if sup.Memory != nil {
 			sup.Memory.Close()
 		}
+		// The runner's helper ends while the store makes its last
+		// writes durable.
+		done := make(chan struct{})
+		go func() { defer close(done); closeRunner() }()
 		store.Close()
-		closeRunner()
+		<-done
 	}
 	return sup, store, closeAll, nil
 }

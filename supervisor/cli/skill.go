@@ -125,6 +125,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
+	seccompWarmed := warmSeccomp(dir, profiles)
 	sup, store, closeAll, err := newSupervisor(assembly{
 		Sandbox:  sandbox.Options{RunDir: f.runDir},
 		StateDir: f.stateDir,
@@ -162,6 +163,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 	if _, err := sup.Reconcile(context.Background(), store); err != nil {
 		log.Error("crash reconciliation", "err", err)
 	}
+	seccompWarmed()
 	env, err := runOnce(context.Background(), sup, supervisor.Request{
 		SkillDir:    dir,
 		Args:        args,

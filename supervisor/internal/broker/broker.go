@@ -246,13 +246,14 @@ func Start(cfg Config) (*Broker, error) {
 		ln, path = sock.ln, sock.path
 	}
 
+	tc, _ := telemetry.ParseTraceparent(tp) // valid: invocationTraceparent checked it
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
 		cfg: cfg, path: path, ln: ln, log: log, ctx: ctx, cancel: cancel,
 		conns: map[*net.UnixConn]struct{}{},
 		d: &dispatcher{
 			common: cfg.Common, env: cfg.Env, tools: cfg.Tools, sources: cfg.Sources, audit: cfg.Audit,
-			metrics: cfg.Metrics, log: log, traceparent: tp,
+			metrics: cfg.Metrics, log: log, traceparent: tp, tc: tc,
 			onDecided: cfg.OnDecided, tracer: tracerOrNoop(cfg.Tracer), spanParent: cfg.SpanParent,
 			limiter: &window{limit: cfg.RatePerMinute},
 			started: time.Now(), now: time.Now,

@@ -69,9 +69,11 @@ type dispatcher struct {
 	metrics     *telemetry.Metrics
 	log         *slog.Logger
 	traceparent string // the invocation's, for calls that bring none
-	limiter     *window
-	started     time.Time
-	now         func() time.Time
+	// tc is traceparent parsed (parsed on each call when zero).
+	tc      telemetry.TraceContext
+	limiter *window
+	started time.Time
+	now     func() time.Time
 
 	onDecided  func(Decided)
 	tracer     trace.Tracer

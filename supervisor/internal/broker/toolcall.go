@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -204,8 +205,12 @@ type toolCallState struct {
 	tc       telemetry.TraceContext // tp parsed
 	common   audit.Common           // the invocation's, with the call's trace id
 	argsHash string
-	log      *slog.Logger
-	obs      *callObs
+	// logBase is the broker's logger; logger adds the call's tool and
+	// trace id, built only when something is logged.
+	logBase *slog.Logger
+	logOnce sync.Once // completed's background wait may log too
+	log     *slog.Logger
+	obs     *callObs
 	// Set by decideCall: the tool, the name it is counted under, and an
 	// MCP tool's row fields.
 	tool       tools.Tool
@@ -227,6 +232,12 @@ type toolCallState struct {
 	durMS     int64
 }
 
+// logger is the broker's logger with the call's tool and trace id.
+func (c *toolCallState) logger() *slog.Logger {
+	c.logOnce.Do(func() { c.log = c.logBase.With("tool", c.p.tool, "trace_id", c.tc.TraceID) })
+	return c.log
+}
+
 // newCall decodes the call's params, its traceparent and the hash of its
 // args, and starts its span.
 func (d *dispatcher) newCall(ctx context.Context, req *request) (context.Context, *toolCallState, error) {
@@ -237,14 +248,16 @@ func (d *dispatcher) newCall(ctx context.Context, req *request) (context.Context
 	if err != nil {
 		return ctx, nil, err
 	}
-	tp := d.traceparent
+	tp, tc := d.traceparent, d.tc
 	if p.traceparent != "" {
-		if _, err := telemetry.ParseTraceparent(p.traceparent); err != nil {
+		own, err := telemetry.ParseTraceparent(p.traceparent)
+		if err != nil {
 			return ctx, nil, invalidParams("traceparent is not a valid W3C traceparent")
 		}
-		tp = p.traceparent
+		tp, tc = p.traceparent, own
+	} else if tc == (telemetry.TraceContext{}) {
+		tc, _ = telemetry.ParseTraceparent(tp) // d.traceparent is valid by construction
 	}
-	tc, _ := telemetry.ParseTraceparent(tp) // d.traceparent is valid by construction
 	common := d.common
 	common.TraceID = tc.TraceID
 	argsHash, err := audit.HashJSON(p.args)
@@ -252,7 +265,7 @@ func (d *dispatcher) newCall(ctx context.Context, req *request) (context.Context
 		return ctx, nil, invalidParams("args cannot be canonicalised (RFC 8785)")
 	}
 	c := &toolCallState{p: p, name: policy.Tool(p.tool), tp: tp, tc: tc, common: common, argsHash: argsHash,
-		log: d.log.With("tool", p.tool, "trace_id", tc.TraceID)}
+		logBase: d.log}
 	c.obs = &callObs{tool: p.tool, argsHash: argsHash, argsSize: len(p.args), start: time.Now()}
 	ctx, c.obs.span = tracerOrNoop(d.tracer).Start(d.spanParentFor(ctx, p.traceparent != "", tc), "skill.broker.tool_call",
 		trace.WithSpanKind(trace.SpanKindServer))
@@ -314,7 +327,7 @@ func (d *dispatcher) decideCall(ctx context.Context, c *toolCallState) error {
 		d.capReached()
 		return errAuditCap
 	}
-	d.deny(ctx, c.log, c.common, metricTool, denial, c.argsHash, mcpRow)
+	d.deny(ctx, c.logger(), c.common, metricTool, denial, c.argsHash, mcpRow)
 	return err
 }
 
@@ -339,7 +352,7 @@ func (d *dispatcher) auditStart(ctx context.Context, c *toolCallState) error {
 		_, aerr = d.audit.Emit(c.actx, startedRow)
 	}
 	if aerr != nil {
-		return d.startedFailed(c.log, c.metricTool, c.obs, aerr, 3)
+		return d.startedFailed(c.logger(), c.metricTool, c.obs, aerr, 3)
 	}
 	return nil
 }
@@ -357,7 +370,7 @@ func (d *dispatcher) runCall(ctx context.Context, c *toolCallState, f *frameMem)
 	if err == nil {
 		raw, canonical, err = marshalResult(result)
 		if errors.Is(err, errResponseTooLarge) {
-			d.truncated(c.log, len(raw))
+			d.truncated(c.logger(), len(raw))
 			raw = nil
 		}
 	}
@@ -371,7 +384,7 @@ func (d *dispatcher) runCall(ctx context.Context, c *toolCallState, f *frameMem)
 // the result, or err (a refusal inside the tool audited as every other
 // one, a timeout with what the tool had so far).
 func (d *dispatcher) auditEnd(ctx context.Context, c *toolCallState, err error) (any, error) {
-	log := c.log
+	log := c.logger
 	outcome, metricOutcome, resultHash, msg := audit.OutcomeSuccess, telemetry.ToolCallSuccess, "", ""
 	var denial *policy.Denial
 	switch {
@@ -391,9 +404,9 @@ func (d *dispatcher) auditEnd(ctx context.Context, c *toolCallState, err error) 
 		outcome, metricOutcome, msg = audit.OutcomeError, telemetry.ToolCallError, errorObject(err).Message
 		switch {
 		case errors.Is(err, tools.ErrHostFault):
-			log.Warn("broker: tool failed", "err", err) // the operator's to mend
+			log().Warn("broker: tool failed", "err", err) // the operator's to mend
 		case !errors.Is(err, errToolPanic):
-			log.Info("broker: tool failed", "err", err) // the host-side detail stays in the log
+			log().Info("broker: tool failed", "err", err) // the host-side detail stays in the log
 		}
 	}
 	completedRow := audit.ToolCallCompletedMCP(c.common, c.callID, c.p.tool, outcome, c.durMS, resultHash, msg, c.mcpRow)
@@ -403,7 +416,7 @@ func (d *dispatcher) auditEnd(ctx context.Context, c *toolCallState, err error) 
 		return nil, perr
 	}
 	if denial != nil {
-		d.deny(ctx, log, c.common, c.metricTool, denial, c.argsHash, c.mcpRow)
+		d.deny(ctx, log(), c.common, c.metricTool, denial, c.argsHash, c.mcpRow)
 		c.obs.outcome, c.obs.reason = telemetry.ToolCallDenied, string(denial.Reason)
 		return nil, err
 	}
@@ -446,9 +459,9 @@ type enqueuer interface {
 // before its tool runs, or, effect-free, before its reply) commits after
 // this row — one fsync per call instead of two. A failure is never
 // reversed (the tool ran): sev-1 for the operator.
-func (d *dispatcher) completed(ctx context.Context, log *slog.Logger, callID string, row audit.Draft) {
+func (d *dispatcher) completed(ctx context.Context, log func() *slog.Logger, callID string, row audit.Draft) {
 	fail := func(err error) {
-		log.Error("broker: tool_call_completed row not written", "call_id", callID, "err", err, "severity", "sev-1")
+		log().Error("broker: tool_call_completed row not written", "call_id", callID, "err", err, "severity", "sev-1")
 	}
 	q, ok := d.audit.(enqueuer)
 	if !ok {
@@ -490,19 +503,19 @@ func (d *dispatcher) startedFailed(log *slog.Logger, metricTool string, obs *cal
 // row failed, the result is withheld (the tool's only effect) and the call
 // is refused as if it had not run; the store never writes the completed
 // row then (it follows the started row: auditstore.Store.EnqueueFollowed).
-func (d *dispatcher) pair(ctx context.Context, log *slog.Logger, callID string, row audit.Draft, startedWait func() (audit.Row, error), emitCompleted func(context.Context, audit.Draft) (audit.Row, error), metricTool string, obs *callObs) error {
+func (d *dispatcher) pair(ctx context.Context, log func() *slog.Logger, callID string, row audit.Draft, startedWait func() (audit.Row, error), emitCompleted func(context.Context, audit.Draft) (audit.Row, error), metricTool string, obs *callObs) error {
 	_, cerr := emitCompleted(ctx, row)
 	if _, serr := startedWait(); serr != nil {
 		if cerr == nil { // the store's rule broken: say so
-			log.Error("broker: tool_call_completed row written without its started row", "call_id", callID, "err", serr, "severity", "sev-1")
-			return d.startedFailed(log, metricTool, obs, serr, 2)
+			log().Error("broker: tool_call_completed row written without its started row", "call_id", callID, "err", serr, "severity", "sev-1")
+			return d.startedFailed(log(), metricTool, obs, serr, 2)
 		}
-		return d.startedFailed(log, metricTool, obs, serr, 3)
+		return d.startedFailed(log(), metricTool, obs, serr, 3)
 	}
 	if cerr != nil {
 		// The started row stands: as for any call, a missing completed
 		// row is the operator's to investigate, and the reply still goes.
-		log.Error("broker: tool_call_completed row not written", "call_id", callID, "err", cerr, "severity", "sev-1")
+		log().Error("broker: tool_call_completed row not written", "call_id", callID, "err", cerr, "severity", "sev-1")
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"cyberos.dev/memory"
 	"cyberos.dev/policy"
@@ -170,9 +171,26 @@ func unmarshalArgs(raw json.RawMessage, v any) error {
 
 // jsonNames returns the json tag names of the fields of the struct v points
 // to. Anything else has no names, so every key is refused (fail closed).
+// The names are computed once per type (every tool call decodes its args
+// into one of a few types); callers only read the map.
 func jsonNames(v any) map[string]bool {
-	names := map[string]bool{}
 	t := reflect.TypeOf(v)
+	if t == nil {
+		return map[string]bool{}
+	}
+	if names, ok := jsonNamesByType.Load(t); ok {
+		return names.(map[string]bool)
+	}
+	names := jsonNamesOf(t)
+	jsonNamesByType.Store(t, names)
+	return names
+}
+
+// jsonNamesByType caches jsonNamesOf by the args' type.
+var jsonNamesByType sync.Map // reflect.Type -> map[string]bool
+
+func jsonNamesOf(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
