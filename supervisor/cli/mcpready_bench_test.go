@@ -19,6 +19,7 @@ import (
 
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/config"
+	"cyberos.dev/supervisor/internal/mcpclient/mcpconf"
 	"cyberos.dev/supervisor/sandbox"
 )
 
@@ -48,7 +49,7 @@ func (r *startTimer) Start(spec sandbox.Spec) (sandbox.Process, error) {
 // sandboxed stdio server ready (initialized, every page of tools/list
 // read and registered) against the same server started without a
 // sandbox, interleaved. Sandboxed: server-everything as mcp_servers
-// configures it, started by the daemon's own path (newMCPPool with a real
+// configures it, started by the daemon's own path (mcpclient.FromConfig with a real
 // runner, the pool's first use of the server: launcher, sandbox, node,
 // initialize, tools/list, registration). Direct: the Go SDK's
 // mcp.CommandTransport running the same node command unsandboxed,
@@ -130,7 +131,7 @@ func BenchmarkMCPServerReady(b *testing.B) {
 	ctx := context.Background()
 
 	sandboxed := func(round int) (time.Duration, float64, float64, float64) {
-		pool, err := newMCPPool(cfg, runner, stateDir, cfg.SeccompProfilesDir, false, nil, log)
+		pool, err := mcpconf.FromConfig(cfg, runner, stateDir, cfg.SeccompProfilesDir, false, nil, log)
 		if err != nil {
 			b.Fatal(err)
 		}

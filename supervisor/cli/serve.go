@@ -24,6 +24,7 @@ import (
 	"cyberos.dev/supervisor"
 	"cyberos.dev/supervisor/config"
 	"cyberos.dev/supervisor/internal/daemon"
+	"cyberos.dev/supervisor/internal/mcpclient/mcpconf"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"
 )
@@ -179,7 +180,7 @@ func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	sup.ResponseBudget = cfg.ResponseBudget()
-	pool, err := newMCPPool(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, sup.AllowLoopbackHTTP, metrics.Registry, log)
+	pool, err := mcpconf.FromConfig(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, sup.AllowLoopbackHTTP, metrics.Registry, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
@@ -234,10 +235,10 @@ func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	var mcpReload *mcpReloader
+	var mcpReload *mcpconf.Reloader
 	if pool != nil {
-		mcpReload = &mcpReloader{pool: pool, runner: sup.Runner, stateDir: cfg.StateDir, profilesDir: cfg.SeccompProfilesDir,
-			allowLoopback: sup.AllowLoopbackHTTP, log: log}
+		mcpReload = &mcpconf.Reloader{Pool: pool, Runner: sup.Runner, StateDir: cfg.StateDir, ProfilesDir: cfg.SeccompProfilesDir,
+			AllowLoopback: sup.AllowLoopbackHTTP, Log: log}
 	}
 	go reloadOnHUP(ctx, hup, d, configPath, mcpReload, log)
 	if err := d.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -251,7 +252,7 @@ func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *
 // can change in a running daemon is applied and logged at INFO, a changed
 // key that needs a restart is named at WARN, and a config that does not
 // load changes nothing (ERROR, with every problem).
-func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, configPath string, mcpReload *mcpReloader, log *slog.Logger) {
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, configPath string, mcpReload *mcpconf.Reloader, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -270,7 +271,7 @@ func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, co
 		oldMCP := d.CurrentMCPServers()
 		applied, restart := d.Reload(cfg)
 		if slices.Contains(applied, "mcp_servers") && mcpReload != nil {
-			added, removed, changed, err := mcpReload.apply(oldMCP, cfg)
+			added, removed, changed, err := mcpReload.Apply(oldMCP, cfg)
 			if err != nil {
 				log.Error("SIGHUP: applying mcp_servers failed", "err", err)
 			} else {

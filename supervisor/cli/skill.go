@@ -18,6 +18,7 @@ import (
 	"cyberos.dev/audit/auditstore"
 	"cyberos.dev/policy"
 	"cyberos.dev/supervisor"
+	"cyberos.dev/supervisor/internal/mcpclient/mcpconf"
 	"cyberos.dev/supervisor/sandbox"
 	"cyberos.dev/telemetry"
 )
@@ -145,7 +146,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return err
 	}
 	defer closeAll()
-	pool, err := newMCPPool(rc.Config, sup.Runner, f.stateDir, profiles, f.allowLoopbackHTTP, nil, log)
+	pool, err := mcpconf.FromConfig(rc.Config, sup.Runner, f.stateDir, profiles, f.allowLoopbackHTTP, nil, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}

@@ -1,4 +1,8 @@
-package cli
+// Package mcpconf turns the daemon config's mcp_servers into a running
+// Pool: each stdio server in a sandbox of its own, each remote one
+// dialled through the Http tools' egress filter, and applies a reloaded
+// mcp_servers to that pool.
+package mcpconf
 
 import (
 	"context"
@@ -26,13 +30,13 @@ import (
 // mcpStderrCap bounds one start's stderr log of an MCP server.
 const mcpStderrCap = 8 << 20
 
-// newMCPPool runs cfg's mcp_servers: each stdio server in a sandbox of its
+// FromConfig runs cfg's mcp_servers: each stdio server in a sandbox of its
 // own made by runner, on first use, and each remote one dialled through
 // the Http tools' egress filter. nil when none is configured.
 // allowLoopback lets the stdio servers' egress proxies reach the host's
 // loopback (--allow-loopback-http, tests only). reg, when set, gets the
 // pool's metrics (the daemon's registry).
-func newMCPPool(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, reg prometheus.Registerer, log *slog.Logger) (*mcpclient.Pool, error) {
+func FromConfig(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, reg prometheus.Registerer, log *slog.Logger) (*mcpclient.Pool, error) {
 	names := cfg.MCPServerNames()
 	if len(names) == 0 {
 		return nil, nil
@@ -79,19 +83,19 @@ func mcpSpecs(cfg config.Config, names []string, runner sandbox.Runner, stateDir
 	return specs, nil
 }
 
-// mcpReloader applies a reloaded mcp_servers to the running pool.
-type mcpReloader struct {
-	pool                  *mcpclient.Pool
-	runner                sandbox.Runner
-	stateDir, profilesDir string
-	allowLoopback         bool
-	log                   *slog.Logger
+// Reloader applies a reloaded mcp_servers to the running pool.
+type Reloader struct {
+	Pool                  *mcpclient.Pool
+	Runner                sandbox.Runner
+	StateDir, ProfilesDir string
+	AllowLoopback         bool
+	Log                   *slog.Logger
 }
 
-// apply retires the servers removed or changed from old to next (each
+// Apply retires the servers removed or changed from old to next (each
 // instance ends once its calls in flight are done) and serves the added
 // and changed ones from their next use, as next says.
-func (r *mcpReloader) apply(old *config.MCPServers, next config.Config) (added, removed, changed []string, err error) {
+func (r *Reloader) Apply(old *config.MCPServers, next config.Config) (added, removed, changed []string, err error) {
 	var was config.MCPServers
 	if old != nil {
 		was = *old
@@ -110,9 +114,9 @@ func (r *mcpReloader) apply(old *config.MCPServers, next config.Config) (added, 
 			changed = append(changed, name)
 		}
 	}
-	specs, err := mcpSpecs(next, append(slices.Clone(added), changed...), r.runner, r.stateDir, r.profilesDir, r.allowLoopback, r.pool.Metrics, r.log)
+	specs, err := mcpSpecs(next, append(slices.Clone(added), changed...), r.Runner, r.StateDir, r.ProfilesDir, r.AllowLoopback, r.Pool.Metrics, r.Log)
 	if err == nil {
-		err = r.pool.Apply(append(slices.Clone(removed), changed...), specs)
+		err = r.Pool.Apply(append(slices.Clone(removed), changed...), specs)
 	}
 	return added, removed, changed, err
 }
