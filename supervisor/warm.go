@@ -88,9 +88,10 @@ type warmEntry struct {
 	tmpl     sandbox.Spec
 	ready    []*warmBox
 	filling  int
+	making   int // of filling, those being made now (not queued for a refill slot)
 	inUse    int // claimed, running
-	// waiters are the claims waiting for a refill in flight, oldest
-	// first, at most one per refill: fill hands its sandbox to the first.
+	// waiters are the claims waiting for a sandbox being made, oldest
+	// first, at most one per making: fill hands its sandbox to the first.
 	waiters  []chan *warmBox
 	want     int // ready sandboxes to keep: grows with concurrent use and misses
 	lastUse  time.Time
@@ -164,9 +165,8 @@ func shapeKey(spec sandbox.Spec, policyHash string) (string, error) {
 }
 
 // claim takes a live warm sandbox of inv's shape, or returns nil (a miss:
-// the invocation starts cold). With none ready but a refill of the shape
-// in flight that no other claim waits for, it waits for that one's
-// sandbox, at most as long as making one takes (makeAvg) and until inv's
+// the invocation starts cold). With none ready but a sandbox of the shape
+// being made that no other claim waits for, it waits for that one, at most as long as making one takes (makeAvg) and until inv's
 // context ends, which returns that context's error. Either way the
 // shape's demand is noted and its refill started. done must be called
 // once the invocation ended, whatever claim returned.
@@ -193,11 +193,12 @@ func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func(), err error)
 		p.mu.Unlock()
 	}
 	box, dead = p.takeReadyLocked(e, dead)
-	// A refill in flight ends sooner than a cold start made now would, and
-	// costs no second sandbox: wait for it rather than miss.
+	// A sandbox being made is ready sooner than a cold start made now
+	// would be, and costs no second one: wait for it rather than miss. A
+	// refill still queued for its slot is not waited for.
 	result := "hit"
 	var wait chan *warmBox
-	if box == nil && len(e.waiters) < e.filling && p.makeAvg > 0 {
+	if box == nil && len(e.waiters) < e.making && p.makeAvg > 0 {
 		wait = make(chan *warmBox, 1)
 		e.waiters = append(e.waiters, wait)
 		result = "waited"
@@ -420,6 +421,9 @@ func (p *WarmPool) refill(e *warmEntry) {
 // one made after its shape was dropped or the pool closed, which is
 // destroyed.
 func (p *WarmPool) fill(e *warmEntry) error {
+	p.mu.Lock()
+	e.making++
+	p.mu.Unlock()
 	t0 := time.Now()
 	box, err := p.make(e)
 	took := time.Since(t0)
@@ -428,6 +432,7 @@ func (p *WarmPool) fill(e *warmEntry) error {
 	}
 	p.mu.Lock()
 	e.filling--
+	e.making--
 	keep := err == nil && !p.closed && p.entries[e.key] == e
 	switch {
 	case keep && len(e.waiters) > 0:
@@ -451,8 +456,8 @@ func (p *WarmPool) fill(e *warmEntry) error {
 			p.makeAvg += (took - p.makeAvg) / 4
 		}
 	}
-	// A waiting claim whose refill will not come misses now.
-	for len(e.waiters) > e.filling {
+	// A waiting claim whose sandbox will not come misses now.
+	for len(e.waiters) > e.making {
 		w := e.waiters[len(e.waiters)-1]
 		e.waiters = e.waiters[:len(e.waiters)-1]
 		w <- nil
