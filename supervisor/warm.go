@@ -72,8 +72,11 @@ type WarmPool struct {
 	closed      bool
 
 	refills chan struct{} // semaphore bounding concurrent refills
-	wg      sync.WaitGroup
-	stop    chan struct{}
+	// lend lets a refill queued for a slot start without one: a claim
+	// waiting for a sandbox lends it the CPU its cold start would take.
+	lend chan struct{}
+	wg   sync.WaitGroup
+	stop chan struct{}
 	// makeAvg is a moving average of the time to make one sandbox: how
 	// long a claim waits at most for a refill in flight (a cold start
 	// takes no less), 0 (no wait) until one was made.
@@ -131,7 +134,7 @@ func NewWarmPool(s *Supervisor, cfg WarmConfig) (*WarmPool, error) {
 		cfg.Idle = DefaultWarmIdle
 	}
 	p := &WarmPool{sup: s, cfg: cfg, entries: map[string]*warmEntry{},
-		refills: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)), stop: make(chan struct{})}
+		refills: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)), lend: make(chan struct{}), stop: make(chan struct{})}
 	p.wg.Add(1)
 	go p.janitor()
 	return p, nil
@@ -202,6 +205,23 @@ func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func(), err error)
 		wait = make(chan *warmBox, 1)
 		e.waiters = append(e.waiters, wait)
 		result = "waited"
+		// Calls came faster than refills, as on a miss: keep one more
+		// ready, and make one more now outside the refill slots, on the CPU
+		// a cold start would have taken: a refill queued for a slot (of any
+		// shape) if one is, else a new one of this shape.
+		e.want = min(p.cfg.MaxPerSkill, e.want+1)
+		select {
+		case p.lend <- struct{}{}:
+		default:
+			if !p.cfg.NoRefill && len(e.ready)+e.filling < e.want && p.fitsLocked(e) {
+				p.takeLocked(e)
+				p.wg.Add(1)
+				go func() {
+					defer p.wg.Done()
+					_ = p.fill(e)
+				}()
+			}
+		}
 	}
 	bound := p.makeAvg
 	p.mu.Unlock()
@@ -405,6 +425,9 @@ func (p *WarmPool) refill(e *warmEntry) {
 	defer p.wg.Done()
 	select {
 	case p.refills <- struct{}{}:
+	case <-p.lend: // a waiting claim's
+		_ = p.fill(e)
+		return
 	case <-p.stop:
 		p.mu.Lock()
 		e.filling--
