@@ -87,6 +87,10 @@ const (
 	emitStartSum     = `cyberos_audit_emit_duration_seconds_sum{stage="start"}`
 	emitCompletedSum = `cyberos_audit_emit_duration_seconds_sum{stage="completed"}`
 	dispatchSum      = `cyberos_skill_invocation_duration_seconds_sum{skill_id="trivial"}`
+	warmMisses       = `cyberos_warm_claims_total{result="miss",skill_id="trivial"}`
+	warmWaited       = `cyberos_warm_claims_total{result="waited",skill_id="trivial"}`
+	warmRefillSum    = `cyberos_warm_refill_duration_seconds_sum`
+	warmRefillCount  = `cyberos_warm_refill_duration_seconds_count`
 )
 
 // sums reads the named series from one scrape of the daemon's /metrics.
@@ -374,11 +378,30 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 	waitFor(b, 60*time.Second, settled)
 	total := max(24, 3*conc)
 	lat := make([]time.Duration, 0, total)
-	cpu0, t0 := testutil.BusyCPU(b), time.Now()
+	var pool0 []float64
+	var waited0 float64
+	if mode == "warm" {
+		pool0 = d.sums(b, warmMisses, warmRefillSum, warmRefillCount)
+		waited0 = max(0, d.gauge(warmWaited))
+	}
+	own0, cpu0, t0 := d.cpu(b), testutil.BusyCPU(b), time.Now()
 	callers(b, d, mode, conc, total, &lat)
 	el := time.Since(t0)
 	waitFor(b, 60*time.Second, settled)
-	cpu := testutil.BusyCPU(b) - cpu0
+	cpu, own := testutil.BusyCPU(b)-cpu0, d.cpu(b)-own0
+	if mode == "warm" {
+		// The pool's side of the window: the claims that found no sandbox
+		// (each a cold start) and the sandboxes it made, with their mean time.
+		pool := d.sums(b, warmMisses, warmRefillSum, warmRefillCount)
+		b.ReportMetric(pool[0]-pool0[0], fmt.Sprintf("c%d-warm-misses", conc))
+		if w := d.gauge(warmWaited); w >= 0 { // absent before the first wait
+			b.ReportMetric(w-waited0, fmt.Sprintf("c%d-warm-waited", conc))
+		}
+		if n := pool[2] - pool0[2]; n > 0 {
+			b.ReportMetric(n, fmt.Sprintf("c%d-warm-refills", conc))
+			b.ReportMetric((pool[1]-pool0[1])/n*1000, fmt.Sprintf("c%d-warm-refill-ms", conc))
+		}
+	}
 	if len(lat) == 0 {
 		return
 	}
@@ -387,6 +410,29 @@ func daemonRate(b *testing.B, d *daemonProc, mode string, conc int) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, fmt.Sprintf("c%d-%s-p50-ms", conc, mode))
 	b.ReportMetric(float64(lat[len(lat)*95/100].Microseconds())/1000, fmt.Sprintf("c%d-%s-p95-ms", conc, mode))
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(lat)), fmt.Sprintf("c%d-%s-cpu-ms", conc, mode))
+	b.ReportMetric(float64(own.Microseconds())/1000/float64(len(lat)), fmt.Sprintf("c%d-%s-daemon-cpu-ms", conc, mode))
+}
+
+// cpu is the CPU time of the daemon and of its children it reaped (the
+// sandboxes' inits, and through them the skills): on a machine shared with
+// other work, the part of the machine's CPU that is the daemon's.
+func (d *daemonProc) cpu(b *testing.B) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis: utime, stime,
+	// cutime and cstime are the 12th to the 15th of them.
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
 // sandboxes counts the daemon's sandboxes (warm ones ready, running ones,

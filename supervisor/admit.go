@@ -27,7 +27,11 @@ func (inv *invocation) admit() error {
 	// or one reserved now for a cold start.
 	inv.containment.Start = StartCold
 	if s.Warm != nil && inv.req.SeccompRecorder == nil {
-		inv.warm, inv.warmDone = s.Warm.claim(inv)
+		var err error
+		inv.warm, inv.warmDone, err = s.Warm.claim(inv)
+		if err != nil {
+			return fmt.Errorf("%w: waiting for a warm sandbox: %w", ErrNotStarted, err)
+		}
 	}
 	if inv.warm == nil && inv.req.StartSlot != nil {
 		release, err := inv.req.StartSlot()

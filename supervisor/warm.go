@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -71,8 +72,15 @@ type WarmPool struct {
 	closed      bool
 
 	refills chan struct{} // semaphore bounding concurrent refills
-	wg      sync.WaitGroup
-	stop    chan struct{}
+	// lend lets a refill queued for a slot start without one: a claim
+	// waiting for a sandbox lends it the CPU its cold start would take.
+	lend chan struct{}
+	wg   sync.WaitGroup
+	stop chan struct{}
+	// makeAvg is a moving average of the time to make one sandbox: how
+	// long a claim waits at most for a refill in flight (a cold start
+	// takes no less), 0 (no wait) until one was made.
+	makeAvg time.Duration
 }
 
 // warmEntry is one shape's sandboxes.
@@ -83,7 +91,11 @@ type warmEntry struct {
 	tmpl     sandbox.Spec
 	ready    []*warmBox
 	filling  int
+	making   int // of filling, those being made now (not queued for a refill slot)
 	inUse    int // claimed, running
+	// waiters are the claims waiting for a sandbox being made, oldest
+	// first, at most one per making: fill hands its sandbox to the first.
+	waiters  []chan *warmBox
 	want     int // ready sandboxes to keep: grows with concurrent use and misses
 	lastUse  time.Time
 	failedAt time.Time
@@ -122,7 +134,7 @@ func NewWarmPool(s *Supervisor, cfg WarmConfig) (*WarmPool, error) {
 		cfg.Idle = DefaultWarmIdle
 	}
 	p := &WarmPool{sup: s, cfg: cfg, entries: map[string]*warmEntry{},
-		refills: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)), stop: make(chan struct{})}
+		refills: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)), lend: make(chan struct{}), stop: make(chan struct{})}
 	p.wg.Add(1)
 	go p.janitor()
 	return p, nil
@@ -156,50 +168,26 @@ func shapeKey(spec sandbox.Spec, policyHash string) (string, error) {
 }
 
 // claim takes a live warm sandbox of inv's shape, or returns nil (a miss:
-// the invocation starts cold). Either way the shape's demand is noted and
-// its refill started. done must be called once the invocation ended.
-func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func()) {
+// the invocation starts cold). With none ready but a sandbox of the shape
+// being made that no other claim waits for, it waits for that one, at most as long as making one takes (makeAvg) and until inv's
+// context ends, which returns that context's error. Either way the
+// shape's demand is noted and its refill started. done must be called
+// once the invocation ended, whatever claim returned.
+func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func(), err error) {
 	key, err := shapeKey(inv.spec, inv.policyHash)
 	if err != nil {
-		return nil, func() {}
+		return nil, func() {}, nil
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, func() {}
+		return nil, func() {}, nil
 	}
 	e, dead := p.entryLocked(key, inv)
 	e.lastUse = time.Now()
 	e.inUse++
 	e.want = max(e.want, min(p.cfg.MaxPerSkill, e.inUse))
-	for len(e.ready) > 0 && box == nil {
-		b := e.ready[0]
-		e.ready = e.ready[1:]
-		p.releaseLocked(e)
-		if b.w.Alive() {
-			box = b
-		} else {
-			dead = append(dead, b)
-		}
-	}
-	// A hit refills once its invocation has ended, so that the making of
-	// the next sandbox does not take CPU from this one; a miss refills now,
-	// and keeps one more ready from now on: calls came faster than refills.
-	if box == nil {
-		e.want = min(p.cfg.MaxPerSkill, e.want+1)
-		p.fillLocked(e)
-	}
-	p.mu.Unlock()
-	for _, b := range dead {
-		b.destroy()
-	}
-	result := "miss"
-	if box != nil {
-		result = "hit"
-	}
-	p.sup.metrics().WarmClaims.WithLabelValues(e.skillID, result).Inc()
-	p.gauge(e)
-	return box, func() {
+	done = func() {
 		p.mu.Lock()
 		e.inUse--
 		if !p.closed && p.entries[e.key] == e {
@@ -207,6 +195,126 @@ func (p *WarmPool) claim(inv *invocation) (box *warmBox, done func()) {
 		}
 		p.mu.Unlock()
 	}
+	box, dead = p.takeReadyLocked(e, dead)
+	// A sandbox being made is ready sooner than a cold start made now
+	// would be, and costs no second one: wait for it rather than miss. A
+	// refill still queued for its slot is not waited for.
+	result := "hit"
+	var wait chan *warmBox
+	if box == nil && len(e.waiters) < e.making && p.makeAvg > 0 {
+		wait = make(chan *warmBox, 1)
+		e.waiters = append(e.waiters, wait)
+		result = "waited"
+		// Calls came faster than refills, as on a miss: keep one more
+		// ready, and make one more now outside the refill slots, on the CPU
+		// a cold start would have taken: a refill queued for a slot (of any
+		// shape) if one is, else a new one of this shape.
+		e.want = min(p.cfg.MaxPerSkill, e.want+1)
+		select {
+		case p.lend <- struct{}{}:
+		default:
+			if !p.cfg.NoRefill && len(e.ready)+e.filling < e.want && p.fitsLocked(e) {
+				p.takeLocked(e)
+				p.wg.Add(1)
+				go func() {
+					defer p.wg.Done()
+					_ = p.fill(e)
+				}()
+			}
+		}
+	}
+	bound := p.makeAvg
+	p.mu.Unlock()
+	for _, b := range dead {
+		b.destroy()
+	}
+	if wait != nil {
+		if box, err = p.await(inv.ctx, e, wait, bound); err != nil {
+			return nil, done, err
+		}
+		if box != nil && !box.w.Alive() {
+			box.destroy()
+			box = nil
+		}
+	}
+	// A hit refills once its invocation has ended, so that the making of
+	// the next sandbox does not take CPU from this one, unless it took the
+	// shape's last one: the next claim would find none, so the refill
+	// starts now, beside this invocation. A miss refills now, and keeps one
+	// more ready from now on: calls came faster than refills.
+	p.mu.Lock()
+	if !p.closed && p.entries[e.key] == e {
+		if box == nil {
+			e.want = min(p.cfg.MaxPerSkill, e.want+1)
+			p.fillLocked(e)
+		} else if len(e.ready) == 0 {
+			p.fillLocked(e)
+		}
+	}
+	p.mu.Unlock()
+	if box == nil {
+		result = "miss"
+	}
+	p.sup.metrics().WarmClaims.WithLabelValues(e.skillID, result).Inc()
+	p.gauge(e)
+	return box, done, nil
+}
+
+// takeReadyLocked takes the first live ready sandbox of e, adding the dead
+// ones it passes to dead.
+func (p *WarmPool) takeReadyLocked(e *warmEntry, dead []*warmBox) (*warmBox, []*warmBox) {
+	for len(e.ready) > 0 {
+		b := e.ready[0]
+		e.ready = e.ready[1:]
+		p.releaseLocked(e)
+		if b.w.Alive() {
+			return b, dead
+		}
+		dead = append(dead, b)
+	}
+	return nil, dead
+}
+
+// await waits on wait, one of e's waiters, for the sandbox a refill hands
+// it, for at most bound, until ctx ends or the pool closes. It returns
+// the sandbox, or nil (the claim misses); once ctx ended, ctx's error and
+// no sandbox: one handed over meanwhile goes back to e's ready ones, or
+// is destroyed when it does not fit there any more.
+func (p *WarmPool) await(ctx context.Context, e *warmEntry, wait chan *warmBox, bound time.Duration) (*warmBox, error) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	var cut error
+	select {
+	case b := <-wait:
+		return b, nil
+	case <-ctx.Done():
+		cut = ctx.Err()
+	case <-t.C:
+	case <-p.stop:
+	}
+	p.mu.Lock()
+	if i := slices.Index(e.waiters, wait); i >= 0 {
+		e.waiters = slices.Delete(e.waiters, i, i+1)
+		p.mu.Unlock()
+		return nil, cut
+	}
+	// Handed over under the lock before this claim left the queue.
+	b := <-wait
+	if cut == nil {
+		p.mu.Unlock()
+		return b, nil
+	}
+	keep := b != nil && !p.closed && p.entries[e.key] == e && p.fitsLocked(e) && b.w.Alive()
+	if keep {
+		p.holdLocked(e)
+		e.ready = append(e.ready, b)
+	}
+	p.mu.Unlock()
+	if b != nil && !keep {
+		b.destroy()
+	}
+	p.gauge(e)
+	return nil, cut
 }
 
 // entryLocked returns the entry of shape key, made from inv when it is
@@ -289,6 +397,11 @@ func (p *WarmPool) fitsLocked(e *warmEntry) bool {
 // takeLocked takes the budget of one more of e's sandboxes, being made.
 func (p *WarmPool) takeLocked(e *warmEntry) {
 	e.filling++
+	p.holdLocked(e)
+}
+
+// holdLocked takes the budget of one more of e's sandboxes.
+func (p *WarmPool) holdLocked(e *warmEntry) {
 	p.count++
 	p.memMB += e.tmpl.MemoryMB
 	p.pids += e.tmpl.PidsMax
@@ -312,6 +425,9 @@ func (p *WarmPool) refill(e *warmEntry) {
 	defer p.wg.Done()
 	select {
 	case p.refills <- struct{}{}:
+	case <-p.lend: // a waiting claim's
+		_ = p.fill(e)
+		return
 	case <-p.stop:
 		p.mu.Lock()
 		e.filling--
@@ -328,21 +444,46 @@ func (p *WarmPool) refill(e *warmEntry) {
 // one made after its shape was dropped or the pool closed, which is
 // destroyed.
 func (p *WarmPool) fill(e *warmEntry) error {
+	p.mu.Lock()
+	e.making++
+	p.mu.Unlock()
 	t0 := time.Now()
 	box, err := p.make(e)
+	took := time.Since(t0)
 	if err == nil {
-		p.sup.metrics().WarmRefill.Observe(time.Since(t0).Seconds())
+		p.sup.metrics().WarmRefill.Observe(took.Seconds())
 	}
 	p.mu.Lock()
 	e.filling--
+	e.making--
 	keep := err == nil && !p.closed && p.entries[e.key] == e
-	if keep {
+	switch {
+	case keep && len(e.waiters) > 0:
+		// The oldest waiting claim takes it, as a claim takes a ready one.
+		w := e.waiters[0]
+		e.waiters = e.waiters[1:]
+		p.releaseLocked(e)
+		w <- box
+	case keep:
 		e.ready = append(e.ready, box)
-	} else {
+	default:
 		p.releaseLocked(e)
 		if err != nil {
 			e.failedAt = time.Now()
 		}
+	}
+	if err == nil {
+		if p.makeAvg == 0 {
+			p.makeAvg = took
+		} else {
+			p.makeAvg += (took - p.makeAvg) / 4
+		}
+	}
+	// A waiting claim whose sandbox will not come misses now.
+	for len(e.waiters) > e.making {
+		w := e.waiters[len(e.waiters)-1]
+		e.waiters = e.waiters[:len(e.waiters)-1]
+		w <- nil
 	}
 	p.mu.Unlock()
 	if err != nil {

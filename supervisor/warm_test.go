@@ -28,7 +28,8 @@ type warmRunner struct {
 	made, cold, closed atomic.Int64
 	mu                 sync.Mutex
 	activated          map[string]int
-	kill               atomic.Bool // the ready sandboxes' inits are dead
+	kill               atomic.Bool   // the ready sandboxes' inits are dead
+	gate               chan struct{} // when set, Prewarm waits for it to close
 }
 
 func (r *warmRunner) Reserve(string) (sandbox.Identity, error) {
@@ -47,6 +48,12 @@ func (r *warmRunner) Start(spec sandbox.Spec) (sandbox.Process, error) {
 }
 
 func (r *warmRunner) Prewarm(spec sandbox.Spec) (sandbox.Warm, error) {
+	r.mu.Lock()
+	gate := r.gate
+	r.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	r.made.Add(1)
 	return &fakeWarm{r: r, id: spec.ID}, nil
 }
@@ -356,5 +363,131 @@ func TestWarmGaugeFollowsThePool(t *testing.T) {
 	pool.expire(time.Now().Add(2 * time.Hour)) // what the janitor does once the hour has passed
 	if pool.Ready() != 0 || gauge() != 0 {
 		t.Fatalf("after idle expiry: %d ready, gauge %v, want 0 and 0", pool.Ready(), gauge())
+	}
+}
+
+// refillInFlight readies a pool for a claim that finds a refill of its
+// shape in flight: one run (a miss, whose refill lands and sets the
+// wait's bound to a minute), then Prewarm held, and a second run (a hit)
+// whose refill is then under way, held. It returns the gate to open.
+func refillInFlight(t *testing.T, s *Supervisor, r *warmRunner, pool *WarmPool, dir string) chan struct{} {
+	t.Helper()
+	if env, err := s.Run(t.Context(), Request{SkillDir: dir}); err != nil || env.Containment.Start != StartCold {
+		t.Fatalf("first run: %v start %q, want cold", err, env.Containment.Start)
+	}
+	testutil.WaitFor(t, 10*time.Second, func() bool { return pool.Ready() == 1 })
+	gate := make(chan struct{})
+	r.mu.Lock()
+	r.gate = gate
+	r.mu.Unlock()
+	pool.mu.Lock()
+	pool.makeAvg = time.Minute
+	pool.mu.Unlock()
+	if env, err := s.Run(t.Context(), Request{SkillDir: dir}); err != nil || env.Containment.Start != StartWarm {
+		t.Fatalf("second run: %v start %q, want warm", err, env.Containment.Start)
+	}
+	return gate
+}
+
+// waiting is how many claims of any shape wait for a refill.
+func (p *WarmPool) waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, e := range p.entries {
+		n += len(e.waiters)
+	}
+	return n
+}
+
+// TestWarmClaimWaitsForTheRefillInFlight: back-to-back invocations, the
+// second's refill still being made when the third claims: the third waits
+// for that sandbox and starts warm, not cold, and no second one is made
+// for it; each sandbox is activated once.
+func TestWarmClaimWaitsForTheRefillInFlight(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}}
+	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 4, MaxPerSkill: 1})
+	claims := func(result string) float64 {
+		return promtest.ToFloat64(s.metrics().WarmClaims.WithLabelValues("fake", result))
+	}
+	hits0, waited0, misses0 := claims("hit"), claims("waited"), claims("miss")
+	gate := refillInFlight(t, s, r, pool, dir)
+	type result struct {
+		env Envelope
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		env, err := s.Run(t.Context(), Request{SkillDir: dir})
+		got <- result{env, err}
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() bool { return pool.waiting() == 1 })
+	close(gate)
+	res := <-got
+	if res.err != nil || res.env.Outcome != OutcomeSuccess || res.env.Containment.Start != StartWarm {
+		t.Fatalf("third run: %v %s start %q, want a warm success", res.err, res.env.Outcome, res.env.Containment.Start)
+	}
+	// The third's own refill lands; nothing else is made.
+	testutil.WaitFor(t, 10*time.Second, func() bool { return pool.Ready() == 1 })
+	pool.Close()
+	if c, m := r.cold.Load(), r.made.Load(); c != 1 || m != 3 {
+		t.Errorf("%d cold starts, %d warm sandboxes made, want the first run's 1 and 3 (one per run)", c, m)
+	}
+	if h, w, m := claims("hit")-hits0, claims("waited")-waited0, claims("miss")-misses0; h != 1 || w != 1 || m != 1 {
+		t.Errorf("%v hit, %v waited, %v missed, want 1 each", h, w, m)
+	}
+	// Every sandbox made is destroyed: the two run, the last refill unused.
+	testutil.WaitFor(t, 10*time.Second, func() bool { return r.closed.Load() == 3 })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, n := range r.activated {
+		if n != 1 {
+			t.Errorf("warm sandbox %s activated %d times", id, n)
+		}
+	}
+	if len(r.activated) != 2 {
+		t.Errorf("%d activated, want 2", len(r.activated))
+	}
+}
+
+// TestWarmClaimWaitCutByContext: an invocation whose context ends while it
+// waits for a refill in flight is ErrNotStarted, starts nothing (no cold
+// start, no second sandbox made), and the sandbox it waited for lands
+// ready for the next claim; Close destroys it.
+func TestWarmClaimWaitCutByContext(t *testing.T) {
+	r := &warmRunner{activated: map[string]int{}}
+	s, pool, dir := warmSup(t, r, WarmConfig{MaxSandboxes: 4, MaxPerSkill: 1})
+	gate := refillInFlight(t, s, r, pool, dir)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Run(ctx, Request{SkillDir: dir})
+		errc <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, func() bool { return pool.waiting() == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, ErrNotStarted) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("run cut while waiting: %v, want ErrNotStarted (context canceled)", err)
+	}
+	if pool.waiting() != 0 {
+		t.Fatal("the cut claim still waits")
+	}
+	close(gate)
+	testutil.WaitFor(t, 10*time.Second, func() bool { return pool.Ready() == 1 })
+	time.Sleep(50 * time.Millisecond) // a second refill, were one started, lands
+	if c, m := r.cold.Load(), r.made.Load(); c != 1 || m != 2 || pool.Ready() != 1 {
+		t.Fatalf("%d cold starts, %d made, %d ready, want the first run's 1, 2 and the one waited for", c, m, pool.Ready())
+	}
+	rows, err := s.Audit.(*auditstore.Store).Rows(context.Background(), auditstore.Filter{})
+	if err != nil || len(rows) != 4 {
+		t.Fatalf("%d rows (%v), want the two runs' 4 and none of the cut one", len(rows), err)
+	}
+	pool.Close()
+	// Both destroyed: the one run, and the one waited for, unused.
+	testutil.WaitFor(t, 10*time.Second, func() bool { return r.closed.Load() == 2 })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.activated) != 1 {
+		t.Errorf("%d activated, want 1", len(r.activated))
 	}
 }

@@ -140,7 +140,7 @@ func NewMetrics() *Metrics {
 			Name: "cyberos_warm_sandboxes", Help: "Warm sandboxes ready for the skill's next invocations.",
 		}, []string{"skill_id"}),
 		WarmClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cyberos_warm_claims_total", Help: "Invocations by whether a warm sandbox was ready (hit) or the sandbox started cold (miss).",
+			Name: "cyberos_warm_claims_total", Help: "Invocations by whether a warm sandbox was ready (hit), came from a refill under way that the invocation waited for (waited), or the sandbox started cold (miss).",
 		}, []string{"skill_id", "result"}),
 		WarmRefill: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "cyberos_warm_refill_duration_seconds", Help: "Time to make one warm sandbox.",
