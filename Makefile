@@ -23,13 +23,19 @@ help: ## list the targets
 deps: ## install what the build, the tests and the linter need (deps-build, postgresql for the fleet tests, golangci-lint into .cache/bin); idempotent
 	@bash scripts/install-deps.sh
 
-deps-build: ## install only what build and demo need (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, python3, curl); idempotent
+# cyberos-init is built with musl when installed (deps-build installs it):
+# glibc's static start-up probes the CPU caches with CPUID at every exec,
+# which traps to the hypervisor in a VM. The kernel's headers come after
+# musl's own.
+INIT_CC ?= $(shell command -v musl-gcc 2>/dev/null || echo $(CC))
+
+deps-build: ## install only what build and demo need (Debian: libseccomp-dev, pkg-config, gcc, libc6-dev, musl-tools, python3, curl); idempotent
 	@bash scripts/install-deps.sh build
 
-build: deps-build ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-spawn (the same, the sandbox creation helper), bin/cyberos-init (static, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
+build: deps-build ## build bin/cyberos (cgo + seccomp, static), bin/cyberos-spawn (the same, the sandbox creation helper), bin/cyberos-init (static, musl when installed, the sandbox's pid 1), bin/cyberos-tool (static, the in-sandbox client)
 	CGO_ENABLED=1 $(GO) build $(STATIC) -o $(BIN) ./cmd/cyberos
 	CGO_ENABLED=1 $(GO) build $(STATIC) -o bin/cyberos-spawn ./cmd/cyberos-spawn
-	$(CC) -static -O2 -Wall -Wextra -Werror -o bin/cyberos-init sandbox-init/cyberos-init.c
+	$(INIT_CC) -static -O2 -Wall -Wextra -Werror -idirafter /usr/include -idirafter /usr/include/$(shell $(CC) -print-multiarch) -o bin/cyberos-init sandbox-init/cyberos-init.c
 	CGO_ENABLED=0 $(GO) build -o bin/cyberos-tool ./cmd/cyberos-tool
 	CGO_ENABLED=0 $(GO) build -o examples/notes-go/main examples/notes-go/skill.go
 

@@ -113,7 +113,7 @@ func run(m *testing.M) int {
 		// As `make build` builds it: static (see the Makefile's STATIC).
 		exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", cyberosBin, "./cmd/cyberos"),
 		exec.Command("go", "build", "-tags", "seccomp netgo osusergo", "-ldflags", `-extldflags "-static"`, "-o", filepath.Join(tmp, "cyberos-spawn"), "./cmd/cyberos-spawn"),
-		exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(tmp, "cyberos-init"), "sandbox-init/cyberos-init.c"),
+		testutil.BuildInit(filepath.Join(tmp, "cyberos-init"), "sandbox-init/cyberos-init.c"),
 		exec.Command("go", "build", "-o", filepath.Join(tmp, "cyberos-tool"), "./cmd/cyberos-tool"),
 	} {
 		build.Dir = repoRoot

@@ -19,9 +19,9 @@ if [ "${1:-}" = promtool ]; then
   fi
   exit 0
 fi
-# The build's packages (python3 and curl: the demo and the README's
-# quickstart); PostgreSQL only for the fleet tests.
-pkgs=(libseccomp-dev pkg-config gcc libc6-dev python3 curl)
+# The build's packages (musl-tools: cyberos-init; python3 and curl: the
+# demo and the README's quickstart); PostgreSQL only for the fleet tests.
+pkgs=(libseccomp-dev pkg-config gcc libc6-dev musl-tools python3 curl)
 if [ "${1:-}" != build ]; then
   pkgs+=(postgresql)
 fi

@@ -5,7 +5,6 @@ package supervisor
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -47,7 +46,7 @@ func benchSetup(b *testing.B) (runner *sandbox.LinuxRunner, skill, state, profil
 	wd, _ := os.Getwd()
 	repo := filepath.Join(wd, "..")
 	initBin := filepath.Join(base, "cyberos-init")
-	if out, err := exec.Command("gcc", "-static", "-O2", "-o", initBin, filepath.Join(repo, "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
+	if out, err := testutil.BuildInit(initBin, filepath.Join(repo, "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
 		b.Fatalf("build init: %v %s", err, out)
 	}
 	skill = filepath.Join(base, "skill")

@@ -89,7 +89,9 @@ static=(-tags "seccomp netgo osusergo" -ldflags '-extldflags "-static"')
 log "building static binaries"
 CGO_ENABLED=1 go build "${static[@]}" -o "$opt/bin/cyberos" ./cmd/cyberos
 CGO_ENABLED=1 go build "${static[@]}" -o "$opt/bin/cyberos-spawn" ./cmd/cyberos-spawn
-${CC:-gcc} -static -O2 -Wall -Wextra -Werror -o "$opt/bin/cyberos-init" sandbox-init/cyberos-init.c
+# cyberos-init with musl when installed, as `make build` builds it.
+init_cc=${INIT_CC:-$(command -v musl-gcc || echo "${CC:-gcc}")}
+"$init_cc" -static -O2 -Wall -Wextra -Werror -idirafter /usr/include -idirafter "/usr/include/$(gcc -print-multiarch)" -o "$opt/bin/cyberos-init" sandbox-init/cyberos-init.c
 CGO_ENABLED=0 go build -o "$opt/bin/cyberos-tool" ./cmd/cyberos-tool
 for p in integration/testdata/probes/*/; do
   CGO_ENABLED=0 go build -o "$opt/bin/probes/$(basename "$p")" "./$p"

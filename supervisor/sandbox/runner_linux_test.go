@@ -61,7 +61,7 @@ func newWorld(tb testing.TB) *world {
 	repo := filepath.Join(wd, "..", "..")
 	w.profiles = filepath.Join(repo, "seccomp-profiles")
 	initBin := filepath.Join(base, "cyberos-init")
-	if out, err := exec.Command("gcc", "-static", "-O2", "-o", initBin, filepath.Join(repo, "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
+	if out, err := testutil.BuildInit(initBin, filepath.Join(repo, "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
 		tb.Fatalf("build cyberos-init: %v\n%s", err, out)
 	}
 	if err := os.MkdirAll(w.skillDir, 0o755); err != nil {

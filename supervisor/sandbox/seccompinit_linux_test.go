@@ -29,7 +29,7 @@ func hostInit(t *testing.T, dirMode os.FileMode) (dir, bin string) {
 		t.Fatal(err)
 	}
 	bin = filepath.Join(dir, "cyberos-init")
-	if out, err := exec.Command("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
+	if out, err := testutil.BuildInit(bin, filepath.Join("..", "..", "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
 		t.Fatalf("build cyberos-init: %v\n%s", err, out)
 	}
 	return dir, bin

@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -52,7 +51,7 @@ func newSandboxWorld(t *testing.T) *sandboxWorld {
 	wd, _ := os.Getwd()
 	repo := filepath.Join(wd, "..", "..", "..")
 	initBin := filepath.Join(base, "cyberos-init")
-	if out, err := exec.Command("gcc", "-static", "-O2", "-o", initBin, filepath.Join(repo, "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
+	if out, err := testutil.BuildInit(initBin, filepath.Join(repo, "sandbox-init", "cyberos-init.c")).CombinedOutput(); err != nil {
 		t.Fatalf("build cyberos-init: %v\n%s", err, out)
 	}
 	w := &sandboxWorld{base: base, bin: filepath.Join(base, "bin"), profiles: filepath.Join(repo, "seccomp-profiles")}
