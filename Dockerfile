@@ -7,7 +7,7 @@
 # PostgreSQL and golangci-lint for the tests): `-o deps` skips it.
 FROM golang:1.26-bookworm AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libseccomp-dev pkg-config gcc libc6-dev make \
+ && apt-get install -y --no-install-recommends libseccomp-dev pkg-config gcc libc6-dev musl-tools make \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY go.mod go.sum ./
