@@ -263,13 +263,17 @@ func (s *Shipper) connect(ctx context.Context) error {
 	return nil
 }
 
-// disconnect closes the session, which ends its advisory lock.
+// disconnect releases the host id's advisory lock and closes the session.
+// The lock is released explicitly first: a closed session's backend drops
+// it only when it exits, and the Flush that follows Run at shutdown takes
+// it again at once.
 func (s *Shipper) disconnect() {
 	if s.conn == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	_, _ = s.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, hostLockKey(s.HostID))
 	_ = s.conn.Conn().Close(ctx)
 	s.conn.Release()
 	s.conn = nil

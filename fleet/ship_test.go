@@ -403,3 +403,33 @@ func TestFleetVerifyAgainstAnchors(t *testing.T) {
 		t.Error("heads without a host: no error")
 	}
 }
+
+// TestFlushAfterRunFindsTheLockFree: Run releases the host id's advisory
+// lock as it returns, so the Flush that follows it at once at shutdown
+// ships the last rows (a closed session's backend drops its locks only
+// when it exits, which may be after the Flush has tried).
+func TestFlushAfterRunFindsTheLockFree(t *testing.T) {
+	pg := testutil.StartPostgres(t)
+	pool := newFleetDB(t, pg, "ship9").host("host-a")
+	st := newStore(t)
+	const tenant = "11111111-1111-1111-1111-111111111111"
+	for round := range 20 {
+		emit(t, st, tenant, 2)
+		sh := &Shipper{Pool: pool, HostID: "host-a", Source: st, Poll: time.Hour}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); sh.Run(ctx) }()
+		head, err := st.LastSeq(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, func() bool { return int64(len(pgRows(t, pool, "host-a"))) == head })
+		emit(t, st, tenant, 2)
+		cancel()
+		<-done
+		if err := sh.Flush(context.Background()); err != nil {
+			t.Fatalf("round %d: Flush right after Run: %v", round, err)
+		}
+	}
+	sameAsJournal(t, pool, "host-a", st)
+}

@@ -39,10 +39,10 @@ func TestInstallDepsBuildSet(t *testing.T) {
 		return string(b)
 	}
 	build := asked("build")
-	if !strings.Contains(build, "install -y -qq libseccomp-dev pkg-config gcc libc6-dev python3 curl\n") || strings.Contains(build, "postgresql") {
+	if !strings.Contains(build, "install -y -qq libseccomp-dev pkg-config gcc libc6-dev musl-tools python3 curl\n") || strings.Contains(build, "postgresql") {
 		t.Errorf("install-deps.sh build asked apt-get for:\n%s", build)
 	}
-	if all := asked(); !strings.Contains(all, "install -y -qq libseccomp-dev pkg-config gcc libc6-dev python3 curl postgresql\n") {
+	if all := asked(); !strings.Contains(all, "install -y -qq libseccomp-dev pkg-config gcc libc6-dev musl-tools python3 curl postgresql\n") {
 		t.Errorf("install-deps.sh asked apt-get for:\n%s", all)
 	}
 }
