@@ -147,7 +147,7 @@ func WithIndexCheck() Option { return func(o *options) { o.checkIndex = true } }
 // lock on the file (e.g. a concurrent `audit verify`) before failing.
 func WithBusyTimeout(d time.Duration) Option { return func(o *options) { o.busyTimeout = d } }
 
-// WithSigner makes the store sign the chain head (checkpoint.go): a
+// WithSigner makes the store sign the chain head (audit/checkpoint.go): a
 // checkpoint row and a signed anchor every anchorEvery while rows flow, and
 // at Close.
 func WithSigner(s *audit.Signer) Option { return func(o *options) { o.signer = s } }

@@ -76,7 +76,7 @@ type Config struct {
 	ResponseBudgetMB int64 `yaml:"response_budget_mb"`
 
 	// MCPHTTP is the optional loopback TCP listener for MCP clients
-	// (mcptcp.go); the admin socket's /mcp needs none.
+	// (the daemon's mcptcp.go); the admin socket's /mcp needs none.
 	MCPHTTP MCPHTTP `yaml:"mcp_http"`
 }
 
