@@ -607,8 +607,11 @@ func TestHostileTCPBuffers(t *testing.T) {
 	if r.env.Outcome == "killed" {
 		// cgroup v2 charges socket buffers to memory.max, so the skill
 		// that fills them meets the OOM killer at its limit (on v1 the
-		// kmem.tcp limit makes its sends fail instead).
-		if r.env.Stats.OOMKills == 0 || r.env.Stats.MemoryPeakBytes > 64<<20 {
+		// kmem.tcp limit makes its sends fail instead). Socket memory is
+		// charged even past memory.max until the OOM killer acts, so the
+		// peak may pass the limit by a charge batch or so: 1 MiB of slack,
+		// against the 256 MiB the skill asks for.
+		if r.env.Stats.OOMKills == 0 || r.env.Stats.MemoryPeakBytes > 65<<20 {
 			t.Errorf("%s: killed with %d OOM kills at a peak of %d bytes", p, r.env.Stats.OOMKills, r.env.Stats.MemoryPeakBytes)
 		}
 		return
