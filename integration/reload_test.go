@@ -8,6 +8,7 @@ package integration
 // that does not load changes nothing.
 
 import (
+	"cyberos.dev/internal/testutil"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,10 +94,8 @@ func TestDaemonReloadsMCPServers(t *testing.T) {
 		must(t, os.WriteFile(d.cfgPath, []byte(e.daemonConfig(d.metricsAddr, cfg...)), 0o644))
 		n := strings.Count(d.logs.String(), logLine)
 		must(t, d.cmd.Process.Signal(syscall.SIGHUP))
-		for end := time.Now().Add(10 * time.Second); strings.Count(d.logs.String(), logLine) == n; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("no %q logged after SIGHUP:\n%s", logLine, d.logs.String())
-			}
+		if !testutil.Eventually(10*time.Second, func() bool { return strings.Count(d.logs.String(), logLine) > n }) {
+			t.Fatalf("no %q logged after SIGHUP:\n%s", logLine, d.logs.String())
 		}
 	}
 	m := invoke()
