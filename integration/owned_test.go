@@ -11,6 +11,7 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,15 +38,30 @@ func noSandboxProcs(runDir string) bool {
 	return err == nil && len(pids) == 0
 }
 
-// running waits until d runs n invocations, each with processes in its
-// sandbox besides its init, and returns their ids.
+// skillRuns reports whether sandbox id runs its skill: its init and
+// another process, none of them still libcontainer's (runc:[...], the
+// init before its exec of cyberos-init: with that one, two processes may
+// be libcontainer's alone).
+func skillRuns(runDir, id string) bool {
+	pids := sandboxProcs(runDir, id)
+	for _, pid := range pids {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || strings.HasPrefix(string(comm), "runc:") {
+			return false
+		}
+	}
+	return len(pids) >= 2
+}
+
+// running waits until d runs n invocations, each with its skill running in
+// its sandbox (skillRuns), and returns their ids.
 func (d *daemonProc) running(t *testing.T, n int) []string {
 	t.Helper()
 	var ids []string
 	waitFor(t, 30*time.Second, func() bool {
 		ids = ids[:0]
 		for _, inv := range d.status().Invocations {
-			if len(sandboxProcs(d.e.runDir, inv.InvocationID)) >= 2 {
+			if skillRuns(d.e.runDir, inv.InvocationID) {
 				ids = append(ids, inv.InvocationID)
 			}
 		}
