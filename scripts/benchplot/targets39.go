@@ -55,6 +55,7 @@ func targets39(b *strings.Builder, res results) {
 	mark(b, "call", fmt.Sprintf("a brokered call of server-everything's echo (a sandboxed skill, the daemon's broker, the server in its own sandbox), p50 ≤ %g× (the Go SDK's direct call over stdio to it unsandboxed + one fdatasync)", targetMCPCallVsDirect),
 		brokered, sum("direct + fdatasync", direct, micros(sync, sync.what)), targetMCPCallVsDirect, "µs", false,
 		details(when("direct %s µs, fdatasync of a row %s µs (back to back %s µs)", direct, micros(sync, ""), micros(b2b, "")),
+			floor39(res, brokered, direct),
 			when("the daemon's own tools/call to the sandboxed server (its histogram) mean %s µs, the direct calls' mean %s µs",
 				get(res, mcpEchoBench, "brokered-sdk-call-mean-µs", ""), get(res, mcpEchoBench, "direct-mean-µs", "")),
 			when("CPU a call: the daemon %s µs, the sandboxed node %s µs; direct: the client %s µs, node %s µs",
@@ -68,4 +69,17 @@ func targets39(b *strings.Builder, res results) {
 				get(res, mcpReadyBench, "sandboxed-cpu-ms", ""), get(res, mcpReadyBench, "sandboxed-throttled-ms", ""), get(res, mcpReadyBench, "direct-node-cpu-ms", "")),
 			when("their threads' waits for a CPU (run queue, summed): sandboxed %s ms, unsandboxed %s ms",
 				get(res, mcpReadyBench, "sandboxed-runqueue-ms", ""), get(res, mcpReadyBench, "direct-runqueue-ms", ""))))
+}
+
+// floor39 is the brokered call against its floor in the same run: a
+// native Read through the same broker (the skill's round trip, policy and
+// durable rows, one fdatasync) plus the direct MCP call.
+func floor39(res results, brokered, direct fig) string {
+	read := get(res, mcpEchoBench, "brokered-read-p50-µs", "")
+	if !read.ok() || !direct.ok() || !brokered.ok() {
+		return ""
+	}
+	floor := read.v + direct.v
+	return fmt.Sprintf("floor: a brokered native Read %s µs + the direct call %s µs = %s µs, the brokered echo %.2f× it",
+		num(read.v), num(direct.v), num(floor), brokered.v/floor)
 }

@@ -69,7 +69,7 @@ func (r *LinuxRunner) Start(spec Spec) (Process, error) {
 		}
 		env = append(slices.Clip(env), more...)
 	}
-	if err := p.activate(Activation{Env: env, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, Deadline: spec.Deadline}, start); err != nil {
+	if err := p.activate(Activation{Env: env, Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, Pipes: spec.Pipes, Deadline: spec.Deadline}, start); err != nil {
 		return nil, p.abort(err)
 	}
 	return p, nil
@@ -84,7 +84,7 @@ func (r *LinuxRunner) Prewarm(spec Spec) (Warm, error) {
 	if spec.Network != nil {
 		return nil, errors.New("sandbox: a sandbox with a Network hook is never prewarmed")
 	}
-	spec.Env, spec.Stdin, spec.Stdout, spec.Stderr, spec.Deadline = nil, nil, nil, nil, 0
+	spec.Env, spec.Stdin, spec.Stdout, spec.Stderr, spec.Pipes, spec.Deadline = nil, nil, nil, nil, nil, 0
 	return r.prewarm(spec, time.Now())
 }
 

@@ -45,10 +45,12 @@ type linuxProcess struct {
 	// cleanup: this process holds the only one, so when it dies cyberos-init
 	// reads EOF and kills the sandbox (TestSandboxEndsWithItsSupervisor).
 	lifeline *os.File
-	// copies gets one value as each of stdout and stderr reaches EOF.
-	copies chan struct{}
-	notify *notifyListener
-	cont   Containment
+	// copies gets one value as each of stdout and stderr reaches EOF;
+	// ncopies is how many of them there are (stderr alone with Pipes).
+	copies  chan struct{}
+	ncopies int
+	notify  *notifyListener
+	cont    Containment
 	// landlock is what cyberos-init applies, to Exec'd processes too.
 	landlock landlockPlan
 	// filter is the seccomp program cyberos-init loads, in Exec'd
@@ -202,16 +204,24 @@ func (p *linuxProcess) activate(a Activation, since time.Time) error {
 		_, _ = io.Copy(dst, src)
 		p.copies <- struct{}{}
 	}
-	go copyOut(a.Stdout, p.stdout)
+	p.ncopies = 1
 	go copyOut(a.Stderr, p.stderr)
 	in := p.stdin
 	p.stdin = nil
-	go func() {
-		if a.Stdin != nil {
-			_, _ = io.Copy(in, a.Stdin) // EPIPE once the sandbox is gone
-		}
-		in.Close()
-	}()
+	if a.Pipes != nil {
+		// The caller's from now on: Wait and Close leave them alone.
+		a.Pipes.Stdin, a.Pipes.Stdout = in, p.stdout
+		p.stdout = nil
+	} else {
+		p.ncopies = 2
+		go copyOut(a.Stdout, p.stdout)
+		go func() {
+			if a.Stdin != nil {
+				_, _ = io.Copy(in, a.Stdin) // EPIPE once the sandbox is gone
+			}
+			in.Close()
+		}()
+	}
 	p.latency = time.Since(since)
 	return nil
 }
@@ -316,12 +326,15 @@ func (p *linuxProcess) drainOutput() {
 		return
 	}
 	drain := time.After(outputDrain)
-	for range 2 {
+	for range p.ncopies {
 		select {
 		case <-p.copies:
 		case <-drain:
-			_ = p.stdout.SetReadDeadline(time.Now())
-			_ = p.stderr.SetReadDeadline(time.Now())
+			for _, f := range []*os.File{p.stdout, p.stderr} {
+				if f != nil {
+					_ = f.SetReadDeadline(time.Now())
+				}
+			}
 			drain = nil
 			<-p.copies
 		}

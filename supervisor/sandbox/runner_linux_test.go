@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -765,5 +766,44 @@ func TestInitEndsTheSandboxWhenItsSupervisorDies(t *testing.T) {
 			})
 			t.Logf("the sandbox's cgroup was empty %v after its supervisor's end closed", time.Since(t0).Round(time.Millisecond))
 		})
+	}
+}
+
+// Spec.Pipes hands the caller the sandbox's stdin and stdout pipes
+// themselves (an MCP server's stdio: no copying goroutine between): a
+// line written reaches the process and its answer comes back, and closing
+// stdin ends it, Wait not reading stdout.
+func TestPipesReachTheProcessDirectly(t *testing.T) {
+	w := newWorld(t)
+	script := "#!/bin/sh\nwhile read -r l; do echo \"got $l\"; done\n"
+	if err := os.WriteFile(filepath.Join(w.skillDir, "main"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := w.spec("pipes", nil)
+	spec.Stdin, spec.Stdout, spec.Pipes = nil, nil, &Pipes{}
+	defer w.reserve(t, spec)()
+	p, err := w.runner.Start(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, inFile := spec.Pipes.Stdin.(*os.File)
+	out, outFile := spec.Pipes.Stdout.(*os.File)
+	if !inFile || !outFile {
+		t.Fatalf("Pipes are %T and %T, want the pipes' own *os.File ends", spec.Pipes.Stdin, spec.Pipes.Stdout)
+	}
+	defer out.Close()
+	r := bufio.NewReader(out)
+	for _, word := range []string{"ping", "pong"} {
+		if _, err := io.WriteString(in, word+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := r.ReadString('\n'); err != nil || line != "got "+word+"\n" {
+			t.Fatalf("answer to %q: %q, %v", word, line, err)
+		}
+	}
+	in.Close()
+	waitClose(t, p)
+	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
+		t.Errorf("stdout after the end: %q, %v; want EOF", rest, err)
 	}
 }

@@ -135,6 +135,9 @@ type Spec struct {
 
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	// Pipes, when set, replaces Stdin and Stdout: Start fills it with the
+	// caller's ends of the process's stdin and stdout pipes (see Pipes).
+	Pipes *Pipes
 
 	MemoryMB  int64   // memory.max (and no swap)
 	PidsMax   int64   // pids.max
@@ -340,9 +343,23 @@ type Activation struct {
 	Env            []string
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	// Pipes is Spec.Pipes: when set, Activate fills it instead of copying
+	// Stdin and Stdout.
+	Pipes *Pipes
 	// Deadline is Spec.Deadline: the sandbox's init ends everything
 	// Deadline+DeadlineBackstop after the skill starts. 0 = none.
 	Deadline time.Duration
+}
+
+// Pipes are the caller's ends of a sandboxed process's stdin and stdout,
+// for a peer that talks with it over them (an MCP server's stdio): the
+// caller reads and writes the pipes itself, where Spec.Stdin and
+// Spec.Stdout are copied to and from them by a goroutine each, one more
+// hand-off every message. The caller closes both; Wait does not read
+// Stdout.
+type Pipes struct {
+	Stdin  io.WriteCloser
+	Stdout io.ReadCloser
 }
 
 // Identity is the host identity of one sandbox.

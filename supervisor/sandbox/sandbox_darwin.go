@@ -110,7 +110,31 @@ func (r *darwinRunner) Start(spec Spec) (Process, error) {
 	cmd.Dir = os.TempDir()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, spec.Stdout, spec.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	var inR, outW *os.File
+	if spec.Pipes != nil {
+		// The child's ends are files, which exec passes as they are.
+		var inW, outR *os.File
+		if inR, inW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		if outR, outW, err = os.Pipe(); err != nil {
+			inR.Close()
+			inW.Close()
+			return nil, err
+		}
+		cmd.Stdin, cmd.Stdout = inR, outW
+		spec.Pipes.Stdin, spec.Pipes.Stdout = inW, outR
+	}
+	err = cmd.Start()
+	if inR != nil {
+		inR.Close()
+		outW.Close()
+		if err != nil {
+			spec.Pipes.Stdin.Close()
+			spec.Pipes.Stdout.Close()
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sandbox start: %w", err)
 	}
 	r.mu.Lock()

@@ -124,11 +124,10 @@ func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 			stderrCloser.Close()
 		}
 	}()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
+	pipes := &sandbox.Pipes{}
 	spec := sandbox.Spec{
 		ID: id, SkillDir: sb.LauncherDir, Entrypoint: "main", Env: env,
-		Stdin: inR, Stdout: outW, Stderr: stderr,
+		Pipes: pipes, Stderr: stderr,
 		MemoryMB: sb.MemoryMB, PidsMax: sb.PidsMax, CPU: sb.CPU,
 		ProfilesDir: sb.ProfilesDir, SeccompProfile: sb.SeccompProfile, Binds: sb.Binds,
 	}
@@ -159,17 +158,16 @@ func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 		sb.Runner.Release(id)
 		return nil, err
 	}
-	run := &sandboxRun{p: p, runner: sb.Runner, id: id, in: inW, waited: make(chan struct{}), grace: sb.StopGrace}
+	run := &sandboxRun{p: p, runner: sb.Runner, id: id, in: pipes.Stdin, out: pipes.Stdout, waited: make(chan struct{}), grace: sb.StopGrace}
 	if run.grace <= 0 {
 		run.grace = 2 * time.Second
 	}
 	ok = true
 	go func() {
-		// The server's end (exit, crash, kill) is EOF on its stdout: the
-		// session ends, and so do its calls.
+		// The server's end (exit, crash, kill) is EOF on its stdout (every
+		// process of the sandbox that held it is gone): the session ends,
+		// and so do its calls.
 		_, _ = p.Wait()
-		outW.Close()
-		inR.Close()
 		if stderrCloser != nil {
 			stderrCloser.Close()
 		}
@@ -178,7 +176,9 @@ func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 		}
 		close(run.waited)
 	}()
-	return &mcp.IOTransport{Reader: outR, Writer: run}, nil
+	// The SDK reads and writes the sandbox's pipes itself (no copying
+	// goroutine between) and bounds each message it reads.
+	return &mcp.IOTransport{Reader: pipes.Stdout, Writer: run}, nil
 }
 
 // sandboxRun is a running server's stdin; closing it ends the sandbox.
@@ -186,7 +186,8 @@ type sandboxRun struct {
 	p      sandbox.Process
 	runner sandbox.Runner
 	id     string
-	in     *io.PipeWriter
+	in     io.WriteCloser
+	out    io.Closer
 	waited chan struct{}
 	grace  time.Duration
 	once   sync.Once
@@ -206,6 +207,7 @@ func (r *sandboxRun) Close() error {
 			_ = r.p.KillAll()
 			<-r.waited
 		}
+		r.out.Close()
 		r.err = r.p.Close()
 		r.runner.Release(r.id)
 		if errors.Is(r.err, os.ErrNotExist) {
