@@ -180,7 +180,7 @@ func serveDaemon(cfg config.Config, configPath string, sb sandbox.Options, log *
 	}
 	sup.MaxTeardowns = cfg.Teardowns()
 	sup.ResponseBudget = cfg.ResponseBudget()
-	pool, err := mcpconf.FromConfig(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, sup.AllowLoopbackHTTP, metrics.Registry, log)
+	pool, err := mcpconf.FromConfig(cfg, sup.Runner, cfg.StateDir, cfg.SeccompProfilesDir, sup.AllowLoopbackHTTP, true, metrics.Registry, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}

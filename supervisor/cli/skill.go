@@ -146,7 +146,7 @@ func runSkill(out io.Writer, dir string, f runFlags) error {
 		return err
 	}
 	defer closeAll()
-	pool, err := mcpconf.FromConfig(rc.Config, sup.Runner, f.stateDir, profiles, f.allowLoopbackHTTP, nil, log)
+	pool, err := mcpconf.FromConfig(rc.Config, sup.Runner, f.stateDir, profiles, f.allowLoopbackHTTP, false, nil, log)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -805,5 +806,43 @@ func TestPipesReachTheProcessDirectly(t *testing.T) {
 	waitClose(t, p)
 	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
 		t.Errorf("stdout after the end: %q, %v; want EOF", rest, err)
+	}
+}
+
+// Spec.CPUBurst sets the cgroup's CFS burst (v1 cpu.cfs_burst_us, v2
+// cpu.max.burst) and is recorded in the containment; without it the
+// burst stays 0.
+func TestCPUBurstIsSetAndRecorded(t *testing.T) {
+	w := newWorld(t)
+	if !kernelAtLeast(5, 14) {
+		t.Fatalf("this kernel has no CFS burst; the test needs Linux 5.14 or later")
+	}
+	for _, burst := range []float64{0, 0.5} {
+		spec := w.spec(fmt.Sprintf("burst-%v", burst*10), io.Discard)
+		spec.CPU, spec.CPUBurst = 0.5, burst
+		release := w.reserve(t, spec)
+		p, err := w.runner.Start(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := w.runner.cgroupParent + "/" + spec.ID
+		var file string
+		for _, f := range []string{"/sys/fs/cgroup/cpu" + leaf + "/cpu.cfs_burst_us", "/sys/fs/cgroup" + leaf + "/cpu.max.burst"} {
+			if _, err := os.Stat(f); err == nil {
+				file = f
+			}
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("burst file of %s: %v", leaf, err)
+		}
+		if want := strconv.Itoa(int(burst * 100_000)); strings.TrimSpace(string(got)) != want {
+			t.Errorf("burst %v: %s holds %q, want %s", burst, file, got, want)
+		}
+		if c := p.Containment(); c.CPUBurst != burst || c.CPUQuota != 0.5 {
+			t.Errorf("burst %v: containment says quota %v, burst %v", burst, c.CPUQuota, c.CPUBurst)
+		}
+		waitClose(t, p)
+		release()
 	}
 }

@@ -139,10 +139,14 @@ type Spec struct {
 	// caller's ends of the process's stdin and stdout pipes (see Pipes).
 	Pipes *Pipes
 
-	MemoryMB  int64   // memory.max (and no swap)
-	PidsMax   int64   // pids.max
-	CPU       float64 // CPUs of quota, 0 = none
-	TmpSizeMB int64   // size of the tmpfs at /tmp
+	MemoryMB int64   // memory.max (and no swap)
+	PidsMax  int64   // pids.max
+	CPU      float64 // CPUs of quota, 0 = none
+	// CPUBurst is how many CPUs above CPU the sandbox may use for a moment
+	// out of the quota it left unused (cpu.max.burst, Linux 5.14; not set
+	// on older kernels): a server's start, after it idled. 0 = none.
+	CPUBurst  float64
+	TmpSizeMB int64 // size of the tmpfs at /tmp
 
 	// FileSizeMB is RLIMIT_FSIZE (soft = hard) of every process of the
 	// sandbox, the skill's and the Bash tool's: 0 = DefaultFileSizeMB.
@@ -402,6 +406,7 @@ type Containment struct {
 	MemoryMaxBytes int64    `json:"memory_max_bytes"`
 	PidsMax        int64    `json:"pids_max"`
 	CPUQuota       float64  `json:"cpu_quota,omitempty"`
+	CPUBurst       float64  `json:"cpu_burst,omitempty"`
 	Capabilities   string   `json:"capabilities"`
 	NoNewPrivs     bool     `json:"no_new_privs"`
 	ReadOnlyRoot   bool     `json:"readonly_root"`

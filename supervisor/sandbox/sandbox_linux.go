@@ -33,6 +33,8 @@ type LinuxRunner struct {
 	// landlockABI is the kernel's Landlock ABI (landlockErr when it has none).
 	landlockABI int
 	landlockErr error
+	// cpuBurst: the kernel has CFS burst (Spec.CPUBurst).
+	cpuBurst bool
 	// initCopy and toolCopy are the binaries' copies in the run dir, the
 	// sources of their bind mounts (copyBinaries).
 	initCopy, toolCopy string
@@ -103,6 +105,7 @@ func NewLinuxRunner(cfg Options) (_ *LinuxRunner, err error) {
 	}
 	r.userNS, r.userNSWhy, r.ownedNS, r.ownedNSWhy = probeUserNS(cfg.DisableUserNS, cfg.InitBinary, cfg.HostIDBase)
 	r.landlockABI, r.landlockErr = kernelLandlockABI()
+	r.cpuBurst = kernelAtLeast(5, 14)
 	if r.leftovers, err = r.CleanLeftovers(); err != nil {
 		return nil, err
 	}

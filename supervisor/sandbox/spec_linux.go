@@ -89,6 +89,11 @@ func (r *LinuxRunner) config(spec Spec, lease *idLease) (*configs.Config, Contai
 		const period = 100_000
 		cfg.Cgroups.Resources.CpuPeriod = period
 		cfg.Cgroups.Resources.CpuQuota = int64(spec.CPU * period)
+		if spec.CPUBurst > 0 && r.cpuBurst {
+			burst := uint64(spec.CPUBurst * period)
+			cfg.Cgroups.Resources.CpuBurst = &burst
+			cont.CPUBurst = spec.CPUBurst
+		}
 	}
 	if r.userNS {
 		cont.Namespaces = append(cont.Namespaces, "user")

@@ -39,6 +39,9 @@ type Spec struct {
 	// Transport returns the transport factory of one instance of the
 	// server: instance is "global", the tenant id or the invocation id.
 	Transport func(instance string) (func(context.Context) (mcp.Transport, error), error)
+	// Standby, when set, is the stdio server's sandbox made ahead (see
+	// Standby), closed when the pool retires the spec (Apply) or closes.
+	Standby *Standby
 }
 
 // Pool runs the configured servers' instances: made on first use by an
@@ -112,7 +115,9 @@ func (p *Pool) Apply(remove []string, add []Spec) error {
 		return fmt.Errorf("%w: the pool is closed", ErrUnavailable)
 	}
 	var retired []*Server
+	var standbys []*Standby
 	for _, name := range remove {
+		standbys = append(standbys, p.specs[name].Standby)
 		delete(p.specs, name)
 		for k, s := range p.instances {
 			if k.server == name {
@@ -128,7 +133,18 @@ func (p *Pool) Apply(remove []string, add []Spec) error {
 	for _, s := range retired {
 		s.retire()
 	}
+	for _, sb := range standbys {
+		sb.Close()
+	}
 	return nil
+}
+
+// StandbyReady reports whether server has a standby sandbox ready for its
+// next start.
+func (p *Pool) StandbyReady(server string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.specs[server].Standby.Ready()
 }
 
 // Servers are the configured names, sorted.
@@ -222,7 +238,16 @@ func (p *Pool) Close() error {
 	for _, s := range p.instances {
 		all = append(all, s)
 	}
+	var standbys []*Standby
+	for _, s := range p.specs {
+		standbys = append(standbys, s.Standby)
+	}
 	p.mu.Unlock()
+	defer func() {
+		for _, sb := range standbys {
+			sb.Close()
+		}
+	}()
 	select {
 	case <-p.done:
 	default:

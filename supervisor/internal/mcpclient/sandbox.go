@@ -55,6 +55,27 @@ type Sandboxed struct {
 	// StopGrace is how long a server gets to exit once its stdin closed
 	// before its sandbox is killed (default 2s).
 	StopGrace time.Duration
+	// Standby, when set, has a sandbox made ahead for a start (see
+	// Standby; one made from SandboxSpec). Unused with Egress.
+	Standby *Standby
+}
+
+// sandboxID names a sandbox of server: mcp-<server>-<ulid>.
+func sandboxID(server string) string {
+	return "mcp-" + server + "-" + strings.ToLower(ulid.Make().String())
+}
+
+// SandboxSpec is the sandbox every start of sb makes: all but its id,
+// environment, stdio and network. Its CPU quota may burst by as much
+// again out of what it left unused: a server's start (node's and
+// python's are multi-threaded) follows its standby sandbox's idle
+// seconds, and its average stays CPU.
+func (sb *Sandboxed) SandboxSpec() sandbox.Spec {
+	return sandbox.Spec{
+		SkillDir: sb.LauncherDir, Entrypoint: "main",
+		MemoryMB: sb.MemoryMB, PidsMax: sb.PidsMax, CPU: sb.CPU, CPUBurst: sb.CPU,
+		ProfilesDir: sb.ProfilesDir, SeccompProfile: sb.SeccompProfile, Binds: sb.Binds,
+	}
 }
 
 // WriteLauncher writes dir/main: a shell script that execs command with
@@ -104,7 +125,6 @@ func (sb *Sandboxed) Transport() (func(context.Context) (mcp.Transport, error), 
 }
 
 func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
-	id := "mcp-" + sb.Server + "-" + strings.ToLower(ulid.Make().String())
 	stderr, env := sb.Stderr, sb.Env
 	var stderrCloser io.Closer
 	if sb.Prepare != nil {
@@ -125,37 +145,16 @@ func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 		}
 	}()
 	pipes := &sandbox.Pipes{}
-	spec := sandbox.Spec{
-		ID: id, SkillDir: sb.LauncherDir, Entrypoint: "main", Env: env,
-		Pipes: pipes, Stderr: stderr,
-		MemoryMB: sb.MemoryMB, PidsMax: sb.PidsMax, CPU: sb.CPU,
-		ProfilesDir: sb.ProfilesDir, SeccompProfile: sb.SeccompProfile, Binds: sb.Binds,
-	}
 	var proxy *egressProxy
-	if sb.Egress != nil {
-		spec.Network = func(ns *os.File) ([]string, error) {
-			ln, err := listenInNetNS(ns, "127.0.0.1:0")
-			if err != nil {
-				return nil, fmt.Errorf("egress proxy: %w", err)
-			}
-			proxy = sb.Egress.serve(sb.Server, ln)
-			return proxyEnv(ln.Addr().String()), nil
-		}
-		defer func() {
-			if !ok && proxy != nil {
-				proxy.Close()
-			}
-		}()
+	var err error
+	p, id := sb.activateStandby(sandbox.Activation{Env: env, Stderr: stderr, Pipes: pipes})
+	if p == nil {
+		p, id, err = sb.startCold(env, stderr, pipes, &proxy)
 	}
-	if _, err := sb.Runner.Check(spec); err != nil {
-		return nil, err
-	}
-	if _, err := sb.Runner.Reserve(id); err != nil {
-		return nil, err
-	}
-	p, err := sb.Runner.Start(spec)
 	if err != nil {
-		sb.Runner.Release(id)
+		if proxy != nil {
+			proxy.Close()
+		}
 		return nil, err
 	}
 	run := &sandboxRun{p: p, runner: sb.Runner, id: id, in: pipes.Stdin, out: pipes.Stdout, waited: make(chan struct{}), grace: sb.StopGrace}
@@ -179,6 +178,55 @@ func (sb *Sandboxed) start(context.Context) (mcp.Transport, error) {
 	// The SDK reads and writes the sandbox's pipes itself (no copying
 	// goroutine between) and bounds each message it reads.
 	return &mcp.IOTransport{Reader: pipes.Stdout, Writer: run}, nil
+}
+
+// activateStandby starts the server in the standby sandbox, if one is
+// ready, and returns it and its id; nil when none is, and when the
+// standby one would not activate (the server then starts cold).
+func (sb *Sandboxed) activateStandby(a sandbox.Activation) (sandbox.Process, string) {
+	if sb.Egress != nil {
+		return nil, ""
+	}
+	w := sb.Standby.take()
+	if w == nil {
+		return nil, ""
+	}
+	p, err := w.Activate(a)
+	if err != nil {
+		sb.Standby.discard(w)
+		return nil, ""
+	}
+	return p, w.ID()
+}
+
+// startCold makes the server's sandbox and starts it; with Egress, its
+// proxy listens in the sandbox's network namespace (*proxy, which the
+// caller closes once the sandbox ended).
+func (sb *Sandboxed) startCold(env []string, stderr io.Writer, pipes *sandbox.Pipes, proxy **egressProxy) (sandbox.Process, string, error) {
+	spec := sb.SandboxSpec()
+	spec.ID, spec.Env, spec.Stderr, spec.Pipes = sandboxID(sb.Server), env, stderr, pipes
+	if sb.Egress != nil {
+		spec.Network = func(ns *os.File) ([]string, error) {
+			ln, err := listenInNetNS(ns, "127.0.0.1:0")
+			if err != nil {
+				return nil, fmt.Errorf("egress proxy: %w", err)
+			}
+			*proxy = sb.Egress.serve(sb.Server, ln)
+			return proxyEnv(ln.Addr().String()), nil
+		}
+	}
+	if _, err := sb.Runner.Check(spec); err != nil {
+		return nil, "", err
+	}
+	if _, err := sb.Runner.Reserve(spec.ID); err != nil {
+		return nil, "", err
+	}
+	p, err := sb.Runner.Start(spec)
+	if err != nil {
+		sb.Runner.Release(spec.ID)
+		return nil, "", err
+	}
+	return p, spec.ID, nil
 }
 
 // sandboxRun is a running server's stdin; closing it ends the sandbox.

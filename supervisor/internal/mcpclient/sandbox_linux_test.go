@@ -18,7 +18,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"cyberos.dev/cgroups"
 	"cyberos.dev/internal/mcptest"
 	"cyberos.dev/internal/testutil"
 	"cyberos.dev/supervisor/internal/tools"
@@ -296,5 +298,70 @@ func TestSandboxedServerEgress(t *testing.T) {
 	plain, _ := w.server(t, "plain", 32)
 	if txt, isErr := fetch(t, NewSource(plain), "plain", "http://example.test:"+port+"/"); !isErr || strings.Contains(txt, "hello") {
 		t.Errorf("no domains: %q", txt)
+	}
+}
+
+// standbyID is the id of s's ready sandbox ("" when none is).
+func standbyID(s *Standby) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ready == nil {
+		return ""
+	}
+	return s.ready.ID()
+}
+
+// A server's standby sandbox serves its start: the server runs in the
+// sandbox made ahead (its cgroup), answers, and a new standby is made
+// behind it. Closing the standby and the server leaves no sandbox.
+func TestStandbySandboxServesTheStart(t *testing.T) {
+	w := newSandboxWorld(t)
+	sb := &Sandboxed{Runner: w.runner, Server: "ahead", Command: filepath.Join(w.bin, "hostile"),
+		Env:         []string{mcptest.EnvServe + "=1", "PATH=/usr/bin:/bin", "HOME=/tmp"},
+		LauncherDir: filepath.Join(w.base, "launch-ahead"), MemoryMB: 256, PidsMax: 32, CPU: 1,
+		ProfilesDir: w.profiles, SeccompProfile: "default", Binds: []sandbox.Bind{{Path: w.bin}}}
+	tr, err := sb.Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Standby = NewStandby(w.runner, "ahead", sb.SandboxSpec(), nil)
+	if sb.Standby == nil {
+		t.Fatal("the Linux runner made no standby")
+	}
+	defer sb.Standby.Close()
+	testutil.WaitFor(t, 30*time.Second, sb.Standby.Ready)
+	first := standbyID(sb.Standby)
+	parent := sandbox.CgroupParentFor(filepath.Join(w.base, "run"))
+	if procs, _ := cgroups.Procs(parent + "/" + first); len(procs) != 1 {
+		t.Fatalf("the standby sandbox %s holds %v, want its init alone", first, procs)
+	}
+
+	a, _ := OpenApprovals(t.TempDir())
+	srv, err := New(Options{Name: "ahead", Approvals: a, Transport: tr, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := call(t, NewSource(srv), "mcp__ahead__echo", `{"text":"from the standby"}`, ""); err != nil || !strings.Contains(string(res), "from the standby") {
+		t.Fatalf("echo: %s %v", res, err)
+	}
+	if procs, _ := cgroups.Procs(parent + "/" + first); len(procs) < 2 {
+		t.Errorf("the server does not run in the standby sandbox %s: %v", first, procs)
+	}
+	testutil.WaitFor(t, 30*time.Second, sb.Standby.Ready)
+	next := standbyID(sb.Standby)
+	if next == first {
+		t.Errorf("the standby made behind the start is the one taken: %s", next)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sb.Standby.Close()
+	if procs, err := cgroups.Procs(parent); err != nil || len(procs) != 0 {
+		t.Errorf("processes left under %s after Close: %v %v", parent, procs, err)
+	}
+	for _, id := range []string{first, next} {
+		if _, err := cgroups.Procs(parent + "/" + id); !errors.Is(err, cgroups.ErrNotExist) {
+			t.Errorf("the sandbox %s is still there after Close: %v", id, err)
+		}
 	}
 }

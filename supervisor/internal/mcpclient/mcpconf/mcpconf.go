@@ -35,8 +35,10 @@ const mcpStderrCap = 8 << 20
 // the Http tools' egress filter. nil when none is configured.
 // allowLoopback lets the stdio servers' egress proxies reach the host's
 // loopback (--allow-loopback-http, tests only). reg, when set, gets the
-// pool's metrics (the daemon's registry).
-func FromConfig(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, reg prometheus.Registerer, log *slog.Logger) (*mcpclient.Pool, error) {
+// pool's metrics (the daemon's registry). standby: each stdio server
+// without domains has a sandbox made ahead for its starts (the daemon's;
+// `skill run` makes each server's sandbox as it starts).
+func FromConfig(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback, standby bool, reg prometheus.Registerer, log *slog.Logger) (*mcpclient.Pool, error) {
 	names := cfg.MCPServerNames()
 	if len(names) == 0 {
 		return nil, nil
@@ -51,7 +53,7 @@ func FromConfig(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir 
 			return nil, err
 		}
 	}
-	specs, err := mcpSpecs(cfg, names, runner, stateDir, profilesDir, allowLoopback, m, log)
+	specs, err := mcpSpecs(cfg, names, runner, stateDir, profilesDir, allowLoopback, standby, m, log)
 	if err != nil {
 		return nil, err
 	}
@@ -64,23 +66,35 @@ func FromConfig(cfg config.Config, runner sandbox.Runner, stateDir, profilesDir 
 }
 
 // mcpSpecs are the pool's specs of cfg's servers names.
-func mcpSpecs(cfg config.Config, names []string, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) ([]mcpclient.Spec, error) {
+func mcpSpecs(cfg config.Config, names []string, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback, standby bool, m *mcpclient.Metrics, log *slog.Logger) ([]mcpclient.Spec, error) {
 	var specs []mcpclient.Spec
 	for _, name := range names {
 		s, _ := cfg.MCPServer(name)
 		share := map[string]mcpclient.Share{config.MCPSharePerTenant: mcpclient.SharePerTenant,
 			config.MCPSharePerInvocation: mcpclient.SharePerInvocation, config.MCPShareGlobal: mcpclient.ShareGlobal}[s.Share]
-		tr := stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, allowLoopback, m, log)
+		var tr func(string) (func(context.Context) (mcp.Transport, error), error)
+		var sb *mcpclient.Standby
+		var err error
 		if s.URL != "" {
-			var err error
-			if tr, err = remoteTransport(name, s, allowLoopback, m, log); err != nil {
-				return nil, err
-			}
+			tr, err = remoteTransport(name, s, allowLoopback, m, log)
+		} else {
+			tr, sb, err = stdioTransport(name, s, cfg.Defaults, runner, stateDir, profilesDir, allowLoopback, standby, m, log)
+		}
+		if err != nil {
+			closeStandbys(specs)
+			return nil, err
 		}
 		specs = append(specs, mcpclient.Spec{Name: name, Share: share, Idle: time.Duration(s.Idle),
-			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == config.MCPApproveAuto, Transport: tr})
+			CallTimeout: time.Duration(s.CallTimeout), AutoApprove: s.Approve == config.MCPApproveAuto, Transport: tr, Standby: sb})
 	}
 	return specs, nil
+}
+
+// closeStandbys closes the standby sandboxes of specs no pool took.
+func closeStandbys(specs []mcpclient.Spec) {
+	for _, s := range specs {
+		s.Standby.Close()
+	}
 }
 
 // Reloader applies a reloaded mcp_servers to the running pool.
@@ -114,41 +128,53 @@ func (r *Reloader) Apply(old *config.MCPServers, next config.Config) (added, rem
 			changed = append(changed, name)
 		}
 	}
-	specs, err := mcpSpecs(next, append(slices.Clone(added), changed...), r.Runner, r.StateDir, r.ProfilesDir, r.AllowLoopback, r.Pool.Metrics, r.Log)
+	specs, err := mcpSpecs(next, append(slices.Clone(added), changed...), r.Runner, r.StateDir, r.ProfilesDir, r.AllowLoopback, true, r.Pool.Metrics, r.Log)
 	if err == nil {
-		err = r.Pool.Apply(append(slices.Clone(removed), changed...), specs)
+		if err = r.Pool.Apply(append(slices.Clone(removed), changed...), specs); err != nil {
+			closeStandbys(specs)
+		}
 	}
 	return added, removed, changed, err
 }
 
 // stdioTransport starts one instance of a stdio server: its secrets read
 // at each start, its stderr to <state>/logs/mcp/<server>-<instance>.log.
-func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback bool, m *mcpclient.Metrics, log *slog.Logger) func(string) (func(context.Context) (mcp.Transport, error), error) {
+// With standby, a server without domains has a sandbox made ahead
+// (closed by the caller), at once: its first start, and every later one,
+// activates it.
+func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner sandbox.Runner, stateDir, profilesDir string, allowLoopback, standby bool, m *mcpclient.Metrics, log *slog.Logger) (func(string) (func(context.Context) (mcp.Transport, error), error), *mcpclient.Standby, error) {
+	logDir := filepath.Join(stateDir, "logs", "mcp")
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
+	for _, k := range sortedMapKeys(s.Env) {
+		env = append(env, k+"="+s.Env[k])
+	}
+	base := mcpclient.Sandboxed{Runner: runner, Server: name, Command: s.Command, Args: s.Args,
+		LauncherDir: filepath.Join(stateDir, "mcp", "launch", name),
+		MemoryMB:    orDefault(s.MemoryMB, d.MemoryMB), PidsMax: orDefault(s.PidsMax, d.PidsMax), CPU: s.CPU,
+		ProfilesDir: profilesDir, SeccompProfile: s.SeccompProfile, Env: env}
+	if base.CPU == 0 {
+		base.CPU = d.CPU
+	}
+	if base.SeccompProfile == "" {
+		base.SeccompProfile = d.SeccompProfile
+	}
+	if len(s.Domains) > 0 {
+		base.Egress = &mcpclient.Egress{Domains: s.Domains, AllowLoopback: allowLoopback, Log: log, Metrics: m}
+	}
+	for _, f := range s.Files {
+		base.Binds = append(base.Binds, sandbox.Bind{Path: f.Path, Writable: f.Mode == "rw"})
+	}
+	if standby && base.Egress == nil {
+		if err := mcpclient.WriteLauncher(base.LauncherDir, base.Command, base.Args); err != nil {
+			return nil, nil, fmt.Errorf("mcp server %s: launcher: %w", name, err)
+		}
+		base.Standby = mcpclient.NewStandby(runner, name, base.SandboxSpec(), log)
+	}
 	return func(instance string) (func(context.Context) (mcp.Transport, error), error) {
-		logDir := filepath.Join(stateDir, "logs", "mcp")
 		if err := os.MkdirAll(logDir, 0o700); err != nil {
 			return nil, err
 		}
-		env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
-		for _, k := range sortedMapKeys(s.Env) {
-			env = append(env, k+"="+s.Env[k])
-		}
-		sb := &mcpclient.Sandboxed{Runner: runner, Server: name, Command: s.Command, Args: s.Args,
-			LauncherDir: filepath.Join(stateDir, "mcp", "launch", name),
-			MemoryMB:    orDefault(s.MemoryMB, d.MemoryMB), PidsMax: orDefault(s.PidsMax, d.PidsMax), CPU: s.CPU,
-			ProfilesDir: profilesDir, SeccompProfile: s.SeccompProfile}
-		if sb.CPU == 0 {
-			sb.CPU = d.CPU
-		}
-		if sb.SeccompProfile == "" {
-			sb.SeccompProfile = d.SeccompProfile
-		}
-		if len(s.Domains) > 0 {
-			sb.Egress = &mcpclient.Egress{Domains: s.Domains, AllowLoopback: allowLoopback, Log: log, Metrics: m}
-		}
-		for _, f := range s.Files {
-			sb.Binds = append(sb.Binds, sandbox.Bind{Path: f.Path, Writable: f.Mode == "rw"})
-		}
+		sb := base
 		logPath := filepath.Join(logDir, name+"-"+safeName(instance)+".log")
 		// Secrets are read at each start (a rotated token is picked up);
 		// they reach only the server's environment.
@@ -167,9 +193,8 @@ func stdioTransport(name string, s config.MCPServer, d config.Defaults, runner s
 			}
 			return senv, &mcpclient.CappedWriter{W: f, Max: mcpStderrCap}, nil
 		}
-		sb.Env = env
 		return sb.Transport()
-	}
+	}, base.Standby, nil
 }
 
 // remoteTransport dials a remote server over Streamable HTTP through the
