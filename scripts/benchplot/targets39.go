@@ -64,7 +64,7 @@ func targets39(b *strings.Builder, res results) {
 	mark(b, "ready", fmt.Sprintf("a sandboxed stdio server (server-everything) ready, initialized and its tools listed, p50 ≤ %g× the same server started without a sandbox", targetMCPReadyVsDirect),
 		get(res, mcpReadyBench, "sandboxed-ready-p50-ms", "sandboxed ready p50"), get(res, mcpReadyBench, "direct-ready-p50-ms", "unsandboxed"),
 		targetMCPReadyVsDirect, "ms", false,
-		details(when("the runner's Start %s ms of it", get(res, mcpReadyBench, "sandbox-start-p50-ms", "")),
+		details(when("the sandbox's share (its standby's activation, or the runner's Start) %s ms of it", get(res, mcpReadyBench, "sandbox-start-p50-ms", "")),
 			when("CPU to ready: the sandbox's cgroup %s ms (its cpu limit throttled it %s ms), the unsandboxed node %s ms",
 				get(res, mcpReadyBench, "sandboxed-cpu-ms", ""), get(res, mcpReadyBench, "sandboxed-throttled-ms", ""), get(res, mcpReadyBench, "direct-node-cpu-ms", "")),
 			when("their threads' waits for a CPU (run queue, summed): sandboxed %s ms, unsandboxed %s ms",
