@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -810,37 +809,53 @@ func TestPipesReachTheProcessDirectly(t *testing.T) {
 }
 
 // Spec.CPUBurst sets the cgroup's CFS burst (v1 cpu.cfs_burst_us, v2
-// cpu.max.burst) and is recorded in the containment; without it the
-// burst stays 0.
-func TestCPUBurstIsSetAndRecorded(t *testing.T) {
+// cpu.max.burst) and is recorded in the containment, and Spec.CPUPeriod
+// the period the quota counts over (cpu.cfs_period_us, cpu.max's second
+// field); without them the burst is 0 and the period 100 ms.
+func TestCPUBurstAndPeriodAreSet(t *testing.T) {
 	w := newWorld(t)
 	if !kernelAtLeast(5, 14) {
 		t.Fatalf("this kernel has no CFS burst; the test needs Linux 5.14 or later")
 	}
-	for _, burst := range []float64{0, 0.5} {
-		spec := w.spec(fmt.Sprintf("burst-%v", burst*10), io.Discard)
-		spec.CPU, spec.CPUBurst = 0.5, burst
+	read := func(leaf string, v1, v2 string) string {
+		for _, f := range []string{"/sys/fs/cgroup/cpu" + leaf + "/" + v1, "/sys/fs/cgroup" + leaf + "/" + v2} {
+			if b, err := os.ReadFile(f); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+		}
+		t.Fatalf("neither %s nor %s under %s", v1, v2, leaf)
+		return ""
+	}
+	for i, c := range []struct {
+		burst                       float64
+		period                      time.Duration
+		wantQuota, wantBurst, wantP string
+	}{
+		{0, 0, "50000", "0", "100000"},
+		{0.5, 500 * time.Millisecond, "250000", "250000", "500000"},
+	} {
+		spec := w.spec(fmt.Sprintf("burst-%d", i), io.Discard)
+		spec.CPU, spec.CPUBurst, spec.CPUPeriod = 0.5, c.burst, c.period
 		release := w.reserve(t, spec)
 		p, err := w.runner.Start(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		leaf := w.runner.cgroupParent + "/" + spec.ID
-		var file string
-		for _, f := range []string{"/sys/fs/cgroup/cpu" + leaf + "/cpu.cfs_burst_us", "/sys/fs/cgroup" + leaf + "/cpu.max.burst"} {
-			if _, err := os.Stat(f); err == nil {
-				file = f
-			}
+		if got := read(leaf, "cpu.cfs_burst_us", "cpu.max.burst"); got != c.wantBurst {
+			t.Errorf("case %d: burst %s, want %s", i, got, c.wantBurst)
 		}
-		got, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatalf("burst file of %s: %v", leaf, err)
+		quota, period := read(leaf, "cpu.cfs_quota_us", "cpu.max"), ""
+		if q, p, ok := strings.Cut(quota, " "); ok { // v2: "quota period"
+			quota, period = q, p
+		} else {
+			period = read(leaf, "cpu.cfs_period_us", "")
 		}
-		if want := strconv.Itoa(int(burst * 100_000)); strings.TrimSpace(string(got)) != want {
-			t.Errorf("burst %v: %s holds %q, want %s", burst, file, got, want)
+		if quota != c.wantQuota || period != c.wantP {
+			t.Errorf("case %d: quota %s period %s, want %s %s", i, quota, period, c.wantQuota, c.wantP)
 		}
-		if c := p.Containment(); c.CPUBurst != burst || c.CPUQuota != 0.5 {
-			t.Errorf("burst %v: containment says quota %v, burst %v", burst, c.CPUQuota, c.CPUBurst)
+		if got := p.Containment(); got.CPUBurst != c.burst || got.CPUQuota != 0.5 {
+			t.Errorf("case %d: containment says quota %v, burst %v", i, got.CPUQuota, got.CPUBurst)
 		}
 		waitClose(t, p)
 		release()

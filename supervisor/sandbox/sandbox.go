@@ -145,7 +145,11 @@ type Spec struct {
 	// CPUBurst is how many CPUs above CPU the sandbox may use for a moment
 	// out of the quota it left unused (cpu.max.burst, Linux 5.14; not set
 	// on older kernels): a server's start, after it idled. 0 = none.
-	CPUBurst  float64
+	CPUBurst float64
+	// CPUPeriod is the period over which CPU is counted (cpu.max's second
+	// field), at most a second: 0 = 100 ms. A longer one lets a
+	// multi-threaded start use every CPU until its quota is spent.
+	CPUPeriod time.Duration
 	TmpSizeMB int64 // size of the tmpfs at /tmp
 
 	// FileSizeMB is RLIMIT_FSIZE (soft = hard) of every process of the

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -86,11 +87,14 @@ func (r *LinuxRunner) config(spec Spec, lease *idLease) (*configs.Config, Contai
 		cfg.Cgroups.Resources.Devices = append(cfg.Cgroups.Resources.Devices, &d.Rule)
 	}
 	if spec.CPU > 0 {
-		const period = 100_000
+		period := uint64(100_000)
+		if spec.CPUPeriod > 0 {
+			period = uint64(min(spec.CPUPeriod, time.Second).Microseconds())
+		}
 		cfg.Cgroups.Resources.CpuPeriod = period
-		cfg.Cgroups.Resources.CpuQuota = int64(spec.CPU * period)
+		cfg.Cgroups.Resources.CpuQuota = int64(spec.CPU * float64(period))
 		if spec.CPUBurst > 0 && r.cpuBurst {
-			burst := uint64(spec.CPUBurst * period)
+			burst := uint64(spec.CPUBurst * float64(period))
 			cfg.Cgroups.Resources.CpuBurst = &burst
 			cont.CPUBurst = spec.CPUBurst
 		}

@@ -65,15 +65,20 @@ func sandboxID(server string) string {
 	return "mcp-" + server + "-" + strings.ToLower(ulid.Make().String())
 }
 
+// serverCPUPeriod is the period of a server's CPU quota: long enough for
+// node's or python's multi-threaded start to run on every CPU, within
+// its quota and burst, without being throttled.
+const serverCPUPeriod = 500 * time.Millisecond
+
 // SandboxSpec is the sandbox every start of sb makes: all but its id,
-// environment, stdio and network. Its CPU quota may burst by as much
-// again out of what it left unused: a server's start (node's and
-// python's are multi-threaded) follows its standby sandbox's idle
-// seconds, and its average stays CPU.
+// environment, stdio and network. Its CPU quota is counted over
+// serverCPUPeriod and may burst by as much again out of what it left
+// unused (its standby sandbox idled before its start); its average stays
+// CPU.
 func (sb *Sandboxed) SandboxSpec() sandbox.Spec {
 	return sandbox.Spec{
 		SkillDir: sb.LauncherDir, Entrypoint: "main",
-		MemoryMB: sb.MemoryMB, PidsMax: sb.PidsMax, CPU: sb.CPU, CPUBurst: sb.CPU,
+		MemoryMB: sb.MemoryMB, PidsMax: sb.PidsMax, CPU: sb.CPU, CPUBurst: sb.CPU, CPUPeriod: serverCPUPeriod,
 		ProfilesDir: sb.ProfilesDir, SeccompProfile: sb.SeccompProfile, Binds: sb.Binds,
 	}
 }
