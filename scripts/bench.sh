@@ -90,7 +90,7 @@ echo
 echo "== issue 39, MCP servers: a brokered call of server-everything's echo (a skill in a sandbox, the daemon's broker with durable rows,"
 echo "   the server in its own sandbox) vs the Go SDK's call over stdio to the same server unsandboxed, plus one fdatasync of a row;"
 echo "   3 rounds of 2 s each, interleaved. Then the server ready (the daemon's start path: sandbox, node, initialize, tools/list)"
-echo "   vs the same server started without a sandbox, 5 rounds interleaved (issue 39: each at most 1.2x)"
+echo "   vs the same server started without a sandbox, 9 rounds interleaved (issue 39: each at most 1.2x)"
 if bash scripts/mcp-servers.sh >/dev/null; then
   go test -tags seccomp -run '^$' -bench BenchmarkMCPServerEcho -benchtime 1x -count 1 ./integration/ | grep -E '^Benchmark' | tee -a "$raw" |
     tr '\t' '\n' | sed -n 's/^ *\([0-9.-]*\) \(.*\)$/  \2 \1/p' | grep -v 'ns/op' | sort || echo "   (BenchmarkMCPServerEcho gave no result)"

@@ -207,7 +207,7 @@ func BenchmarkMCPServerReady(b *testing.B) {
 	sandboxed(-1) // the rootfs skeleton, the approvals, the page cache
 	direct()
 	runner.starts = nil
-	const rounds = 5
+	const rounds = 9
 	var sb, dr []time.Duration
 	var sbCPU, sbThrottled, sbWait, drCPU, drWait []float64
 	for i := 0; i < b.N; i++ {

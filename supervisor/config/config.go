@@ -215,7 +215,8 @@ const DefaultConfigDir = "/etc/cyberos"
 type Userns struct {
 	HostIDBase uint32 `yaml:"host_id_base"`
 	// Ranges is how many ranges there are; 0 means max_concurrent +
-	// warm.max_sandboxes + DefaultTeardowns.
+	// warm.max_sandboxes + DefaultTeardowns, and with mcp_servers
+	// mcp_max_running and one a standby MCP server sandbox.
 	Ranges int `yaml:"ranges"`
 }
 

@@ -113,12 +113,20 @@ const (
 )
 
 // mcpRanges is the host id ranges the MCP server sandboxes may hold at
-// once: mcp_max_running when a server is configured.
+// once: mcp_max_running when a server is configured, and one for the
+// standby sandbox of each stdio server without domains (the daemon's).
 func (c *Config) mcpRanges() int {
-	if len(c.MCPServerNames()) == 0 {
+	names := c.MCPServerNames()
+	if len(names) == 0 {
 		return 0
 	}
-	return c.MCPMaxRunning
+	n := c.MCPMaxRunning
+	for _, name := range names {
+		if s, _ := c.MCPServer(name); s.URL == "" && len(s.Domains) == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // mcpServerName is a server's name: it is the middle of every tool name

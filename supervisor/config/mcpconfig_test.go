@@ -185,16 +185,25 @@ func TestMCPSecretFile(t *testing.T) {
 	}
 }
 
-// Each running MCP server sandbox holds a host id range: the default
-// ranges make room for mcp_max_running of them once a server is set.
+// Each running MCP server sandbox holds a host id range, and so does the
+// standby sandbox of each stdio server without domains: the default
+// ranges make room for mcp_max_running of them and the standbys once a
+// server is set.
 func TestMCPMaxRunning(t *testing.T) {
 	plain := Default()
 	c, err := loadYAML(t, "version: 1\nmcp_max_running: 5\nmcp_servers: {x: {command: /usr/bin/x}}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.IDRanges(), plain.IDRanges()+5; got != want {
+	if got, want := c.IDRanges(), plain.IDRanges()+5+1; got != want {
 		t.Errorf("IDRanges %d, want %d", got, want)
+	}
+	c, err = loadYAML(t, "version: 1\nmcp_max_running: 5\nmcp_servers: {x: {command: /usr/bin/x}, y: {command: /usr/bin/y, domains: [example.com]}, z: {url: 'https://example.com/mcp'}}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.IDRanges(), plain.IDRanges()+5+1; got != want {
+		t.Errorf("IDRanges with a server with domains and a remote one %d, want %d (one standby)", got, want)
 	}
 	if _, err := loadYAML(t, "version: 1\nmcp_max_running: 0\n"); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "mcp_max_running") {
 		t.Errorf("mcp_max_running 0: %v", err)
