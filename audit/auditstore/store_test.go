@@ -818,6 +818,71 @@ func TestEnqueuedRowSharesTheNextEmit(t *testing.T) {
 	}
 }
 
+// TestEnqueueNotifyReportsTheOutcome: EnqueueNotify's callback is called
+// once per row, with nil only after the row is durable (a later Emit's
+// row follows it), and with the append's failure when it failed; an
+// enqueue refused at once never calls it.
+func TestEnqueueNotifyReportsTheOutcome(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	s.lazyHold = time.Minute // only the Emit may release the batch
+	ctx := context.Background()
+	var fail atomic.Bool
+	s.beforeCommit = func() error {
+		if fail.Load() {
+			return errors.New("injected: input/output error")
+		}
+		return nil
+	}
+	outcomes := make(chan error, 4)
+	notify := func(err error) { outcomes <- err }
+	if err := s.EnqueueNotify(ctx, audit.NoConnect(common("notified"), 1), notify); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-outcomes:
+		t.Fatalf("told %v before the row's append", err)
+	default:
+	}
+	emitted, err := s.Emit(ctx, audit.NoConnect(common("emitted"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-outcomes; err != nil {
+		t.Fatalf("durable row reported %v", err)
+	}
+	if emitted.Seq != 2 {
+		t.Fatalf("emitted row seq %d: the notified row was not written before it", emitted.Seq)
+	}
+	rows, err := s.Rows(ctx, Filter{InvocationID: "notified"})
+	if err != nil || len(rows) != 1 || rows[0].Seq != 1 {
+		t.Fatalf("notified row: %+v %v", rows, err)
+	}
+
+	fail.Store(true)
+	if err := s.EnqueueNotify(ctx, audit.NoConnect(common("lost"), 1), notify); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Emit(ctx, audit.NoConnect(common("lost-too"), 1)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("emit into a failing append: %v", err)
+	}
+	if err := <-outcomes; !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("failed append reported %v, want ErrUnavailable", err)
+	}
+
+	if err := s.EnqueueNotify(ctx, audit.Draft{Kind: "not.a.kind"}, notify); !errors.Is(err, audit.ErrInvalidRow) {
+		t.Fatalf("invalid row: %v, want ErrInvalidRow", err)
+	}
+	fail.Store(false)
+	if _, err := s.Emit(ctx, audit.NoConnect(common("after"), 1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-outcomes:
+		t.Fatalf("a refused enqueue was told %v", err)
+	default:
+	}
+}
+
 // TestEnqueuedRowAloneIsWritten: with no Emit after it, an enqueued row is
 // still made durable once the hold passes, and Close writes a held batch
 // at once.

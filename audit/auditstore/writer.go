@@ -45,7 +45,7 @@ func (s *Store) Emit(ctx context.Context, d audit.Draft) (audit.Row, error) {
 // emit is Emit of a row that, when after is set, follows row afterIdx of
 // batch after (see EnqueueFollowed).
 func (s *Store) emit(ctx context.Context, d audit.Draft, after *batch, afterIdx int) (audit.Row, error) {
-	b, i, first, err := s.add(ctx, d, true, after, afterIdx)
+	b, i, first, err := s.add(ctx, d, true, after, afterIdx, nil)
 	if err != nil {
 		return audit.Row{}, err
 	}
@@ -70,11 +70,21 @@ func (s *Store) emit(ctx context.Context, d audit.Draft, after *batch, afterIdx 
 // then cost one fdatasync each (completed row and the next started row
 // together), not two.
 func (s *Store) Enqueue(ctx context.Context, d audit.Draft) (wait func() (audit.Row, error), err error) {
-	b, i, _, err := s.add(ctx, d, false, nil, 0)
+	b, i, _, err := s.add(ctx, d, false, nil, 0, nil)
 	if err != nil {
 		return nil, err
 	}
 	return func() (audit.Row, error) { return b.result(i) }, nil
+}
+
+// EnqueueNotify is Enqueue for a caller that only needs the outcome: done
+// gets the row's failure (nil once it is durable) when its append is over,
+// on the goroutine that committed it, so it must not block. Nothing waits
+// on the row meanwhile: no goroutine per row, and none to wake at the
+// commit. When EnqueueNotify returns an error, done is never called.
+func (s *Store) EnqueueNotify(ctx context.Context, d audit.Draft, done func(error)) error {
+	_, _, _, err := s.add(ctx, d, false, nil, 0, done)
+	return err
 }
 
 // EnqueueFollowed is Enqueue of a row that another must follow: then emits
@@ -84,7 +94,7 @@ func (s *Store) Enqueue(ctx context.Context, d audit.Draft) (wait func() (audit.
 // without the row it follows (a tool call's completed row without its
 // started row). then is for rows that are not terminal (see isTerminal).
 func (s *Store) EnqueueFollowed(ctx context.Context, d audit.Draft) (wait func() (audit.Row, error), then func(context.Context, audit.Draft) (audit.Row, error), err error) {
-	b, i, _, err := s.add(ctx, d, false, nil, 0)
+	b, i, _, err := s.add(ctx, d, false, nil, 0, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -179,6 +189,8 @@ type slot struct {
 	// afterIdx): the row is written only if that one was.
 	after    *batch
 	afterIdx int
+	// done, when set, is told the row's outcome (EnqueueNotify).
+	done func(error)
 }
 
 // sha256StateLen is the size of a marshalled crypto/sha256 state.
@@ -264,7 +276,7 @@ const lazyHold = time.Millisecond
 // that batch and the slot's index in it. urgent: the caller waits for the
 // row (Emit), so the batch goes as soon as no other one is being committed;
 // first: the batch had no urgent row before this one.
-func (s *Store) add(ctx context.Context, d audit.Draft, urgent bool, after *batch, afterIdx int) (b *batch, i int, first bool, err error) {
+func (s *Store) add(ctx context.Context, d audit.Draft, urgent bool, after *batch, afterIdx int, done func(error)) (b *batch, i int, first bool, err error) {
 	sl, err := prepare(d)
 	if err != nil {
 		return nil, 0, false, err
@@ -275,7 +287,7 @@ func (s *Store) add(ctx context.Context, d audit.Draft, urgent bool, after *batc
 			return nil, 0, false, err
 		}
 	}
-	sl.after, sl.afterIdx = after, afterIdx
+	sl.after, sl.afterIdx, sl.done = after, afterIdx, done
 	if err := ctx.Err(); err != nil {
 		return nil, 0, false, err
 	}
@@ -377,7 +389,8 @@ func (s *Store) run() {
 	}
 }
 
-// commitBatch commits b and wakes its emitters (cmu held).
+// commitBatch commits b, wakes its emitters and tells its rows' done
+// callbacks (cmu held).
 func (s *Store) commitBatch(b *batch) {
 	if err := s.commit(b); errors.Is(err, ErrUnavailable) {
 		b.err = err
@@ -385,6 +398,12 @@ func (s *Store) commitBatch(b *batch) {
 		b.err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	close(b.done)
+	for i := range b.slots {
+		if done := b.slots[i].done; done != nil {
+			b.slots[i].done = nil
+			done(b.failed(i))
+		}
+	}
 }
 
 // resumeWait bounds how long the syncer waits for the emitters it just

@@ -326,17 +326,18 @@ type faultyQueue struct {
 	writeOrphan                    bool
 }
 
-func (f *faultyQueue) Enqueue(ctx context.Context, d audit.Draft) (func() (audit.Row, error), error) {
+func (f *faultyQueue) EnqueueNotify(ctx context.Context, d audit.Draft, done func(error)) error {
 	switch {
 	case f.enqueueErr != nil:
-		return nil, f.enqueueErr
+		return f.enqueueErr
 	case f.commitErr != nil:
-		return func() (audit.Row, error) { return audit.Row{}, f.commitErr }, nil
+		go done(f.commitErr)
+		return nil
 	}
-	return f.Store.Enqueue(ctx, d)
+	return f.Store.EnqueueNotify(ctx, d, done)
 }
 
-// EnqueueFollowed fails like Enqueue; a row following a failed one fails
+// EnqueueFollowed fails like EnqueueNotify; a row following a failed one fails
 // as the store's own does (audit's TestFollowedRowNeverOutlivesItsLeader)
 // unless writeOrphan asks for the broken rule.
 func (f *faultyQueue) EnqueueFollowed(ctx context.Context, d audit.Draft) (func() (audit.Row, error), func(context.Context, audit.Draft) (audit.Row, error), error) {

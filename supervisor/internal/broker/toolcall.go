@@ -449,7 +449,7 @@ func (e *partialError) Unwrap() error { return e.err }
 // enqueuer is an audit sink that can queue a row without waiting for its
 // commit, and one that another row must follow (auditstore.Store).
 type enqueuer interface {
-	Enqueue(ctx context.Context, d audit.Draft) (func() (audit.Row, error), error)
+	EnqueueNotify(ctx context.Context, d audit.Draft, done func(error)) error
 	EnqueueFollowed(ctx context.Context, d audit.Draft) (func() (audit.Row, error), func(context.Context, audit.Draft) (audit.Row, error), error)
 }
 
@@ -457,7 +457,8 @@ type enqueuer interface {
 // response goes back as soon as the row is queued: the store writes in
 // queue order, so the skill's next call (whose started row must be durable
 // before its tool runs, or, effect-free, before its reply) commits after
-// this row — one fsync per call instead of two. A failure is never
+// this row — one fsync per call instead of two. The store reports the
+// row's outcome itself (no goroutine waits for it); a failure is never
 // reversed (the tool ran): sev-1 for the operator.
 func (d *dispatcher) completed(ctx context.Context, log func() *slog.Logger, callID string, row audit.Draft) {
 	fail := func(err error) {
@@ -470,18 +471,17 @@ func (d *dispatcher) completed(ctx context.Context, log func() *slog.Logger, cal
 		}
 		return
 	}
-	wait, err := q.Enqueue(ctx, row)
-	if err != nil {
-		fail(err)
-		return
-	}
 	d.pending.Add(1)
-	go func() {
-		defer d.pending.Done()
-		if _, err := wait(); err != nil {
+	err := q.EnqueueNotify(ctx, row, func(err error) {
+		if err != nil {
 			fail(err)
 		}
-	}()
+		d.pending.Done()
+	})
+	if err != nil {
+		d.pending.Done()
+		fail(err)
+	}
 }
 
 // startedFailed refuses a call whose tool_call_started row was not
