@@ -45,6 +45,13 @@ const (
 	mcpCallCount = `cyberos_mcp_call_duration_seconds_count{server="everything"}`
 )
 
+// The daemon's histogram of the started rows it made durable before their
+// tool ran (the echo's; a Read's rows go with its reply).
+const (
+	startedRowSum   = `cyberos_audit_emit_duration_seconds_sum{stage="tool_call_started"}`
+	startedRowCount = `cyberos_audit_emit_duration_seconds_count{stage="tool_call_started"}`
+)
+
 // BenchmarkMCPServerEcho: issue 39's brokered MCP call against its
 // reference, interleaved in the same run. Brokered: the callbench probe in
 // a real sandbox calls mcp__everything__echo back to back through a real
@@ -57,6 +64,8 @@ const (
 // rounds), the CPU a call of the daemon, of each node and of the callers,
 // the mean of the daemon's own tools/call to the sandboxed server (its
 // histogram: brokered-sdk-call-mean-µs) beside the direct calls' mean,
+// the mean of the echo's started row made durable before the call (its
+// histogram: brokered-started-row-mean-µs),
 // the fdatasync floor's (row-fdatasync-*), and the p50 of a native Read
 // by the same skill through the same broker (brokered-read-p50-µs: the
 // broker's round trip with its durable rows), and of the direct call
@@ -200,15 +209,16 @@ func BenchmarkMCPServerEcho(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for range rounds {
 			c0 := pidsCPU(b, d.cmd.Process.Pid, sandboxedNode)
-			h0 := d.sums(b, mcpCallSum, mcpCallCount)
+			h0 := d.sums(b, mcpCallSum, mcpCallCount, startedRowSum, startedRowCount)
 			r, err := brokered(seconds)
 			if err != nil {
 				b.Fatal(err)
 			}
-			h1 := d.sums(b, mcpCallSum, mcpCallCount)
+			h1 := d.sums(b, mcpCallSum, mcpCallCount, startedRowSum, startedRowCount)
 			c1 := pidsCPU(b, d.cmd.Process.Pid, sandboxedNode)
 			add("brokered", r, map[string]float64{"daemon-cpu-µs": c1[0] - c0[0], "node-cpu-µs": c1[1] - c0[1]})
 			m["brokered-sdk-call-mean-µs"] = append(m["brokered-sdk-call-mean-µs"], (h1[0]-h0[0])/(h1[1]-h0[1])*1e6)
+			m["brokered-started-row-mean-µs"] = append(m["brokered-started-row-mean-µs"], (h1[2]-h0[2])/(h1[3]-h0[3])*1e6)
 			if r, err = brokeredWith(readArgs(seconds / 2)); err != nil {
 				b.Fatal(err)
 			}
@@ -239,7 +249,7 @@ func BenchmarkMCPServerEcho(b *testing.B) {
 		b.ReportMetric(med(side+"-p99_us"), side+"-p99-µs")
 		b.ReportMetric(med(side+"-calls_per_s"), side+"-calls/s")
 	}
-	for _, k := range []string{"brokered-sdk-call-mean-µs", "direct-mean-µs", "brokered-daemon-cpu-µs", "brokered-node-cpu-µs", "direct-client-cpu-µs", "direct-node-cpu-µs"} {
+	for _, k := range []string{"brokered-sdk-call-mean-µs", "brokered-started-row-mean-µs", "direct-mean-µs", "brokered-daemon-cpu-µs", "brokered-node-cpu-µs", "direct-client-cpu-µs", "direct-node-cpu-µs"} {
 		b.ReportMetric(med(k), k)
 	}
 	b.ReportMetric(0, "ns/op")

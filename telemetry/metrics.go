@@ -27,7 +27,7 @@ type Metrics struct {
 	InvokedDuration    *prometheus.HistogramVec // cyberos_skill_invocation_duration_seconds{skill_id}
 	InvocationsLost    prometheus.Counter       // cyberos_skill_invocations_lost_total
 	AuditEmitFailures  *prometheus.CounterVec   // cyberos_audit_emit_failures_total{stage}
-	AuditEmitDuration  *prometheus.HistogramVec // cyberos_audit_emit_duration_seconds{stage}
+	AuditEmitDuration  *prometheus.HistogramVec // cyberos_audit_emit_duration_seconds{stage}: start, completed, tool_call_started
 	SandboxStart       prometheus.Histogram     // cyberos_sandbox_start_duration_seconds
 	InvocationsRunning prometheus.Gauge         // cyberos_skill_invocations_running
 	ToolCalls          *prometheus.CounterVec   // cyberos_tool_calls_total{skill_id,tool,outcome}
@@ -120,8 +120,8 @@ func NewMetrics() *Metrics {
 			Name: "cyberos_audit_emit_failures_total", Help: "Invocation audit rows that could not be written, by stage (start refuses the invocation; completed is sev-1).",
 		}, []string{"stage"}),
 		AuditEmitDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "cyberos_audit_emit_duration_seconds", Help: "Time to make an invocation audit row durable, by stage (the spec's budget: p95 under 50 ms).",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+			Name: "cyberos_audit_emit_duration_seconds", Help: "Time to make an audit row durable before acting, by stage: an invocation's start and completed rows (the spec's budget: p95 under 50 ms), a tool call's started row before its tool runs (tool_call_started).",
+			Buckets: []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"stage"}),
 		SandboxStart: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "cyberos_sandbox_start_duration_seconds", Help: "Sandbox start latency (a warm sandbox: its activation).",

@@ -58,6 +58,8 @@ func targets39(b *strings.Builder, res results) {
 			floor39(res, brokered),
 			when("the daemon's own tools/call to the sandboxed server (its histogram) mean %s µs, the direct calls' mean %s µs",
 				get(res, mcpEchoBench, "brokered-sdk-call-mean-µs", ""), get(res, mcpEchoBench, "direct-mean-µs", "")),
+			when("the echo's started row made durable before the call (its histogram) mean %s µs",
+				get(res, mcpEchoBench, "brokered-started-row-mean-µs", "")),
 			when("CPU a call: the daemon %s µs, the sandboxed node %s µs; direct: the client %s µs, node %s µs",
 				get(res, mcpEchoBench, "brokered-daemon-cpu-µs", ""), get(res, mcpEchoBench, "brokered-node-cpu-µs", ""),
 				get(res, mcpEchoBench, "direct-client-cpu-µs", ""), get(res, mcpEchoBench, "direct-node-cpu-µs", ""))))

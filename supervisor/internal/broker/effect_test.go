@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"cyberos.dev/audit"
 	"cyberos.dev/audit/auditstore"
@@ -204,6 +208,34 @@ func TestEffectFreeCallIsOneAppend(t *testing.T) {
 		t.Errorf("%d appends for %d calls, want about one per call", n, calls)
 	}
 	verifyStore(t, store)
+}
+
+// The started row's durability before an effectful tool runs is timed
+// (cyberos_audit_emit_duration_seconds{stage="tool_call_started"}), once
+// per call; an effect-free call's started row, written with its reply,
+// is not.
+func TestStartedRowEmitIsTimed(t *testing.T) {
+	e, _ := storeEnv(t, nil, nil)
+	c := e.dial()
+	hist := func() (uint64, float64) {
+		var m dto.Metric
+		if err := e.metrics.AuditEmitDuration.WithLabelValues(StageToolCallStarted).(prometheus.Histogram).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+	}
+	for i, name := range append(slices.Clone(effectfulTools), effectFreeTools...) {
+		if r := c.rpc(callBody(i, string(name), `{}`, "")); r.Error != nil {
+			t.Fatalf("%s: %+v", name, r.Error)
+		}
+	}
+	n, sum := hist()
+	if n != uint64(len(effectfulTools)) {
+		t.Fatalf("%d started rows timed, want %d (the effectful calls only)", n, len(effectfulTools))
+	}
+	if sum <= 0 {
+		t.Fatalf("the timed started rows sum to %v s", sum)
+	}
 }
 
 // Concurrent callers share appends (group commit): never more than one

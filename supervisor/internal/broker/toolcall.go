@@ -349,13 +349,22 @@ func (d *dispatcher) auditStart(ctx context.Context, c *toolCallState) error {
 	if q, ok := d.audit.(enqueuer); ok && policy.EffectFree(c.name) {
 		c.startedWait, c.emitCompleted, aerr = q.EnqueueFollowed(c.actx, startedRow)
 	} else {
+		t0 := time.Now()
 		_, aerr = d.audit.Emit(c.actx, startedRow)
+		if d.metrics != nil {
+			d.metrics.AuditEmitDuration.WithLabelValues(StageToolCallStarted).Observe(time.Since(t0).Seconds())
+		}
 	}
 	if aerr != nil {
 		return d.startedFailed(c.logger(), c.metricTool, c.obs, aerr, 3)
 	}
 	return nil
 }
+
+// StageToolCallStarted is cyberos_audit_emit_duration_seconds's stage for
+// a tool call's started row made durable before its tool runs (an
+// effect-free call's, written with its completed row, is not counted).
+const StageToolCallStarted = "tool_call_started"
 
 // runCall runs the tool and marshals its result.
 func (d *dispatcher) runCall(ctx context.Context, c *toolCallState, f *frameMem) error {
