@@ -219,7 +219,7 @@ func TestStartedRowEmitIsTimed(t *testing.T) {
 	c := e.dial()
 	hist := func() (uint64, float64) {
 		var m dto.Metric
-		if err := e.metrics.AuditEmitDuration.WithLabelValues(StageToolCallStarted).(prometheus.Histogram).Write(&m); err != nil {
+		if err := e.metrics.AuditEmitDuration.WithLabelValues(stageToolCallStarted).(prometheus.Histogram).Write(&m); err != nil {
 			t.Fatal(err)
 		}
 		return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()

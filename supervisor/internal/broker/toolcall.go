@@ -352,7 +352,7 @@ func (d *dispatcher) auditStart(ctx context.Context, c *toolCallState) error {
 		t0 := time.Now()
 		_, aerr = d.audit.Emit(c.actx, startedRow)
 		if d.metrics != nil {
-			d.metrics.AuditEmitDuration.WithLabelValues(StageToolCallStarted).Observe(time.Since(t0).Seconds())
+			d.metrics.AuditEmitDuration.WithLabelValues(stageToolCallStarted).Observe(time.Since(t0).Seconds())
 		}
 	}
 	if aerr != nil {
@@ -361,10 +361,10 @@ func (d *dispatcher) auditStart(ctx context.Context, c *toolCallState) error {
 	return nil
 }
 
-// StageToolCallStarted is cyberos_audit_emit_duration_seconds's stage for
+// stageToolCallStarted is cyberos_audit_emit_duration_seconds's stage for
 // a tool call's started row made durable before its tool runs (an
 // effect-free call's, written with its completed row, is not counted).
-const StageToolCallStarted = "tool_call_started"
+const stageToolCallStarted = "tool_call_started"
 
 // runCall runs the tool and marshals its result.
 func (d *dispatcher) runCall(ctx context.Context, c *toolCallState, f *frameMem) error {
@@ -482,10 +482,15 @@ func (d *dispatcher) completed(ctx context.Context, log func() *slog.Logger, cal
 	}
 	d.pending.Add(1)
 	err := q.EnqueueNotify(ctx, row, func(err error) {
-		if err != nil {
-			fail(err)
+		if err == nil {
+			d.pending.Done()
+			return
 		}
-		d.pending.Done()
+		// Logged off the committer, which must not block on a slow log.
+		go func() {
+			defer d.pending.Done()
+			fail(err)
+		}()
 	})
 	if err != nil {
 		d.pending.Done()
